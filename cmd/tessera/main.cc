@@ -1,0 +1,52 @@
+// tessera: the command-line tool. `tessera --help` lists the subcommands.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "commands.h"
+#include "common/log.h"
+#include "core/placement/policy.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: GPU sharing for Kubernetes. Places pods on shared GPUs by topology, and shows who holds "
+               "what.\nRun `tessera <command> --help` for a command's options."};
+  app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
+
+  tessera::cli::PlaceOptions place;
+  CLI::App* place_cmd = app.add_subcommand(
+      "place", "Place a list of pods on a cluster, one after the other, and show each decision and who holds "
+               "which GPU. With no files, runs on the bundled example cluster and pods.");
+  place_cmd->add_option("--cluster", place.cluster_file, "Cluster file (YAML or JSON; docs/file-formats.md)")
+      ->check(CLI::ExistingFile);
+  place_cmd->add_option("--pods", place.pods_file, "Workload file with the pods, in arrival order")
+      ->check(CLI::ExistingFile);
+  std::string policies;
+  for (const std::string& p : tessera::core::PolicyNames()) policies += (policies.empty() ? "" : ", ") + p;
+  place_cmd->add_option("--policy", place.policy, "Placement policy: " + policies)->capture_default_str();
+  place_cmd->add_option("--seed", place.seed, "Seed for random tie-breaking")->capture_default_str();
+
+  tessera::cli::TopoOptions topo;
+  CLI::App* topo_cmd = app.add_subcommand(
+      "topo", "Read the matrix `nvidia-smi topo -m` prints and show Gaia's access-cost tree of those GPUs.");
+  topo_cmd->add_option("file", topo.file, "File with the output of `nvidia-smi topo -m`; - for standard input")
+      ->capture_default_str();
+
+  CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  tessera::log::Init("tessera", verbose ? tessera::log::Level::kInfo : tessera::log::Level::kWarn);
+
+  if (*place_cmd) return tessera::cli::RunPlace(place);
+  if (*topo_cmd) return tessera::cli::RunTopo(topo);
+  if (*version_cmd) {
+    std::cout << "tessera " << TESSERA_VERSION << "\n";
+    return 0;
+  }
+  return 0;
+}

@@ -1,0 +1,225 @@
+// The placement policies of the seed papers: Gaia's topology-aware allocation, binpack and spread (GPU Sharing
+// in Kubernetes, HAMi), and gpushare's memory binpack. See docs/placement.md.
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "core/placement/policy.h"
+#include "core/strings.h"
+
+namespace tessera::core {
+
+Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOptions& options) {
+  Realized r;
+  switch (demand.memory.kind) {
+    case MemorySpec::Kind::kMiB:
+      r.memory_limit = MiB(demand.memory.value);
+      break;
+    case MemorySpec::Kind::kPercent:
+      r.memory_limit = MiB(gpu_memory.value() * demand.memory.value / 100);
+      break;
+    case MemorySpec::Kind::kDefault:
+      break;
+  }
+  r.cores = demand.cores.value() > 0 ? demand.cores : ProportionalShare(r.memory_limit, gpu_memory);
+  if (demand.memory.kind == MemorySpec::Kind::kDefault) {
+    r.memory_limit = (IsWholeGpu(r.cores) || options.default_memory == PlacementOptions::DefaultMemory::kWholeGpuMemory)
+                         ? gpu_memory
+                         : ProportionalMemory(r.cores, gpu_memory);
+  }
+  r.memory_accounted = IsWholeGpu(r.cores) ? gpu_memory : r.memory_limit;
+  return r;
+}
+
+NodeScratch::NodeScratch(const NodeState& node, const PlacementOptions& options)
+    : node_(&node), options_(&options), n_(node.gpu_count()) {
+  std::copy_n(node.free_cores().begin(), n_, free_cores_.begin());
+  std::copy_n(node.free_memory().begin(), n_, free_memory_.begin());
+}
+
+GpuMask NodeScratch::Fitting(const VGpuDemand& demand, GpuMask eligible) const {
+  GpuMask out;
+  for (int g : eligible) {
+    if (Fits(demand, g)) out.Add(g);
+  }
+  return out;
+}
+
+void NodeScratch::Take(const VGpuDemand& demand, int g) {
+  Realized r = RealizeOn(demand, g);
+  free_cores_[static_cast<size_t>(g)] -= r.cores;
+  free_memory_[static_cast<size_t>(g)] -= r.memory_accounted;
+}
+
+namespace {
+
+// Share of the node's healthy GPU compute and memory in use, each 0..1.
+std::pair<double, double> Utilization(const NodeScratch& s) {
+  const NodeState& node = s.node();
+  int64_t cores_total = 0;
+  int64_t cores_free = 0;
+  int64_t mem_total = 0;
+  int64_t mem_free = 0;
+  for (int g : node.healthy()) {
+    cores_total += kWholeGpu.value();
+    cores_free += s.free_cores(g).value();
+    mem_total += node.gpu(g).memory.value();
+    mem_free += s.free_memory(g).value();
+  }
+  if (cores_total == 0) return {1.0, 1.0};
+  return {1.0 - static_cast<double>(cores_free) / static_cast<double>(cores_total),
+          1.0 - static_cast<double>(mem_free) / static_cast<double>(mem_total)};
+}
+
+// Picks GPUs one vGPU at a time, each the GPU that minimizes `key(scratch, demand, gpu)`; ties random.
+template <typename Key>
+bool GreedySelect(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                  std::span<int8_t> out, double& cost, Key key) {
+  GpuMask taken;
+  for (size_t i = 0; i < vgpus.size(); ++i) {
+    TieBreaker<int, double> best(rng);
+    for (int g : node.Fitting(vgpus[i], eligible & ~taken)) best.Offer(key(node, vgpus[i], g), g);
+    if (!best.has_value()) return false;
+    out[i] = static_cast<int8_t>(best.value());
+    taken.Add(best.value());
+    cost += best.key();
+  }
+  return true;
+}
+
+// Binpack (GPU Sharing in Kubernetes, HAMi "binpack"): the GPU left with the least free share, then the least
+// free memory; the node most used after the placement.
+class BinpackPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "binpack"; }
+  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                  std::span<int8_t> out, double& cost) const override {
+    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand& d, int g) {
+      Realized r = s.RealizeOn(d, g);
+      return static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
+             static_cast<double>((s.free_memory(g) - r.memory_accounted).value());
+    });
+  }
+  double Score(const NodeScratch& after, const PodChoice&) const override {
+    auto [cores, memory] = Utilization(after);
+    return cores + memory;
+  }
+};
+
+// Spread (HAMi "spread"): the GPU with the most free share; the node least used after the placement.
+class SpreadPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "spread"; }
+  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                  std::span<int8_t> out, double& cost) const override {
+    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand& d, int g) {
+      Realized r = s.RealizeOn(d, g);
+      return -(static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
+               static_cast<double>((s.free_memory(g) - r.memory_accounted).value()));
+    });
+  }
+  double Score(const NodeScratch& after, const PodChoice&) const override {
+    auto [cores, memory] = Utilization(after);
+    return -(cores + memory);
+  }
+};
+
+// gpushare (Aliyun's GPU Sharing scheduler extender): memory is the only measure. The GPU with the least free
+// memory that fits ("GPU1 (8138), which has the least remaining resources, is selected"); the node with the
+// most memory in use.
+class GpusharePolicy : public Policy {
+ public:
+  std::string_view name() const override { return "gpushare"; }
+  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                  std::span<int8_t> out, double& cost) const override {
+    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand&, int g) {
+      return static_cast<double>(s.free_memory(g).value());
+    });
+  }
+  double Score(const NodeScratch& after, const PodChoice&) const override { return Utilization(after).second; }
+};
+
+// Gaia (Song et al., Algorithms 1-4) on each node's access-cost tree. Whole vGPUs go by Singular (one) or
+// Link (several), shares by Fragment. Across nodes, the node whose choice Gaia ranks best: a fitting fragment
+// before a whole GPU (best fit first), a GPU that breaks no intact group before one that does, lower access
+// cost first; as if the nodes were subtrees of one cluster-wide tree.
+class GaiaPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "gaia"; }
+
+  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                  std::span<int8_t> out, double& cost) const override {
+    const AccessCostTree& tree = node.node().tree();
+    std::span<const MilliGpu> free = node.free_cores();
+    GpuMask taken;
+    // Whole GPUs first, linked by topology.
+    std::array<size_t, kMaxGpusPerNode> whole{};
+    size_t whole_count = 0;
+    for (size_t i = 0; i < vgpus.size(); ++i) {
+      if (vgpus[i].exclusive()) whole[whole_count++] = i;
+    }
+    if (whole_count > 0) {
+      const GpuMask candidates = node.Fitting(vgpus[whole[0]], eligible);
+      std::optional<GpuMask> chosen;
+      if (whole_count == 1) {
+        std::optional<int> g = tree.ScheduleSingular(free, candidates, rng);
+        if (!g) return false;
+        chosen = GpuMask::Of(*g);
+        cost += SingularCost(tree, free, *g);
+      } else {
+        chosen = tree.ScheduleLink(free, candidates, static_cast<int>(whole_count), rng);
+        if (!chosen || chosen->Count() != static_cast<int>(whole_count)) return false;
+        cost += static_cast<double>(whole_count) * tree.CostOf(*chosen);
+      }
+      size_t k = 0;
+      for (int g : *chosen) out[whole[k++]] = static_cast<int8_t>(g);
+      taken = *chosen;
+    }
+    // Then each share, by Fragment, on GPUs not yet used by this container.
+    for (size_t i = 0; i < vgpus.size(); ++i) {
+      if (vgpus[i].exclusive()) continue;
+      const GpuMask candidates = node.Fitting(vgpus[i], eligible & ~taken);
+      if (candidates.Empty()) return false;
+      const MilliGpu m = node.RealizeOn(vgpus[i], *candidates.begin()).cores;
+      std::optional<int> g = tree.ScheduleFragment(free, candidates, m, rng);
+      if (!g) return false;
+      out[i] = static_cast<int8_t>(*g);
+      taken.Add(*g);
+      const MilliGpu f = free[static_cast<size_t>(*g)];
+      cost += f < kWholeGpu ? static_cast<double>(f.value()) : 1000.0 + tree.AccessCost(*g);
+    }
+    return true;
+  }
+
+  double Score(const NodeScratch&, const PodChoice& choice) const override { return -choice.selection_cost; }
+
+ private:
+  // Singular's ranking of its choice: a GPU that breaks no intact group ranks by access cost; one that does,
+  // after all of those.
+  static double SingularCost(const AccessCostTree& tree, std::span<const MilliGpu> free, int g) {
+    const AccessCostTree::Node& leaf = tree.node(tree.leaf(g));
+    bool sibling_free = false;
+    if (leaf.parent >= 0) {
+      for (int c : tree.node(leaf.parent).children) {
+        const AccessCostTree::Node& s = tree.node(c);
+        if (s.gpu >= 0 && s.gpu != g && free[static_cast<size_t>(s.gpu)] >= kWholeGpu) sibling_free = true;
+      }
+    }
+    return (sibling_free ? 100.0 : 0.0) + leaf.cost;
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> PolicyNames() { return {"gaia", "binpack", "spread", "gpushare"}; }
+
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
+  if (name == "gaia") return std::make_unique<GaiaPolicy>();
+  if (name == "binpack") return std::make_unique<BinpackPolicy>();
+  if (name == "spread") return std::make_unique<SpreadPolicy>();
+  if (name == "gpushare") return std::make_unique<GpusharePolicy>();
+  return absl::InvalidArgumentError(
+      StrCat("unknown placement policy \"", name, "\"; choose one of: ", StrJoin(PolicyNames(), ", ")));
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,115 @@
+// Placement policies: how GPUs are chosen on a node, and how nodes are ranked.
+//
+// A policy answers two questions for the Placer, which does everything else (constraints, models, quotas,
+// NUMA, priorities, explanations):
+//   SelectGpus: which GPUs of this node get this container's vGPUs?
+//   Score:      how good is this node for this pod, once its GPUs are chosen? (higher is better)
+//
+// Policies are chosen by name through MakePolicy ("gaia", "binpack", "spread", "gpushare"); see
+// docs/placement.md for what each does and where it comes from.
+//
+//   absl::StatusOr<std::unique_ptr<Policy>> p = MakePolicy("gaia");
+//
+// Thread-safety: policies are immutable; their methods are const and may run concurrently, each call with
+// its own Rng and NodeScratch.
+#ifndef TESSERA_CORE_PLACEMENT_POLICY_H_
+#define TESSERA_CORE_PLACEMENT_POLICY_H_
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/gpu_mask.h"
+#include "core/random.h"
+#include "core/request.h"
+#include "core/units.h"
+
+namespace tessera::core {
+
+struct PlacementOptions {
+  // Memory of a vGPU whose memory is left out: proportional to its compute share (DESIGN.md section 2), or
+  // the whole memory of the GPU.
+  enum class DefaultMemory { kProportional, kWholeGpuMemory };
+  DefaultMemory default_memory = DefaultMemory::kProportional;
+  // Compression for high-priority pods (SharedGPU) never cuts a low-priority tenant below this share.
+  MilliGpu min_compressed_share{10};
+  bool allow_compression = true;
+};
+
+// What one vGPU takes from one particular GPU.
+struct Realized {
+  MilliGpu cores{0};
+  MiB memory_limit{0};      // handed to the container
+  MiB memory_accounted{0};  // taken from the GPU's ledger (all of it for an exclusive vGPU)
+};
+
+// A vGPU demand made concrete on a GPU of `gpu_memory`.
+Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOptions& options);
+
+// The free share and memory of one node's GPUs while a pod's containers are placed one after the other.
+// Holds at most 64 GPUs inline: evaluating a node allocates nothing.
+class NodeScratch {
+ public:
+  NodeScratch(const NodeState& node, const PlacementOptions& options);
+
+  const NodeState& node() const { return *node_; }
+  const PlacementOptions& options() const { return *options_; }
+  int gpu_count() const { return n_; }
+  std::span<const MilliGpu> free_cores() const { return {free_cores_.data(), static_cast<size_t>(n_)}; }
+  MilliGpu free_cores(int g) const { return free_cores_[static_cast<size_t>(g)]; }
+  MiB free_memory(int g) const { return free_memory_[static_cast<size_t>(g)]; }
+
+  Realized RealizeOn(const VGpuDemand& demand, int g) const {
+    return Realize(demand, node_->gpu(g).memory, *options_);
+  }
+  bool Fits(const VGpuDemand& demand, int g) const {
+    Realized r = RealizeOn(demand, g);
+    return r.cores <= free_cores(g) && r.memory_accounted <= free_memory(g) && r.memory_limit <= node_->gpu(g).memory;
+  }
+  // The GPUs of `eligible` that can take `demand`.
+  GpuMask Fitting(const VGpuDemand& demand, GpuMask eligible) const;
+  void Take(const VGpuDemand& demand, int g);
+
+ private:
+  const NodeState* node_;
+  const PlacementOptions* options_;
+  int n_;
+  std::array<MilliGpu, kMaxGpusPerNode> free_cores_;
+  std::array<MiB, kMaxGpusPerNode> free_memory_;
+};
+
+// The GPUs chosen for a whole pod on one node, in the order of its vGPUs (containers in order).
+struct PodChoice {
+  std::array<int8_t, kMaxGpusPerNode> gpus{};
+  int count = 0;
+  // What the policy's GPU selection thinks of its own choice: lower is better (e.g. Gaia's access cost).
+  double selection_cost = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+
+  // Picks a distinct GPU among `eligible` for each vGPU of one container, writing the indices into `out`
+  // (same order as `vgpus`). Adds its view of the choice's quality to `cost` (lower is better). Returns false
+  // when the container does not fit.
+  virtual bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                          std::span<int8_t> out, double& cost) const = 0;
+
+  // Scores a node that fits the pod: `after` is the node with the pod placed. Higher is better.
+  virtual double Score(const NodeScratch& after, const PodChoice& choice) const = 0;
+};
+
+// The policies this build knows, by name.
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name);
+std::vector<std::string> PolicyNames();
+
+}  // namespace tessera::core
+
+#endif  // TESSERA_CORE_PLACEMENT_POLICY_H_

@@ -1,0 +1,516 @@
+#include "core/request_parser.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "absl/status/status.h"
+#include "core/gpu_mask.h"
+#include "core/quantity.h"
+#include "core/strings.h"
+
+namespace tessera::core {
+
+const char* ToString(ResourceFamily f) {
+  switch (f) {
+    case ResourceFamily::kNone:
+      return "none";
+    case ResourceFamily::kTessera:
+      return "Tessera";
+    case ResourceFamily::kHami:
+      return "HAMi";
+    case ResourceFamily::kGpuManager:
+      return "gpu-manager";
+    case ResourceFamily::kGpushare:
+      return "gpushare";
+    case ResourceFamily::kVolcano:
+      return "Volcano";
+  }
+  return "none";
+}
+
+namespace {
+
+// How a resource's number is read.
+enum class Unit { kCount, kPercent, kMiB, kGpuManagerCore, kGpuManager256MiB, kGpushareMemory };
+
+struct KnownResource {
+  const char* name;
+  ResourceFamily family;
+  enum Role { kGpu, kCores, kMemory, kMemoryPercent } role;
+  Unit unit;
+};
+
+constexpr std::array<KnownResource, 15> kKnown = {{
+    {kResourceGpu, ResourceFamily::kTessera, KnownResource::kGpu, Unit::kCount},
+    {kResourceCores, ResourceFamily::kTessera, KnownResource::kCores, Unit::kPercent},
+    {kResourceMemory, ResourceFamily::kTessera, KnownResource::kMemory, Unit::kMiB},
+    {kResourceMemoryPercent, ResourceFamily::kTessera, KnownResource::kMemoryPercent, Unit::kPercent},
+    {"nvidia.com/gpu", ResourceFamily::kHami, KnownResource::kGpu, Unit::kCount},
+    {"nvidia.com/gpucores", ResourceFamily::kHami, KnownResource::kCores, Unit::kPercent},
+    {"nvidia.com/gpumem", ResourceFamily::kHami, KnownResource::kMemory, Unit::kMiB},
+    {"nvidia.com/gpumem-percentage", ResourceFamily::kHami, KnownResource::kMemoryPercent, Unit::kPercent},
+    {"tencent.com/vcuda-core", ResourceFamily::kGpuManager, KnownResource::kCores, Unit::kGpuManagerCore},
+    {"tencent.com/vcuda-memory", ResourceFamily::kGpuManager, KnownResource::kMemory, Unit::kGpuManager256MiB},
+    {"aliyun.com/gpu-mem", ResourceFamily::kGpushare, KnownResource::kMemory, Unit::kGpushareMemory},
+    {"volcano.sh/vgpu-number", ResourceFamily::kVolcano, KnownResource::kGpu, Unit::kCount},
+    {"volcano.sh/vgpu-cores", ResourceFamily::kVolcano, KnownResource::kCores, Unit::kPercent},
+    {"volcano.sh/vgpu-memory", ResourceFamily::kVolcano, KnownResource::kMemory, Unit::kMiB},
+    {"volcano.sh/vgpu-memory-percentage", ResourceFamily::kVolcano, KnownResource::kMemoryPercent,
+     Unit::kPercent},
+}};
+
+// One GPU resource as the user wrote it.
+struct Field {
+  std::string name;
+  int64_t value = 0;
+};
+
+// A container's GPU ask in Tessera's terms, with the names the user wrote (for messages).
+struct Ask {
+  ResourceFamily family = ResourceFamily::kNone;
+  std::optional<Field> gpu;
+  std::optional<Field> cores;           // percent per vGPU; above 100 without gpu: the "2.5 GPUs" form
+  std::optional<Field> memory;          // MiB per vGPU
+  std::optional<Field> memory_percent;  // percent of the GPU's memory per vGPU
+};
+
+std::string In(const std::string& container) { return StrCat("container \"", container, "\": "); }
+
+absl::Status Invalid(const std::string& container, std::string_view message) {
+  return absl::InvalidArgumentError(StrCat(In(container), message));
+}
+
+// The integer value of one resource, from limits or requests (they must agree: extended resources cannot be
+// overcommitted).
+absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const KnownResource& r) {
+  auto lim = c.limits.find(r.name);
+  auto req = c.requests.find(r.name);
+  if (lim == c.limits.end() && req == c.requests.end()) return std::optional<Field>();
+  const std::string& text = lim != c.limits.end() ? lim->second : req->second;
+  absl::StatusOr<K8sQuantity> q = ParseQuantity(text);
+  if (!q.ok()) return Invalid(c.name, StrCat(r.name, ": ", q.status().message()));
+  if (lim != c.limits.end() && req != c.requests.end()) {
+    absl::StatusOr<K8sQuantity> q2 = ParseQuantity(req->second);
+    if (!q2.ok()) return Invalid(c.name, StrCat(r.name, " (requests): ", q2.status().message()));
+    if (q2->milli != q->milli) {
+      return Invalid(c.name, StrCat(r.name, " is ", lim->second, " in limits but ", req->second,
+                                          " in requests; extended resources cannot be overcommitted: set both to ",
+                                          lim->second, " (or give only limits)"));
+    }
+  }
+  const bool memory_unit = r.unit == Unit::kMiB;
+  if (!q->suffix.empty() && q->suffix != "k" && !(q->suffix[0] == 'e' || q->suffix[0] == 'E')) {
+    if (memory_unit && q->milli > 0) {
+      const int64_t mib = q->Ceil() >> 20;
+      return Invalid(c.name, StrCat(r.name, " is counted in MiB, so \"", text, "\" would mean ", q->Ceil(),
+                                          " MiB; write ", mib > 0 ? mib : 1, " for ", text));
+    }
+    return Invalid(c.name, StrCat(r.name, " must be a plain whole number, not \"", text, "\""));
+  }
+  if (!q->IsInteger()) {
+    return Invalid(c.name, StrCat(r.name, " must be a whole number, not \"", text, "\""));
+  }
+  if (q->milli < 0) return Invalid(c.name, StrCat(r.name, " cannot be negative (\"", text, "\")"));
+  return std::optional<Field>(Field{r.name, q->milli / 1000});
+}
+
+// Reads the GPU resources of a container and translates other systems' names into an Ask in Tessera's terms.
+absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options) {
+  Ask raw;
+  std::set<ResourceFamily> families;
+  std::array<std::optional<Field>, kKnown.size()> values;
+  for (size_t i = 0; i < kKnown.size(); ++i) {
+    absl::StatusOr<std::optional<Field>> f = ReadField(c, kKnown[i]);
+    if (!f.ok()) return f.status();
+    values[i] = *f;
+    if (*f) families.insert(kKnown[i].family);
+  }
+  if (families.empty()) return raw;
+  if (families.size() > 1) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < kKnown.size(); ++i) {
+      if (values[i]) names.push_back(values[i]->name);
+    }
+    return Invalid(c.name, StrCat("mixes the GPU resources of different systems (", StrJoin(names, ", "),
+                                        "); use one system's names, preferably tessera.dev/*"));
+  }
+  raw.family = *families.begin();
+  for (size_t i = 0; i < kKnown.size(); ++i) {
+    if (!values[i]) continue;
+    Field f = *values[i];
+    switch (kKnown[i].unit) {
+      case Unit::kGpuManagerCore:
+        // gpu-manager: 100 per GPU. A multiple of 100 is that many whole GPUs; below 100, a share of one.
+        if (f.value >= 100) {
+          if (f.value % 100 != 0) {
+            return Invalid(c.name, StrCat(f.name, " is ", f.value, ": above 100 it must be a multiple of 100 ",
+                                                "(whole GPUs). For ", f.value / 100, " whole GPUs and a share, write ",
+                                                "tessera.dev/gpu-cores: ", f.value));
+          }
+          raw.gpu = Field{f.name, f.value / 100};
+          raw.cores = Field{f.name, 100};
+          continue;
+        }
+        break;
+      case Unit::kGpuManager256MiB:
+        f.value *= 256;
+        break;
+      case Unit::kGpushareMemory:
+        f.value *= options.gpushare_memory_unit.value();
+        break;
+      default:
+        break;
+    }
+    switch (kKnown[i].role) {
+      case KnownResource::kGpu:
+        raw.gpu = f;
+        break;
+      case KnownResource::kCores:
+        if (!raw.cores) raw.cores = f;
+        break;
+      case KnownResource::kMemory:
+        raw.memory = f;
+        break;
+      case KnownResource::kMemoryPercent:
+        raw.memory_percent = f;
+        break;
+    }
+  }
+  switch (raw.family) {
+    case ResourceFamily::kHami:
+    case ResourceFamily::kVolcano:
+      // HAMi (and Volcano's vGPU, built on it): gpucores 0 means "no core limit"; memory left out means the
+      // whole memory of the GPU.
+      if (raw.cores && raw.cores->value == 0) raw.cores.reset();
+      if (!raw.memory && !raw.memory_percent) raw.memory_percent = Field{"(whole memory, as HAMi gives)", 100};
+      break;
+    case ResourceFamily::kGpuManager:
+      if (raw.cores && raw.cores->value == 100) raw.memory.reset();  // whole GPUs come with their memory
+      if (raw.cores && raw.cores->value == 0) {
+        return Invalid(c.name, "tencent.com/vcuda-core is 0; ask for 1-99 for a share or 100 per whole GPU");
+      }
+      break;
+    default:
+      break;
+  }
+  return raw;
+}
+
+// Expands an Ask into vGPUs, validating it.
+absl::StatusOr<std::vector<VGpuDemand>> Expand(const std::string& container, const Ask& ask) {
+  std::vector<VGpuDemand> out;
+  if (ask.family == ResourceFamily::kNone) return out;
+  MemorySpec memory;
+  if (ask.memory && ask.memory_percent) {
+    return Invalid(container, StrCat("gives both ", ask.memory->name, " and ", ask.memory_percent->name,
+                                           "; give one: memory in MiB, or in percent of the GPU"));
+  }
+  if (ask.memory) {
+    if (ask.memory->value < 1) {
+      return Invalid(container, StrCat(ask.memory->name, " is 0; ask for at least 1 MiB, or leave it out for ",
+                                             "memory in proportion to the compute share"));
+    }
+    memory = {MemorySpec::Kind::kMiB, ask.memory->value};
+  }
+  if (ask.memory_percent) {
+    if (ask.memory_percent->value < 1 || ask.memory_percent->value > 100) {
+      return Invalid(container, StrCat(ask.memory_percent->name, " is ", ask.memory_percent->value,
+                                             "; it is a percentage of one GPU's memory, 1-100"));
+    }
+    memory = {MemorySpec::Kind::kPercent, ask.memory_percent->value};
+  }
+  const bool any_share = ask.cores || ask.memory || ask.memory_percent;
+  int64_t count = 1;
+  if (ask.gpu) {
+    count = ask.gpu->value;
+    if (count == 0) {
+      if (any_share) {
+        return Invalid(container, StrCat(ask.gpu->name, " is 0 but a GPU share is given; ask for ",
+                                               ask.gpu->name, ": 1 or more, or remove the other GPU resources"));
+      }
+      return out;
+    }
+    if (count > kMaxGpusPerNode) {
+      return Invalid(container, StrCat(ask.gpu->name, " is ", count, "; no node has more than ",
+                                             kMaxGpusPerNode, " GPUs"));
+    }
+  }
+  MilliGpu cores = kWholeGpu;
+  if (ask.cores) {
+    const int64_t c = ask.cores->value;
+    if (c < 1) {
+      return Invalid(container, StrCat(ask.cores->name, " is 0; ask for 1-100 percent of a GPU, or leave it ",
+                                             "out to get compute in proportion to the memory asked for"));
+    }
+    if (c > 100) {
+      if (ask.gpu) {
+        return Invalid(container,
+                       StrCat(ask.cores->name, " is ", c, " with ", ask.gpu->name, ": ", ask.gpu->value,
+                                    "; cores are per vGPU, 1-100. For ", ask.gpu->value, " whole GPUs write ",
+                                    kResourceCores, ": 100; for ", c / 100, ".", (c % 100) / 10, " GPUs remove ",
+                                    ask.gpu->name, " and keep ", kResourceCores, ": ", c));
+      }
+      if (c > 100LL * kMaxGpusPerNode) {
+        return Invalid(container, StrCat(ask.cores->name, " is ", c, "; no node has more than ",
+                                               kMaxGpusPerNode, " GPUs"));
+      }
+      // Gaia's "2.5 GPUs": whole GPUs linked by topology, plus one share of another GPU.
+      for (int64_t i = 0; i < c / 100; ++i) out.push_back({kWholeGpu, memory});
+      if (c % 100 != 0) out.push_back({ToMilliGpu(Percent(static_cast<int32_t>(c % 100))), memory});
+      return out;
+    }
+    cores = ToMilliGpu(Percent(static_cast<int32_t>(c)));
+  } else if (ask.memory || ask.memory_percent) {
+    cores = MilliGpu(0);  // in proportion to the memory, on the GPU chosen
+  }
+  if (memory.kind == MemorySpec::Kind::kPercent && cores.value() == 0) {
+    cores = ToMilliGpu(Percent(static_cast<int32_t>(memory.value)));
+  }
+  for (int64_t i = 0; i < count; ++i) out.push_back({cores, memory});
+  return out;
+}
+
+std::vector<std::string> SplitList(std::string_view value) {
+  std::vector<std::string> out;
+  for (std::string_view part : StrSplit(value, ',')) {
+    part = StripWhitespace(part);
+    if (!part.empty()) out.emplace_back(part);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadList(const PodSpec& pod, const char* key, const char* alias) {
+  auto it = pod.annotations.find(key);
+  if (it == pod.annotations.end() && alias != nullptr) it = pod.annotations.find(alias);
+  if (it == pod.annotations.end()) return std::vector<std::string>();
+  std::vector<std::string> list = SplitList(it->second);
+  if (list.empty()) {
+    return absl::InvalidArgumentError(StrCat("annotation ", it->first, " is empty; list values separated by ",
+                                                   "commas (e.g. \"A100-SXM4-80GB,H100\") or remove it"));
+  }
+  return list;
+}
+
+// Edit distance, for "did you mean" on misspelt annotation keys.
+size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
+  constexpr std::array<const char*, 7> kUserKeys = {kAnnotationModel,    kAnnotationModelExclude,
+                                                    kAnnotationUuid,     kAnnotationUuidExclude,
+                                                    kAnnotationPriority, kAnnotationComputePolicy,
+                                                    kAnnotationNumaBind};
+  for (const auto& [key, value] : pod.annotations) {
+    if (!key.starts_with("tessera.dev/")) continue;
+    if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&](const char* k) { return key == k; }) !=
+        kUserKeys.end()) {
+      continue;
+    }
+    for (const char* known : kUserKeys) {
+      if (Distance(key, known) <= 2) {
+        return absl::InvalidArgumentError(
+            StrCat("unknown annotation ", key, "; did you mean ", known, "?"));
+      }
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> models = ReadList(pod, kAnnotationModel, "nvidia.com/use-gputype");
+  if (!models.ok()) return models.status();
+  absl::StatusOr<std::vector<std::string>> no_models =
+      ReadList(pod, kAnnotationModelExclude, "nvidia.com/nouse-gputype");
+  if (!no_models.ok()) return no_models.status();
+  absl::StatusOr<std::vector<std::string>> uuids = ReadList(pod, kAnnotationUuid, "nvidia.com/use-gpuuuid");
+  if (!uuids.ok()) return uuids.status();
+  absl::StatusOr<std::vector<std::string>> no_uuids =
+      ReadList(pod, kAnnotationUuidExclude, "nvidia.com/nouse-gpuuuid");
+  if (!no_uuids.ok()) return no_uuids.status();
+  for (const std::string& m : *models) {
+    if (std::find(no_models->begin(), no_models->end(), m) != no_models->end()) {
+      return absl::InvalidArgumentError(StrCat("GPU model ", m, " is both in ", kAnnotationModel, " and in ",
+                                                     kAnnotationModelExclude, "; keep it in one of them"));
+    }
+  }
+  for (const std::string& u : *uuids) {
+    if (std::find(no_uuids->begin(), no_uuids->end(), u) != no_uuids->end()) {
+      return absl::InvalidArgumentError(StrCat("GPU ", u, " is both in ", kAnnotationUuid, " and in ",
+                                                     kAnnotationUuidExclude, "; keep it in one of them"));
+    }
+  }
+  req.model_include = *models;
+  req.model_exclude = *no_models;
+  for (const std::string& u : *uuids) req.uuid_include.emplace_back(u);
+  for (const std::string& u : *no_uuids) req.uuid_exclude.emplace_back(u);
+
+  if (auto it = pod.annotations.find(kAnnotationPriority); it != pod.annotations.end()) {
+    std::string v = AsciiLower(StripWhitespace(it->second));
+    if (v == "high") {
+      req.priority = Priority::kHigh;
+    } else if (v == "low") {
+      req.priority = Priority::kLow;
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat(kAnnotationPriority, " is \"", it->second, "\"; write high or low"));
+    }
+  }
+  if (auto it = pod.annotations.find(kAnnotationComputePolicy); it != pod.annotations.end()) {
+    std::string v = AsciiLower(StripWhitespace(it->second));
+    if (v == "hard") {
+      req.compute_policy = ComputePolicy::kHard;
+    } else if (v == "elastic") {
+      req.compute_policy = ComputePolicy::kElastic;
+    } else {
+      return absl::InvalidArgumentError(StrCat(kAnnotationComputePolicy, " is \"", it->second,
+                                                     "\"; write hard (the share holds) or elastic (idle compute ",
+                                                     "may be used up to a ceiling)"));
+    }
+  }
+  if (auto it = pod.annotations.find(kAnnotationNumaBind); it != pod.annotations.end()) {
+    std::string v = AsciiLower(StripWhitespace(it->second));
+    if (v == "true") {
+      req.numa_bind = true;
+    } else if (v == "false") {
+      req.numa_bind = false;
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat(kAnnotationNumaBind, " is \"", it->second, "\"; write true or false"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Sums a host resource (cpu in millicores, memory in MiB) the way the kubelet does: the larger of the app
+// containers' sum and the largest init container.
+absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool memory) {
+  auto read = [&](const ContainerSpec& c) -> absl::StatusOr<int64_t> {
+    auto it = c.requests.find(name);
+    if (it == c.requests.end()) {
+      it = c.limits.find(name);
+      if (it == c.limits.end()) return 0;
+    }
+    absl::StatusOr<K8sQuantity> q = ParseQuantity(it->second);
+    if (!q.ok()) return Invalid(c.name, StrCat(name, ": ", q.status().message()));
+    if (q->milli < 0) return Invalid(c.name, StrCat(name, " cannot be negative"));
+    if (!memory) return q->milli;  // millicores
+    const int64_t bytes = q->Ceil();
+    return (bytes + (int64_t{1} << 20) - 1) >> 20;
+  };
+  int64_t sum = 0;
+  for (const ContainerSpec& c : pod.containers) {
+    absl::StatusOr<int64_t> v = read(c);
+    if (!v.ok()) return v.status();
+    sum += *v;
+  }
+  int64_t init_max = 0;
+  for (const ContainerSpec& c : pod.init_containers) {
+    absl::StatusOr<int64_t> v = read(c);
+    if (!v.ok()) return v.status();
+    init_max = std::max(init_max, *v);
+  }
+  return std::max(sum, init_max);
+}
+
+}  // namespace
+
+absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options) {
+  PodRequest req;
+  req.ns = Namespace(pod.ns.empty() ? "default" : pod.ns);
+  req.name = pod.name;
+  req.uid = PodUid(pod.uid);
+  std::set<std::string> names;
+  for (const ContainerSpec& c : pod.init_containers) {
+    absl::StatusOr<Ask> ask = ReadAsk(c, options);
+    if (!ask.ok()) return ask.status();
+    if (ask->family != ResourceFamily::kNone) {
+      return Invalid(c.name, "is an init container asking for a GPU; Tessera shares GPUs with app containers only: "
+                             "move the GPU resources to a container under spec.containers");
+    }
+  }
+  for (const ContainerSpec& c : pod.containers) {
+    if (!names.insert(c.name).second) {
+      return absl::InvalidArgumentError(StrCat("two containers are named \"", c.name, "\""));
+    }
+    absl::StatusOr<Ask> ask = ReadAsk(c, options);
+    if (!ask.ok()) return ask.status();
+    absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
+    if (!vgpus.ok()) return vgpus.status();
+    if (vgpus->empty()) continue;
+    const bool shares = std::any_of(vgpus->begin(), vgpus->end(), [](const VGpuDemand& v) {
+      const bool whole_memory = v.memory.kind == MemorySpec::Kind::kDefault ||
+                                (v.memory.kind == MemorySpec::Kind::kPercent && v.memory.value == 100);
+      return !v.exclusive() || !whole_memory;
+    });
+    if (c.privileged && shares) {
+      return Invalid(c.name,
+                     "is privileged and asks for a GPU share; a privileged container sees every GPU on the node, "
+                     "so its share cannot be enforced. Drop securityContext.privileged, or ask for whole GPUs "
+                     "(tessera.dev/gpu: N with no cores or memory)");
+    }
+    req.containers.push_back({c.name, *std::move(vgpus)});
+  }
+  absl::Status annotations = ReadAnnotations(pod, req);
+  if (!annotations.ok()) return annotations;
+  absl::StatusOr<int64_t> cpu = HostResource(pod, "cpu", /*memory=*/false);
+  if (!cpu.ok()) return cpu.status();
+  absl::StatusOr<int64_t> mem = HostResource(pod, "memory", /*memory=*/true);
+  if (!mem.ok()) return mem.status();
+  req.cpu = MilliCpu(*cpu);
+  req.memory = MiB(*mem);
+  return req;
+}
+
+absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,
+                                                              const ParseOptions& options) {
+  ContainerSpec c;
+  c.name = "container";
+  c.limits = resources;
+  absl::StatusOr<Ask> ask = ReadAsk(c, options);
+  if (!ask.ok()) return ask.status();
+  if (ask->family == ResourceFamily::kNone || ask->family == ResourceFamily::kTessera) {
+    return std::optional<ResourceList>();
+  }
+  // Validate as Tessera would, so that a translated request never parses differently from the original.
+  absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
+  if (!vgpus.ok()) return vgpus.status();
+  ResourceList out;
+  for (const auto& [name, value] : resources) {
+    bool gpu_resource = std::any_of(kKnown.begin(), kKnown.end(), [&](const KnownResource& k) {
+      return name == k.name;
+    });
+    if (!gpu_resource) out[name] = value;
+  }
+  if (ask->gpu) out[kResourceGpu] = StrCat(ask->gpu->value);
+  if (ask->cores) out[kResourceCores] = StrCat(ask->cores->value);
+  if (ask->memory) out[kResourceMemory] = StrCat(ask->memory->value);
+  if (ask->memory_percent) out[kResourceMemoryPercent] = StrCat(ask->memory_percent->value);
+  return std::optional<ResourceList>(std::move(out));
+}
+
+MilliGpu PodRequest::TotalCores() const {
+  MilliGpu total(0);
+  for (const ContainerRequest& c : containers) {
+    for (const VGpuDemand& v : c.vgpus) total += v.cores;
+  }
+  return total;
+}
+
+int PodRequest::VGpuCount() const {
+  int n = 0;
+  for (const ContainerRequest& c : containers) n += static_cast<int>(c.vgpus.size());
+  return n;
+}
+
+std::string PodRequest::FullName() const { return StrCat(ns.value(), "/", name); }
+
+}  // namespace tessera::core

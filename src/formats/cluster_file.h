@@ -1,0 +1,46 @@
+// The project's own cluster and workload files (YAML, or JSON, which is YAML too). Documented with examples in
+// docs/file-formats.md; the bundled examples are in examples/.
+//
+//   absl::StatusOr<ClusterFile> c = ParseClusterFile(text, "examples/cluster-small.yaml");
+//   for (NodeInfo& n : c->nodes) cluster.AddNode(std::move(n));
+//   absl::StatusOr<std::vector<core::PodSpec>> pods = ParseWorkloadFile(text, "examples/pods-demo.yaml");
+//
+// Errors name the file, the line and the field, and say what was expected.
+//
+// Thread-safety: pure functions (text in, values out).
+#ifndef TESSERA_FORMATS_CLUSTER_FILE_H_
+#define TESSERA_FORMATS_CLUSTER_FILE_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/cluster_types.h"
+#include "core/request_parser.h"
+
+namespace tessera::formats {
+
+struct QuotaEntry {
+  core::Namespace ns;
+  std::string model;
+  core::MilliGpu limit{0};
+};
+
+struct ClusterFile {
+  std::vector<core::NodeInfo> nodes;
+  std::vector<QuotaEntry> quotas;
+};
+
+absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source = "cluster file");
+
+// Builds a Cluster from a parsed file (nodes and quotas).
+absl::StatusOr<core::Cluster> BuildCluster(const ClusterFile& file);
+
+absl::StatusOr<std::vector<core::PodSpec>> ParseWorkloadFile(std::string_view text,
+                                                             std::string_view source = "workload file");
+
+}  // namespace tessera::formats
+
+#endif  // TESSERA_FORMATS_CLUSTER_FILE_H_

@@ -1,0 +1,101 @@
+// The `tessera` binary as users run it, in a subprocess: exit codes, output, and errors on bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result Tessera(const std::string& args) {
+  const std::string cmd = std::string(TESSERA_BINARY_DIR) + "/bin/tessera " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+std::string Data(const std::string& relative) { return std::string(TESSERA_SOURCE_DIR) + "/" + relative; }
+
+std::string TempFile(const std::string& name, const std::string& content) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+TEST(TesseraCliTest, HelpForEveryCommand) {
+  for (const char* cmd : {"--help", "place --help", "topo --help", "version --help"}) {
+    Result r = Tessera(cmd);
+    EXPECT_EQ(r.status, 0) << cmd;
+    EXPECT_THAT(r.output, HasSubstr("Usage")) << cmd;
+  }
+  EXPECT_NE(Tessera("").status, 0);  // a command is required
+  EXPECT_THAT(Tessera("version").output, HasSubstr("tessera 0."));
+}
+
+TEST(TesseraCliTest, PlaceRunsTheBundledExample) {
+  Result r = Tessera("place");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Cluster: bundled example"));
+  EXPECT_THAT(r.output, HasSubstr("research/train-4gpu"));
+  EXPECT_THAT(r.output, HasSubstr("compressed default/notebook/jupyter on t4-box GPU1 from 20% to 10%"));
+  EXPECT_THAT(r.output, HasSubstr("namespace research holds 6.5 of its 6.5 A100-SXM4-80GB GPUs (quota)"));
+  EXPECT_THAT(r.output, HasSubstr("the pod allows only H100-SXM5-80GB"));
+  EXPECT_THAT(r.output, HasSubstr("GPU use:"));
+  // Same seed, same decisions.
+  EXPECT_EQ(Tessera("place --seed 7").output, Tessera("place --seed 7").output);
+}
+
+TEST(TesseraCliTest, PlaceWithEveryPolicy) {
+  for (const char* policy : {"gaia", "binpack", "spread", "gpushare"}) {
+    Result r = Tessera(std::string("place --policy ") + policy);
+    EXPECT_EQ(r.status, 0) << policy << r.output;
+    EXPECT_THAT(r.output, HasSubstr("Placed ")) << policy;
+  }
+  Result bad = Tessera("place --policy fastest");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.output, HasSubstr("unknown placement policy \"fastest\"; choose one of: gaia"));
+}
+
+TEST(TesseraCliTest, PlaceReportsBadFiles) {
+  Result missing = Tessera("place --cluster /nonexistent.yaml");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_THAT(missing.output, HasSubstr("/nonexistent.yaml"));
+  std::string broken = TempFile("broken.yaml", "nodes:\n  - name: a\n    gpus: {model: T4}\n");
+  Result r = Tessera("place --cluster " + broken);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("broken.yaml line 3: the gpus shorthand needs model, count and memoryMiB"));
+  std::string bad_pod = TempFile("badpod.yaml",
+                                 "pods:\n  - name: p\n    containers:\n      - resources: {tessera.dev/gpu-cores: 150, "
+                                 "tessera.dev/gpu: 2}\n");
+  Result p = Tessera("place --pods " + bad_pod);
+  EXPECT_EQ(p.status, 0);  // a refused pod is a decision, not a failure
+  EXPECT_THAT(p.output, HasSubstr("default/p: container \"main\": tessera.dev/gpu-cores is 150"));
+}
+
+TEST(TesseraCliTest, TopoDrawsTheTree) {
+  Result r = Tessera("topo " + Data("tests/testdata/topo/two-socket-8gpu.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("SYS (60)\n  PHB (40)\n    PIX (20)\n      GPU0 (20)"));
+  EXPECT_THAT(r.output, HasSubstr("GPU7: NUMA ?, CPUs 10-19,30-39"));
+  Result bad = Tessera("topo " + TempFile("bad.txt", "hello\n"));
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.output, HasSubstr("no topology matrix found"));
+}
+
+}  // namespace

@@ -1,0 +1,238 @@
+#include "core/request_parser.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tessera::core {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tessera::testing::Share;
+using ::tessera::testing::Whole;
+
+PodSpec Pod(ResourceList limits, std::map<std::string, std::string> annotations = {}) {
+  PodSpec p;
+  p.name = "p";
+  p.uid = "uid-1";
+  p.annotations = std::move(annotations);
+  p.containers.push_back({"main", std::move(limits), {}, false});
+  return p;
+}
+
+std::vector<VGpuDemand> VGpus(const ResourceList& limits) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod(limits));
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok() || r->containers.empty()) return {};
+  return r->containers[0].vgpus;
+}
+
+std::string Error(const PodSpec& pod, const ParseOptions& options = {}) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(pod, options);
+  EXPECT_FALSE(r.ok()) << "expected a refusal";
+  return r.ok() ? "" : std::string(r.status().message());
+}
+std::string Refusal(const ResourceList& limits) { return Error(Pod(limits)); }
+
+VGpuDemand WithMemory(VGpuDemand d, MemorySpec::Kind kind, int64_t value) {
+  d.memory = {kind, value};
+  return d;
+}
+
+TEST(RequestParserTest, TesseraShares) {
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}),
+            (std::vector<VGpuDemand>{Share(30, 4096), Share(30, 4096)}));
+  // gpu defaults to 1 when another tessera resource is given.
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "25"}}), (std::vector<VGpuDemand>{Share(25)}));
+  // Memory in percent: compute follows it when cores are left out.
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-memory-percentage", "50"}}),
+            (std::vector<VGpuDemand>{WithMemory(Share(50), MemorySpec::Kind::kPercent, 50)}));
+  // Memory only: compute in proportion, decided on the GPU chosen.
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-memory", "8192"}}),
+            (std::vector<VGpuDemand>{{MilliGpu(0), {MemorySpec::Kind::kMiB, 8192}}}));
+}
+
+TEST(RequestParserTest, WholeGpus) {
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "3"}}), (std::vector<VGpuDemand>{Whole(), Whole(), Whole()}));
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-cores", "100"}}), (std::vector<VGpuDemand>{Whole()}));
+}
+
+TEST(RequestParserTest, TwoAndAHalfGpus) {
+  // Gaia's future work, DESIGN.md section 2: gpu-cores 250 without tessera.dev/gpu.
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "250"}}), (std::vector<VGpuDemand>{Whole(), Whole(), Share(50)}));
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "200"}}), (std::vector<VGpuDemand>{Whole(), Whole()}));
+}
+
+TEST(RequestParserTest, NoGpu) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"cpu", "1"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->wants_gpu());
+  r = ParsePodRequest(Pod({{"tessera.dev/gpu", "0"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->wants_gpu());
+}
+
+TEST(RequestParserTest, CoresAboveOnePerVGpuSaysWhatToWrite) {
+  std::string e = Refusal({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "150"}});
+  EXPECT_THAT(e, HasSubstr("container \"main\""));
+  EXPECT_THAT(e, HasSubstr("cores are per vGPU, 1-100"));
+  EXPECT_THAT(e, HasSubstr("For 2 whole GPUs write tessera.dev/gpu-cores: 100"));
+  EXPECT_THAT(e, HasSubstr("for 1.5 GPUs remove tessera.dev/gpu and keep tessera.dev/gpu-cores: 150"));
+}
+
+TEST(RequestParserTest, RefusalsSayWhatToWriteInstead) {
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-cores", "0"}}), HasSubstr("ask for 1-100 percent"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4Gi"}}), HasSubstr("write 4096 for 4Gi"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4096"}, {"tessera.dev/gpu-memory-percentage", "50"}}),
+              HasSubstr("give one"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory-percentage", "120"}}), HasSubstr("1-100"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "0"}, {"tessera.dev/gpu-cores", "20"}}), HasSubstr("1 or more"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "1.5"}}), HasSubstr("whole number"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "-1"}}), HasSubstr("cannot be negative"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "two"}}), HasSubstr("not a quantity"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "65"}}), HasSubstr("no node has more than 64 GPUs"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "1"}, {"nvidia.com/gpumem", "1000"}}),
+              HasSubstr("mixes the GPU resources of different systems"));
+}
+
+TEST(RequestParserTest, LimitsAndRequestsMustAgree) {
+  PodSpec p = Pod({{"tessera.dev/gpu-cores", "30"}});
+  p.containers[0].requests = {{"tessera.dev/gpu-cores", "20"}};
+  EXPECT_THAT(Error(p), HasSubstr("cannot be overcommitted"));
+  p.containers[0].requests = {{"tessera.dev/gpu-cores", "30"}};
+  EXPECT_TRUE(ParsePodRequest(p).ok());
+  // Requests alone are read too.
+  PodSpec q = Pod({});
+  q.containers[0].requests = {{"tessera.dev/gpu", "1"}};
+  EXPECT_EQ(ParsePodRequest(q)->containers[0].vgpus, std::vector<VGpuDemand>{Whole()});
+}
+
+TEST(RequestParserTest, PrivilegedContainersMayNotShare) {
+  PodSpec p = Pod({{"tessera.dev/gpu-cores", "30"}});
+  p.containers[0].privileged = true;
+  EXPECT_THAT(Error(p), HasSubstr("privileged"));
+  PodSpec whole = Pod({{"tessera.dev/gpu", "1"}});
+  whole.containers[0].privileged = true;
+  EXPECT_TRUE(ParsePodRequest(whole).ok());
+}
+
+TEST(RequestParserTest, InitContainersMayNotAskForGpus) {
+  PodSpec p = Pod({});
+  p.init_containers.push_back({"setup", {{"tessera.dev/gpu", "1"}}, {}, false});
+  EXPECT_THAT(Error(p), HasSubstr("move the GPU resources"));
+}
+
+TEST(RequestParserTest, Annotations) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"tessera.dev/gpu", "1"}},
+                                                     {{"tessera.dev/gpu-model", "A100-SXM4-80GB, H100"},
+                                                      {"tessera.dev/gpu-model-exclude", "T4"},
+                                                      {"tessera.dev/gpu-uuid-exclude", "GPU-1"},
+                                                      {"tessera.dev/priority", "High"},
+                                                      {"tessera.dev/compute-policy", "elastic"},
+                                                      {"tessera.dev/numa-bind", "true"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model_include, (std::vector<std::string>{"A100-SXM4-80GB", "H100"}));
+  EXPECT_EQ(r->model_exclude, (std::vector<std::string>{"T4"}));
+  EXPECT_EQ(r->uuid_exclude, (std::vector<GpuUuid>{GpuUuid("GPU-1")}));
+  EXPECT_EQ(r->priority, Priority::kHigh);
+  EXPECT_EQ(r->compute_policy, ComputePolicy::kElastic);
+  EXPECT_TRUE(r->numa_bind);
+}
+
+TEST(RequestParserTest, BadAnnotations) {
+  ResourceList one = {{"tessera.dev/gpu", "1"}};
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/priority", "urgent"}})), HasSubstr("write high or low"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/compute-policy", "soft"}})), HasSubstr("write hard"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/numa-bind", "yes"}})), HasSubstr("write true or false"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-model", " , "}})), HasSubstr("is empty"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-model", "T4"}, {"tessera.dev/gpu-model-exclude", "T4"}})),
+              HasSubstr("both in"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-modle", "T4"}})), HasSubstr("did you mean tessera.dev/gpu-model?"));
+  // Annotations Tessera itself writes are not mistaken for typos.
+  EXPECT_TRUE(ParsePodRequest(Pod(one, {{"tessera.dev/assignment", "{}"}, {"tessera.dev/phase", "bound"}})).ok());
+}
+
+TEST(RequestParserTest, HostResources) {
+  PodSpec p = Pod({{"tessera.dev/gpu", "1"}});
+  p.containers[0].requests = {{"cpu", "500m"}, {"memory", "8Gi"}};
+  p.containers.push_back({"side", {{"cpu", "1"}, {"memory", "100Mi"}}, {}, false});
+  p.init_containers.push_back({"init", {}, {{"cpu", "4"}}, false});
+  absl::StatusOr<PodRequest> r = ParsePodRequest(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cpu.value(), 4000);      // the init container's 4 CPUs beat 1.5 in the app containers
+  EXPECT_EQ(r->memory.value(), 8292);   // 8 GiB + 100 MiB
+}
+
+// --- the other systems' names -------------------------------------------------------------------------
+
+TEST(ForeignNamesTest, Hami) {
+  // nvidia.com/gpu alone: whole GPUs (HAMi gives the whole memory; the NVIDIA plugin whole devices).
+  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "2"}}), (std::vector<VGpuDemand>{
+      WithMemory(Whole(), MemorySpec::Kind::kPercent, 100), WithMemory(Whole(), MemorySpec::Kind::kPercent, 100)}));
+  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "4000"}}),
+            (std::vector<VGpuDemand>{Share(30, 4000)}));
+  // Cores without memory: HAMi gives the whole memory.
+  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}}),
+            (std::vector<VGpuDemand>{WithMemory(Share(30), MemorySpec::Kind::kPercent, 100)}));
+  // gpucores 0 is HAMi's "no core limit": compute follows memory.
+  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem-percentage", "25"}}),
+            (std::vector<VGpuDemand>{WithMemory(Share(25), MemorySpec::Kind::kPercent, 25)}));
+}
+
+TEST(ForeignNamesTest, GpuManager) {
+  // vcuda-core: 100 per GPU; vcuda-memory: units of 256 MiB.
+  EXPECT_EQ(VGpus({{"tencent.com/vcuda-core", "50"}, {"tencent.com/vcuda-memory", "8"}}),
+            (std::vector<VGpuDemand>{Share(50, 2048)}));
+  EXPECT_EQ(VGpus({{"tencent.com/vcuda-core", "200"}, {"tencent.com/vcuda-memory", "8"}}),
+            (std::vector<VGpuDemand>{Whole(), Whole()}));
+  EXPECT_THAT(Refusal({{"tencent.com/vcuda-core", "150"}}), HasSubstr("multiple of 100"));
+}
+
+TEST(ForeignNamesTest, GpushareAndVolcano) {
+  EXPECT_EQ(VGpus({{"aliyun.com/gpu-mem", "8"}}),
+            (std::vector<VGpuDemand>{{MilliGpu(0), {MemorySpec::Kind::kMiB, 8192}}}));
+  ParseOptions mib;
+  mib.gpushare_memory_unit = MiB(1);
+  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"aliyun.com/gpu-mem", "8138"}}), mib);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->containers[0].vgpus[0].memory.value, 8138);
+  EXPECT_EQ(VGpus({{"volcano.sh/vgpu-number", "2"}, {"volcano.sh/vgpu-cores", "40"}, {"volcano.sh/vgpu-memory", "3000"}}),
+            (std::vector<VGpuDemand>{Share(40, 3000), Share(40, 3000)}));
+}
+
+TEST(ForeignNamesTest, HamiAnnotations) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(
+      Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/use-gputype", "A100"}, {"nvidia.com/nouse-gpuuuid", "GPU-9"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model_include, std::vector<std::string>{"A100"});
+  EXPECT_EQ(r->uuid_exclude, std::vector<GpuUuid>{GpuUuid("GPU-9")});
+}
+
+TEST(ForeignNamesTest, TranslationMeansTheSame) {
+  const std::vector<ResourceList> cases = {
+      {{"nvidia.com/gpu", "2"}, {"cpu", "1"}},
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "4000"}},
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}},
+      {{"tencent.com/vcuda-core", "50"}, {"tencent.com/vcuda-memory", "8"}},
+      {{"tencent.com/vcuda-core", "300"}},
+      {{"aliyun.com/gpu-mem", "8"}, {"memory", "1Gi"}},
+      {{"volcano.sh/vgpu-number", "1"}, {"volcano.sh/vgpu-memory-percentage", "40"}},
+  };
+  for (const ResourceList& original : cases) {
+    absl::StatusOr<std::optional<ResourceList>> t = TranslateToTessera(original);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE(t->has_value());
+    for (const auto& [name, value] : **t) {
+      EXPECT_TRUE(name.starts_with("tessera.dev/") || name == "cpu" || name == "memory") << name;
+    }
+    EXPECT_EQ(VGpus(original), VGpus(**t)) << StrJoin(std::vector<std::string>{original.begin()->first}, "");
+  }
+  // Already Tessera's names, or no GPU: nothing to translate.
+  EXPECT_FALSE(TranslateToTessera({{"tessera.dev/gpu", "1"}})->has_value());
+  EXPECT_FALSE(TranslateToTessera({{"cpu", "1"}})->has_value());
+  EXPECT_FALSE(TranslateToTessera({{"tencent.com/vcuda-core", "150"}}).ok());
+}
+
+}  // namespace
+}  // namespace tessera::core
