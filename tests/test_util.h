@@ -23,7 +23,8 @@ inline std::string ReadTestData(const std::string& relative) {
 
 // A node of `n` GPUs of one model, every pair joined at `link` (SYS by default).
 inline core::NodeInfo MakeNode(const std::string& name, int n, core::MiB memory = core::MiB(16384),
-                               const std::string& model = "T4", core::Link link = core::Link::Of(core::LinkKind::kSys)) {
+                               const std::string& model = "T4",
+                               core::Link link = core::Link::Of(core::LinkKind::kSys)) {
   core::NodeInfo info;
   info.name = core::NodeName(name);
   for (int g = 0; g < n; ++g) {
@@ -64,10 +65,14 @@ inline core::Placement PlacementOn(const std::string& node, std::vector<core::VG
   return p;
 }
 
-inline core::VGpuDemand Whole() { return {core::kWholeGpu, {}}; }
+inline core::VGpuDemand Whole() {
+  return {core::kWholeGpu, {}};
+}
 
 // A demand in thousandths of a GPU (the trace's unit).
-inline core::VGpuDemand Milli(int milli) { return {core::MilliGpu(milli), {}}; }
+inline core::VGpuDemand Milli(int milli) {
+  return {core::MilliGpu(milli), {}};
+}
 
 }  // namespace tessera::testing
 

@@ -1,6 +1,5 @@
 // tessera: the command-line tool. `tessera --help` lists the subcommands.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "commands.h"
@@ -8,16 +7,18 @@
 #include "core/placement/policy.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tessera: GPU sharing for Kubernetes. Places pods on shared GPUs by topology, and shows who holds "
-               "what.\nRun `tessera <command> --help` for a command's options."};
+  CLI::App app{
+      "tessera: GPU sharing for Kubernetes. Places pods on shared GPUs by topology, and shows who holds "
+      "what.\nRun `tessera <command> --help` for a command's options."};
   app.require_subcommand(1);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
 
   tessera::cli::PlaceOptions place;
   CLI::App* place_cmd = app.add_subcommand(
-      "place", "Place a list of pods on a cluster, one after the other, and show each decision and who holds "
-               "which GPU. With no files, runs on the bundled example cluster and pods.");
+      "place",
+      "Place a list of pods on a cluster, one after the other, and show each decision and who holds "
+      "which GPU. With no files, runs on the bundled example cluster and pods.");
   place_cmd->add_option("--cluster", place.cluster_file, "Cluster file (YAML or JSON; docs/file-formats.md)")
       ->check(CLI::ExistingFile);
   place_cmd->add_option("--pods", place.pods_file, "Workload file with the pods, in arrival order")
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
   tessera::cli::TopoOptions topo;
   CLI::App* topo_cmd = app.add_subcommand(
       "topo", "Read the matrix `nvidia-smi topo -m` prints and show Gaia's access-cost tree of those GPUs.");
-  topo_cmd->add_option("file", topo.file, "File with the output of `nvidia-smi topo -m`; - for standard input")
+  topo_cmd
+      ->add_option("file", topo.file, "File with the output of `nvidia-smi topo -m`; - for standard input")
       ->capture_default_str();
 
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");

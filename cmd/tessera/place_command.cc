@@ -13,8 +13,8 @@
 #include "core/placement/placer.h"
 #include "core/placement/policy.h"
 #include "core/request_parser.h"
-#include "formats/cluster_file.h"
 #include "core/strings.h"
+#include "formats/cluster_file.h"
 
 namespace tessera::embedded {
 extern const char kClusterSmall[];
@@ -98,7 +98,8 @@ std::string DescribePlacement(const core::Placement& p) {
                                                : StrCat("GPU", v.gpu_index, " ", Pct(v.cores)));
     }
     std::string s = StrJoin(gpus, ", ");
-    if (c.numa_node >= 0) StrAppend(&s, " (NUMA ", c.numa_node, c.cpus.empty() ? "" : ", CPUs " + c.cpus, ")");
+    if (c.numa_node >= 0)
+      StrAppend(&s, " (NUMA ", c.numa_node, c.cpus.empty() ? "" : ", CPUs " + c.cpus, ")");
     parts.push_back(s);
   }
   return StrJoin(parts, "; ");
@@ -117,15 +118,15 @@ absl::StatusOr<std::string> Load(const std::string& path, const char* embedded) 
 }  // namespace
 
 int RunPlace(const PlaceOptions& options) {
-  const std::string cluster_name = options.cluster_file.empty() ? "bundled example (examples/cluster-small.yaml)"
-                                                                : options.cluster_file;
+  const std::string cluster_name =
+      options.cluster_file.empty() ? "bundled example (examples/cluster-small.yaml)" : options.cluster_file;
   const std::string pods_name =
       options.pods_file.empty() ? "bundled example (examples/pods-demo.yaml)" : options.pods_file;
   absl::StatusOr<std::string> cluster_text = Load(options.cluster_file, embedded::kClusterSmall);
   absl::StatusOr<std::string> pods_text = Load(options.pods_file, embedded::kPodsDemo);
   if (!cluster_text.ok() || !pods_text.ok()) {
-    std::cerr << "tessera place: " << (!cluster_text.ok() ? cluster_text.status() : pods_text.status()).message()
-              << "\n";
+    std::cerr << "tessera place: "
+              << (!cluster_text.ok() ? cluster_text.status() : pods_text.status()).message() << "\n";
     return 2;
   }
   absl::StatusOr<formats::ClusterFile> file = formats::ParseClusterFile(*cluster_text, cluster_name);
@@ -193,8 +194,8 @@ int RunPlace(const PlaceOptions& options) {
     rows.push_back({name, DescribeAsk(*request), placement->node.value(), DescribePlacement(*placement)});
     for (const core::Compression& c : placement->compressions) {
       compressions.push_back(StrCat(name, " (high priority) compressed ", ShortTenant(c.tenant), " on ",
-                                          placement->node.value(), " GPU", c.gpu_index, " from ", Pct(c.old_cores),
-                                          " to ", Pct(c.new_cores)));
+                                    placement->node.value(), " GPU", c.gpu_index, " from ", Pct(c.old_cores),
+                                    " to ", Pct(c.new_cores)));
     }
   }
   PrintTable(rows);

@@ -106,9 +106,17 @@ void SetLevel(Level level) {
   Logger()->set_level(ToSpd(level));
 }
 
-void Debug(std::string_view msg, std::initializer_list<Field> fields) { Emit(Level::kDebug, msg, fields); }
-void Info(std::string_view msg, std::initializer_list<Field> fields) { Emit(Level::kInfo, msg, fields); }
-void Warn(std::string_view msg, std::initializer_list<Field> fields) { Emit(Level::kWarn, msg, fields); }
-void Error(std::string_view msg, std::initializer_list<Field> fields) { Emit(Level::kError, msg, fields); }
+void Debug(std::string_view msg, std::initializer_list<Field> fields) {
+  Emit(Level::kDebug, msg, fields);
+}
+void Info(std::string_view msg, std::initializer_list<Field> fields) {
+  Emit(Level::kInfo, msg, fields);
+}
+void Warn(std::string_view msg, std::initializer_list<Field> fields) {
+  Emit(Level::kWarn, msg, fields);
+}
+void Error(std::string_view msg, std::initializer_list<Field> fields) {
+  Emit(Level::kError, msg, fields);
+}
 
 }  // namespace tessera::log

@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <set>
-#include "core/strings.h"
 
+#include "core/strings.h"
 
 namespace tessera::core {
 
-const char* ToString(Priority p) { return p == Priority::kHigh ? "high" : "low"; }
-const char* ToString(ComputePolicy p) { return p == ComputePolicy::kElastic ? "elastic" : "hard"; }
-const char* ToString(GpuHealth h) { return h == GpuHealth::kHealthy ? "healthy" : "unhealthy"; }
+const char* ToString(Priority p) {
+  return p == Priority::kHigh ? "high" : "low";
+}
+const char* ToString(ComputePolicy p) {
+  return p == ComputePolicy::kElastic ? "elastic" : "hard";
+}
+const char* ToString(GpuHealth h) {
+  return h == GpuHealth::kHealthy ? "healthy" : "unhealthy";
+}
 
 GpuMask NodeState::GpusOnNuma(int numa) const {
   for (const auto& [n, mask] : numa_masks_) {
@@ -22,6 +28,9 @@ void NodeState::Recompute() {
   max_free_cores_ = MilliGpu(0);
   max_free_memory_ = MiB(0);
   total_free_cores_ = MilliGpu(0);
+  total_free_memory_ = MiB(0);
+  healthy_cores_ = MilliGpu(0);
+  healthy_memory_ = MiB(0);
   whole_free_ = 0;
   tenant_count_ = 0;
   high_tenants_ = 0;
@@ -34,14 +43,17 @@ void NodeState::Recompute() {
     max_free_cores_ = std::max(max_free_cores_, free_cores(g));
     max_free_memory_ = std::max(max_free_memory_, free_memory(g));
     total_free_cores_ += free_cores(g);
+    total_free_memory_ += free_memory(g);
+    healthy_cores_ += kWholeGpu;
+    healthy_memory_ += memory(g);
     if (free_cores(g) >= kWholeGpu) ++whole_free_;
   }
 }
 
 bool NodeState::operator==(const NodeState& o) const {
-  return info_ == o.info_ && free_cores_ == o.free_cores_ && free_memory_ == o.free_memory_ &&
-         tenants_ == o.tenants_ && healthy_ == o.healthy_ && cpu_used_ == o.cpu_used_ &&
-         memory_used_ == o.memory_used_;
+  return info_ == o.info_ && schedulable_ == o.schedulable_ && free_cores_ == o.free_cores_ &&
+         free_memory_ == o.free_memory_ && tenants_ == o.tenants_ && healthy_ == o.healthy_ &&
+         cpu_used_ == o.cpu_used_ && memory_used_ == o.memory_used_;
 }
 
 int Cluster::InternModel(const std::string& model) {
@@ -80,8 +92,8 @@ absl::Status Cluster::AddNode(NodeInfo info) {
     const GpuInfo& gpu = info.gpus[static_cast<size_t>(g)];
     if (gpu.index != g) {
       return absl::InvalidArgumentError(StrCat("node ", info.name.value(), ": GPU at position ", g,
-                                                     " has index ", gpu.index, "; indices must be 0..", n - 1,
-                                                     " in order"));
+                                               " has index ", gpu.index, "; indices must be 0..", n - 1,
+                                               " in order"));
     }
     if (gpu.uuid.empty()) {
       return absl::InvalidArgumentError(StrCat("node ", info.name.value(), ": GPU ", g, " has no UUID"));
@@ -98,8 +110,8 @@ absl::Status Cluster::AddNode(NodeInfo info) {
   if (info.links.size() == 0 && n > 0) info.links = LinkMatrix(n);
   if (info.links.size() != n) {
     return absl::InvalidArgumentError(StrCat("node ", info.name.value(), ": link matrix is ",
-                                                   info.links.size(), "x", info.links.size(), " but the node has ",
-                                                   n, " GPUs"));
+                                             info.links.size(), "x", info.links.size(), " but the node has ",
+                                             n, " GPUs"));
   }
   NodeState state;
   if (n > 0) {
@@ -107,11 +119,16 @@ absl::Status Cluster::AddNode(NodeInfo info) {
     if (!tree.ok()) return tree.status();
     state.tree_ = *std::move(tree);
   }
+  state.gpu_count_ = n;
+  state.schedulable_ = info.schedulable;
+  state.cpu_capacity_ = info.cpu;
+  state.memory_capacity_ = info.memory;
   for (int g = 0; g < n; ++g) {
     const GpuInfo& gpu = info.gpus[static_cast<size_t>(g)];
-    state.free_cores_.push_back(kWholeGpu);
-    state.free_memory_.push_back(gpu.memory);
-    state.model_ids_.push_back(InternModel(gpu.model));
+    state.free_cores_[static_cast<size_t>(g)] = kWholeGpu;
+    state.free_memory_[static_cast<size_t>(g)] = gpu.memory;
+    state.memory_[static_cast<size_t>(g)] = gpu.memory;
+    state.model_ids_[static_cast<size_t>(g)] = InternModel(gpu.model);
     if (gpu.health == GpuHealth::kHealthy) state.healthy_.Add(g);
     auto numa = std::find_if(state.numa_masks_.begin(), state.numa_masks_.end(),
                              [&](const auto& p) { return p.first == gpu.numa_node; });
@@ -122,10 +139,15 @@ absl::Status Cluster::AddNode(NodeInfo info) {
       numa->second.Add(g);
     }
   }
-  state.distinct_models_ = state.model_ids_;
+  state.distinct_models_.assign(state.model_ids_.begin(), state.model_ids_.begin() + n);
   std::sort(state.distinct_models_.begin(), state.distinct_models_.end());
   state.distinct_models_.erase(std::unique(state.distinct_models_.begin(), state.distinct_models_.end()),
                                state.distinct_models_.end());
+  if (state.distinct_models_.size() == 1) state.single_model_ = state.distinct_models_[0];
+  state.uniform_memory_ = n > 0 ? state.memory_[0] : MiB(0);
+  for (int g = 1; g < n; ++g) {
+    if (state.memory_[static_cast<size_t>(g)] != state.uniform_memory_) state.uniform_memory_ = MiB(0);
+  }
   state.tenants_.resize(static_cast<size_t>(n));
   state.info_ = std::move(info);
   state.Recompute();
@@ -139,8 +161,8 @@ absl::Status Cluster::RemoveNode(const NodeName& name) {
   if (i < 0) return absl::NotFoundError(StrCat("no node ", name.value()));
   for (const auto& [uid, record] : pods_) {
     if (record.node == i) {
-      return absl::FailedPreconditionError(StrCat("node ", name.value(), " still holds pod ", uid.value(),
-                                                        "; release its pods first"));
+      return absl::FailedPreconditionError(
+          StrCat("node ", name.value(), " still holds pod ", uid.value(), "; release its pods first"));
     }
   }
   const int last = static_cast<int>(nodes_.size()) - 1;
@@ -179,6 +201,7 @@ absl::Status Cluster::SetSchedulable(const NodeName& node, bool schedulable) {
   int i = NodeIndex(node);
   if (i < 0) return absl::NotFoundError(StrCat("no node ", node.value()));
   nodes_[static_cast<size_t>(i)].info_.schedulable = schedulable;
+  nodes_[static_cast<size_t>(i)].schedulable_ = schedulable;
   return absl::OkStatus();
 }
 
@@ -198,8 +221,8 @@ MiB AccountedMemory(const VGpuAssignment& v, const GpuInfo& gpu) {
 
 absl::Status Cluster::Commit(const PodRequest& request, const Placement& placement) {
   if (pods_.contains(request.uid)) {
-    return absl::AlreadyExistsError(StrCat("pod ", request.FullName(), " (", request.uid.value(),
-                                                 ") is already placed"));
+    return absl::AlreadyExistsError(
+        StrCat("pod ", request.FullName(), " (", request.uid.value(), ") is already placed"));
   }
   const int ni = NodeIndex(placement.node);
   if (ni < 0) return absl::NotFoundError(StrCat("no node ", placement.node.value()));
@@ -207,8 +230,8 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
   const std::string where = StrCat("pod ", request.FullName(), " on node ", node.name().value());
 
   // Validate on copies, then apply.
-  std::vector<MilliGpu> free_cores = node.free_cores_;
-  std::vector<MiB> free_memory = node.free_memory_;
+  std::array<MilliGpu, kMaxGpusPerNode> free_cores = node.free_cores_;
+  std::array<MiB, kMaxGpusPerNode> free_memory = node.free_memory_;
   std::vector<Tenant*> compressed;  // the tenant of each compression, found while validating
   for (const Compression& c : placement.compressions) {
     if (c.gpu_index < 0 || c.gpu_index >= node.gpu_count()) {
@@ -222,8 +245,8 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
         t->priority != Priority::kLow) {
       return absl::FailedPreconditionError(
           StrCat(where, ": cannot compress ", c.tenant.pod.value(), "/", c.tenant.container, " on GPU ",
-                       c.gpu_index, " from ", c.old_cores.value(), " to ", c.new_cores.value(),
-                       " (it must be a low-priority tenant holding exactly the old share)"));
+                 c.gpu_index, " from ", c.old_cores.value(), " to ", c.new_cores.value(),
+                 " (it must be a low-priority tenant holding exactly the old share)"));
     }
     free_cores[static_cast<size_t>(c.gpu_index)] += c.old_cores - c.new_cores;
     compressed.push_back(t);
@@ -233,12 +256,12 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
     for (const VGpuAssignment& v : ca.vgpus) {
       if (v.gpu_index < 0 || v.gpu_index >= node.gpu_count()) {
         return absl::InvalidArgumentError(StrCat(where, ": container ", ca.name, " names GPU ", v.gpu_index,
-                                                       "; the node has ", node.gpu_count()));
+                                                 "; the node has ", node.gpu_count()));
       }
       const GpuInfo& gpu = node.gpu(v.gpu_index);
       if (!v.uuid.empty() && v.uuid != gpu.uuid) {
-        return absl::FailedPreconditionError(StrCat(where, ": GPU ", v.gpu_index, " is ", gpu.uuid.value(),
-                                                          ", not ", v.uuid.value()));
+        return absl::FailedPreconditionError(
+            StrCat(where, ": GPU ", v.gpu_index, " is ", gpu.uuid.value(), ", not ", v.uuid.value()));
       }
       if (seen.Has(v.gpu_index)) {
         return absl::InvalidArgumentError(
@@ -253,20 +276,20 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
       const MiB mem = AccountedMemory(v, gpu);
       if (fc < v.cores || fm < mem) {
         return absl::ResourceExhaustedError(StrCat(where, ": GPU ", v.gpu_index, " has ", fc.value(),
-                                                         "/1000 share and ", fm.value(), " MiB free; ",
-                                                         v.cores.value(), " and ", mem.value(), " MiB needed"));
+                                                   "/1000 share and ", fm.value(), " MiB free; ",
+                                                   v.cores.value(), " and ", mem.value(), " MiB needed"));
       }
       fc -= v.cores;
       fm -= mem;
     }
   }
-  if (node.info_.cpu.value() > 0 && request.cpu > node.free_cpu()) {
-    return absl::ResourceExhaustedError(StrCat(where, ": ", node.free_cpu().value(), " millicores free, ",
-                                                     request.cpu.value(), " needed"));
+  if (node.tracks_cpu() && request.cpu > node.free_cpu()) {
+    return absl::ResourceExhaustedError(
+        StrCat(where, ": ", node.free_cpu().value(), " millicores free, ", request.cpu.value(), " needed"));
   }
-  if (node.info_.memory.value() > 0 && request.memory > node.free_host_memory()) {
+  if (node.tracks_host_memory() && request.memory > node.free_host_memory()) {
     return absl::ResourceExhaustedError(StrCat(where, ": ", node.free_host_memory().value(),
-                                                     " MiB host memory free, ", request.memory.value(), " needed"));
+                                               " MiB host memory free, ", request.memory.value(), " needed"));
   }
 
   // Apply.
@@ -283,8 +306,8 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
       }
     }
   }
-  node.free_cores_ = std::move(free_cores);
-  node.free_memory_ = std::move(free_memory);
+  node.free_cores_ = free_cores;
+  node.free_memory_ = free_memory;
   for (const ContainerAssignment& ca : placement.containers) {
     for (const VGpuAssignment& v : ca.vgpus) {
       const GpuInfo& gpu = node.gpu(v.gpu_index);

@@ -16,6 +16,7 @@
 #ifndef TESSERA_CORE_CLUSTER_H_
 #define TESSERA_CORE_CLUSTER_H_
 
+#include <array>
 #include <map>
 #include <optional>
 #include <span>
@@ -34,38 +35,58 @@
 namespace tessera::core {
 
 // One node and the use of its GPUs.
+//
+// Layout: what a filter over thousands of nodes reads (summaries, per-GPU free share and memory, sizes,
+// models) sits in the object itself, ahead of the cold description, so that evaluating a node chases no
+// pointers.
 class NodeState {
  public:
   const NodeInfo& info() const { return info_; }
   const NodeName& name() const { return info_.name; }
   const AccessCostTree& tree() const { return tree_; }
-  int gpu_count() const { return static_cast<int>(info_.gpus.size()); }
+  int gpu_count() const { return gpu_count_; }
   const GpuInfo& gpu(int g) const { return info_.gpus[static_cast<size_t>(g)]; }
+  bool schedulable() const { return schedulable_; }
 
   // Free compute share and memory per GPU, by index.
-  std::span<const MilliGpu> free_cores() const { return free_cores_; }
-  std::span<const MiB> free_memory() const { return free_memory_; }
+  std::span<const MilliGpu> free_cores() const {
+    return {free_cores_.data(), static_cast<size_t>(gpu_count_)};
+  }
   MilliGpu free_cores(int g) const { return free_cores_[static_cast<size_t>(g)]; }
   MiB free_memory(int g) const { return free_memory_[static_cast<size_t>(g)]; }
+  // Total memory of GPU g (the same as gpu(g).memory, without touching the cold description).
+  MiB memory(int g) const { return memory_[static_cast<size_t>(g)]; }
+  // The memory every GPU of this node has, when they all have the same; 0 otherwise.
+  MiB uniform_memory() const { return uniform_memory_; }
   const std::vector<Tenant>& tenants(int g) const { return tenants_[static_cast<size_t>(g)]; }
 
   // The cluster-wide model id of each GPU (see Cluster::ModelId).
   int model_id(int g) const { return model_ids_[static_cast<size_t>(g)]; }
   // Distinct model ids on this node (almost always one).
-  std::span<const int> model_ids() const { return distinct_models_; }
+  std::span<const int> model_ids() const {
+    return single_model_ >= 0 ? std::span<const int>(&single_model_, 1)
+                              : std::span<const int>(distinct_models_);
+  }
   GpuMask healthy() const { return healthy_; }
   // GPUs of one NUMA node (-1: GPUs whose NUMA node is unknown).
   GpuMask GpusOnNuma(int numa) const;
   std::span<const int> numa_nodes() const { return numa_list_; }
 
-  MilliCpu free_cpu() const { return info_.cpu - cpu_used_; }
-  MiB free_host_memory() const { return info_.memory - memory_used_; }
+  MilliCpu free_cpu() const { return cpu_capacity_ - cpu_used_; }
+  MiB free_host_memory() const { return memory_capacity_ - memory_used_; }
+  bool tracks_cpu() const { return cpu_capacity_.value() > 0; }
+  bool tracks_host_memory() const { return memory_capacity_.value() > 0; }
 
-  // Summaries over healthy GPUs, kept current by every change, for a filter that rejects in O(1) where it can.
+  // Summaries over healthy GPUs, kept current by every change, for a filter that rejects in O(1) where it
+  // can.
   MilliGpu max_free_cores() const { return max_free_cores_; }
   MiB max_free_memory() const { return max_free_memory_; }
   int whole_free_gpus() const { return whole_free_; }
   MilliGpu total_free_cores() const { return total_free_cores_; }
+  MiB total_free_memory() const { return total_free_memory_; }
+  // Compute and memory of the healthy GPUs, in all.
+  MilliGpu healthy_cores() const { return healthy_cores_; }
+  MiB healthy_memory() const { return healthy_memory_; }
   int tenant_count() const { return tenant_count_; }
   int high_priority_tenants() const { return high_tenants_; }
 
@@ -75,24 +96,36 @@ class NodeState {
   friend class Cluster;
   void Recompute();  // the summaries, from the per-GPU state
 
-  NodeInfo info_;
-  AccessCostTree tree_;
-  std::vector<MilliGpu> free_cores_;
-  std::vector<MiB> free_memory_;
-  std::vector<std::vector<Tenant>> tenants_;
-  std::vector<int> model_ids_;
-  std::vector<int> distinct_models_;
-  std::vector<std::pair<int, GpuMask>> numa_masks_;
-  std::vector<int> numa_list_;
+  // Hot.
+  int gpu_count_ = 0;
+  bool schedulable_ = true;
   GpuMask healthy_;
+  int single_model_ = -1;  // the model id when every GPU has the same model
+  MiB uniform_memory_{0};
+  MilliCpu cpu_capacity_{0};
+  MiB memory_capacity_{0};
   MilliCpu cpu_used_{0};
   MiB memory_used_{0};
   MilliGpu max_free_cores_{0};
   MiB max_free_memory_{0};
   MilliGpu total_free_cores_{0};
+  MiB total_free_memory_{0};
+  MilliGpu healthy_cores_{0};
+  MiB healthy_memory_{0};
   int whole_free_ = 0;
   int tenant_count_ = 0;
   int high_tenants_ = 0;
+  std::array<MilliGpu, kMaxGpusPerNode> free_cores_{};
+  std::array<MiB, kMaxGpusPerNode> free_memory_{};
+  std::array<MiB, kMaxGpusPerNode> memory_{};
+  std::array<int, kMaxGpusPerNode> model_ids_{};
+  // Cold.
+  NodeInfo info_;
+  AccessCostTree tree_;
+  std::vector<std::vector<Tenant>> tenants_;
+  std::vector<int> distinct_models_;
+  std::vector<std::pair<int, GpuMask>> numa_masks_;
+  std::vector<int> numa_list_;
 };
 
 // A tenant whose share changed as a side effect (restored after a high-priority pod left).
@@ -102,8 +135,8 @@ class Cluster {
  public:
   Cluster() = default;
 
-  // Adds a node. Refuses duplicates, GPU lists whose indices are not 0..n-1, duplicate UUIDs, a link matrix of
-  // the wrong size, zero memory.
+  // Adds a node. Refuses duplicates, GPU lists whose indices are not 0..n-1, duplicate UUIDs, a link matrix
+  // of the wrong size, zero memory.
   absl::Status AddNode(NodeInfo info);
   // Removes a node that holds no pods.
   absl::Status RemoveNode(const NodeName& name);

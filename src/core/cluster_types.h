@@ -34,12 +34,12 @@ struct GpuInfo {
 
 struct NodeInfo {
   NodeName name;
-  std::vector<GpuInfo> gpus;  // gpus[i].index == i
-  LinkMatrix links;           // gpus.size() x gpus.size(); empty means every pair SYS
-  MilliCpu cpu{0};            // allocatable CPU; 0 means not accounted
-  MiB memory{0};              // allocatable host memory; 0 means not accounted
+  std::vector<GpuInfo> gpus;             // gpus[i].index == i
+  LinkMatrix links;                      // gpus.size() x gpus.size(); empty means every pair SYS
+  MilliCpu cpu{0};                       // allocatable CPU; 0 means not accounted
+  MiB memory{0};                         // allocatable host memory; 0 means not accounted
   std::map<int, std::string> numa_cpus;  // NUMA node -> CPU list ("0-15,32-47"), for GPU-CPU binding
-  bool schedulable = true;    // false: no new pods (cordoned, or the agent's heartbeat is stale)
+  bool schedulable = true;               // false: no new pods (cordoned, or the agent's heartbeat is stale)
 
   bool operator==(const NodeInfo&) const = default;
 };
@@ -60,9 +60,9 @@ struct Tenant {
   Namespace ns;
   Priority priority = Priority::kLow;
   MilliGpu requested{0};  // the share it asked for
-  MilliGpu cores{0};      // the share it holds now (below `requested` while compressed for a high-priority pod)
-  MiB memory{0};          // memory accounted on the GPU (the whole GPU for an exclusive tenant)
-  MiB memory_limit{0};    // memory limit handed to the container
+  MilliGpu cores{0};    // the share it holds now (below `requested` while compressed for a high-priority pod)
+  MiB memory{0};        // memory accounted on the GPU (the whole GPU for an exclusive tenant)
+  MiB memory_limit{0};  // memory limit handed to the container
 
   bool operator==(const Tenant&) const = default;
 };

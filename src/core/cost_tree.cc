@@ -1,6 +1,7 @@
 #include "core/cost_tree.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 
 #include "absl/status/status.h"
@@ -117,8 +118,8 @@ int AccessCostTree::CostOf(GpuMask gpus) const {
   return best;
 }
 
-std::optional<int> AccessCostTree::ScheduleFragment(std::span<const MilliGpu> free, GpuMask eligible, MilliGpu m,
-                                                    Rng& rng) const {
+std::optional<int> AccessCostTree::ScheduleFragment(std::span<const MilliGpu> free, GpuMask eligible,
+                                                    MilliGpu m, Rng& rng) const {
   // Step 1: fragment GPUs (partly allocated) with m <= free < 1; the one with the least free.
   TieBreaker<int> best_fragment(rng);
   for (int g : eligible) {
@@ -187,58 +188,60 @@ GpuMask AccessCostTree::PickWithin(int node_index, GpuMask available, int m, Rng
     int index;
     int count;
   };
-  std::vector<Child> children;
+  std::array<Child, kMaxGpusPerNode> children{};
+  size_t k = 0;
   for (int c : n.children) {
     int count = (node(c).gpus & available).Count();
-    if (count > 0) children.push_back({c, count});
+    if (count > 0) children[k++] = {c, count};
   }
   // A child that alone holds m: the nearest such child, best fit (fewest free) on equal cost.
   TieBreaker<int, std::pair<int, int>> inner(rng);
-  for (const Child& c : children) {
-    if (c.count >= m) inner.Offer({node(c.index).cost, c.count}, c.index);
+  for (size_t i = 0; i < k; ++i) {
+    if (children[i].count >= m)
+      inner.Offer({node(children[i].index).cost, children[i].count}, children[i].index);
   }
   if (inner.has_value()) return PickWithin(inner.value(), available, m, rng);
 
-  // Children whose free GPUs add up to exactly m, fewest children: dynamic programming over sums.
-  const size_t k = children.size();
-  const int kUnreachable = 1 << 20;
-  std::vector<std::vector<int>> fewest(k + 1, std::vector<int>(static_cast<size_t>(m) + 1, kUnreachable));
-  fewest[0][0] = 0;
+  // Children whose free GPUs add up to exactly m, fewest children: 0/1 knapsack over sums, remembering which
+  // children make each sum.
+  constexpr int kUnreachable = 1 << 20;
+  std::array<int, kMaxGpusPerNode + 1> fewest;
+  std::array<uint64_t, kMaxGpusPerNode + 1> used{};
+  fewest.fill(kUnreachable);
+  fewest[0] = 0;
   for (size_t i = 0; i < k; ++i) {
-    for (int s = 0; s <= m; ++s) {
-      fewest[i + 1][static_cast<size_t>(s)] = fewest[i][static_cast<size_t>(s)];
-      int prev = s - children[i].count;
-      if (prev >= 0 && fewest[i][static_cast<size_t>(prev)] + 1 < fewest[i + 1][static_cast<size_t>(s)]) {
-        fewest[i + 1][static_cast<size_t>(s)] = fewest[i][static_cast<size_t>(prev)] + 1;
+    for (int sum = m; sum >= children[i].count; --sum) {
+      const int prev = sum - children[i].count;
+      if (fewest[static_cast<size_t>(prev)] + 1 < fewest[static_cast<size_t>(sum)]) {
+        fewest[static_cast<size_t>(sum)] = fewest[static_cast<size_t>(prev)] + 1;
+        used[static_cast<size_t>(sum)] = used[static_cast<size_t>(prev)] | (uint64_t{1} << i);
       }
     }
   }
   GpuMask picked;
-  if (fewest[k][static_cast<size_t>(m)] < kUnreachable) {
-    int s = m;
-    for (size_t i = k; i > 0 && s > 0; --i) {
-      if (fewest[i][static_cast<size_t>(s)] != fewest[i - 1][static_cast<size_t>(s)]) {
-        picked = picked | (node(children[i - 1].index).gpus & available);
-        s -= children[i - 1].count;
-      }
+  if (fewest[static_cast<size_t>(m)] < kUnreachable) {
+    for (size_t i = 0; i < k; ++i) {
+      if (used[static_cast<size_t>(m)] >> i & 1U)
+        picked = picked | (node(children[i].index).gpus & available);
     }
     return picked;
   }
   // No exact fit: whole children, largest first, then the remainder from the child that fits it best.
-  std::stable_sort(children.begin(), children.end(), [](const Child& a, const Child& b) { return a.count > b.count; });
+  std::stable_sort(children.begin(), children.begin() + static_cast<std::ptrdiff_t>(k),
+                   [](const Child& a, const Child& b) { return a.count > b.count; });
   int remaining = m;
-  std::vector<bool> taken(children.size(), false);
-  for (size_t i = 0; i < children.size() && remaining > 0; ++i) {
+  uint64_t taken = 0;
+  for (size_t i = 0; i < k && remaining > 0; ++i) {
     if (children[i].count <= remaining) {
       picked = picked | (node(children[i].index).gpus & available);
       remaining -= children[i].count;
-      taken[i] = true;
+      taken |= uint64_t{1} << i;
     }
   }
   if (remaining > 0) {
     TieBreaker<int, std::pair<int, int>> rest(rng);
-    for (size_t i = 0; i < children.size(); ++i) {
-      if (!taken[i] && children[i].count >= remaining) {
+    for (size_t i = 0; i < k; ++i) {
+      if (!(taken >> i & 1U) && children[i].count >= remaining) {
         rest.Offer({children[i].count, node(children[i].index).cost}, children[i].index);
       }
     }

@@ -52,7 +52,9 @@ struct TenantId {
   auto operator<=>(const TenantId&) const = default;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const TenantId& t) { return os << t.pod << "/" << t.container; }
+inline std::ostream& operator<<(std::ostream& os, const TenantId& t) {
+  return os << t.pod << "/" << t.container;
+}
 
 }  // namespace tessera::core
 

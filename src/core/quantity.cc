@@ -13,13 +13,14 @@ namespace {
 __extension__ using uint128 = unsigned __int128;
 
 absl::Status Bad(std::string_view text, std::string_view why) {
-  return absl::InvalidArgumentError(StrCat("\"", text, "\" is not a quantity: ", why,
-                                                 " (write a number such as 2, 500m, 1.5 or 4Gi)"));
+  return absl::InvalidArgumentError(
+      StrCat("\"", text, "\" is not a quantity: ", why, " (write a number such as 2, 500m, 1.5 or 4Gi)"));
 }
 
-// value = mantissa (digits, with `frac_digits` of them after the point) x base^exp10 x 2^exp2, in thousandths.
-absl::StatusOr<int64_t> Scale(std::string_view text, uint128 mantissa, int frac_digits, int exp10,
-                              int exp2, bool negative) {
+// value = mantissa (digits, with `frac_digits` of them after the point) x base^exp10 x 2^exp2, in
+// thousandths.
+absl::StatusOr<int64_t> Scale(std::string_view text, uint128 mantissa, int frac_digits, int exp10, int exp2,
+                              bool negative) {
   // Work in thousandths: multiply by 10^(3 + exp10 - frac_digits) and 2^exp2, rounding up a remainder.
   int shift10 = 3 + exp10 - frac_digits;
   uint128 v = mantissa;

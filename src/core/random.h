@@ -26,9 +26,7 @@ class Rng {
 
   // Uniform in [0, n), n > 0: the top 32 random bits scaled by n (Lemire's multiply-shift, without the
   // rejection step; the bias is below n / 2^32).
-  uint32_t Uniform(uint32_t n) {
-    return static_cast<uint32_t>(((Next() >> 32) * n) >> 32);
-  }
+  uint32_t Uniform(uint32_t n) { return static_cast<uint32_t>(((Next() >> 32) * n) >> 32); }
 
   // Uniform in [0, 1).
   double UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
@@ -48,15 +46,22 @@ class TieBreaker {
  public:
   explicit TieBreaker(Rng& rng) : rng_(rng) {}
 
-  void Offer(Key key, T value) {
+  // Returns true when `value` became the current choice.
+  bool Offer(const Key& key, const T& value) {
     if (ties_ == 0 || key < key_) {
       key_ = key;
       value_ = value;
       ties_ = 1;
-    } else if (key == key_) {
-      ++ties_;
-      if (rng_.Uniform(ties_) == 0) value_ = value;
+      return true;
     }
+    if (key == key_) {
+      ++ties_;
+      if (rng_.Uniform(ties_) == 0) {
+        value_ = value;
+        return true;
+      }
+    }
+    return false;
   }
 
   bool has_value() const { return ties_ > 0; }

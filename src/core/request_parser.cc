@@ -51,7 +51,8 @@ constexpr std::array<KnownResource, 15> kKnown = {{
     {"nvidia.com/gpumem", ResourceFamily::kHami, KnownResource::kMemory, Unit::kMiB},
     {"nvidia.com/gpumem-percentage", ResourceFamily::kHami, KnownResource::kMemoryPercent, Unit::kPercent},
     {"tencent.com/vcuda-core", ResourceFamily::kGpuManager, KnownResource::kCores, Unit::kGpuManagerCore},
-    {"tencent.com/vcuda-memory", ResourceFamily::kGpuManager, KnownResource::kMemory, Unit::kGpuManager256MiB},
+    {"tencent.com/vcuda-memory", ResourceFamily::kGpuManager, KnownResource::kMemory,
+     Unit::kGpuManager256MiB},
     {"aliyun.com/gpu-mem", ResourceFamily::kGpushare, KnownResource::kMemory, Unit::kGpushareMemory},
     {"volcano.sh/vgpu-number", ResourceFamily::kVolcano, KnownResource::kGpu, Unit::kCount},
     {"volcano.sh/vgpu-cores", ResourceFamily::kVolcano, KnownResource::kCores, Unit::kPercent},
@@ -75,7 +76,9 @@ struct Ask {
   std::optional<Field> memory_percent;  // percent of the GPU's memory per vGPU
 };
 
-std::string In(const std::string& container) { return StrCat("container \"", container, "\": "); }
+std::string In(const std::string& container) {
+  return StrCat("container \"", container, "\": ");
+}
 
 absl::Status Invalid(const std::string& container, std::string_view message) {
   return absl::InvalidArgumentError(StrCat(In(container), message));
@@ -95,8 +98,8 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
     if (!q2.ok()) return Invalid(c.name, StrCat(r.name, " (requests): ", q2.status().message()));
     if (q2->milli != q->milli) {
       return Invalid(c.name, StrCat(r.name, " is ", lim->second, " in limits but ", req->second,
-                                          " in requests; extended resources cannot be overcommitted: set both to ",
-                                          lim->second, " (or give only limits)"));
+                                    " in requests; extended resources cannot be overcommitted: set both to ",
+                                    lim->second, " (or give only limits)"));
     }
   }
   const bool memory_unit = r.unit == Unit::kMiB;
@@ -104,7 +107,7 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
     if (memory_unit && q->milli > 0) {
       const int64_t mib = q->Ceil() >> 20;
       return Invalid(c.name, StrCat(r.name, " is counted in MiB, so \"", text, "\" would mean ", q->Ceil(),
-                                          " MiB; write ", mib > 0 ? mib : 1, " for ", text));
+                                    " MiB; write ", mib > 0 ? mib : 1, " for ", text));
     }
     return Invalid(c.name, StrCat(r.name, " must be a plain whole number, not \"", text, "\""));
   }
@@ -133,7 +136,7 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
       if (values[i]) names.push_back(values[i]->name);
     }
     return Invalid(c.name, StrCat("mixes the GPU resources of different systems (", StrJoin(names, ", "),
-                                        "); use one system's names, preferably tessera.dev/*"));
+                                  "); use one system's names, preferably tessera.dev/*"));
   }
   raw.family = *families.begin();
   for (size_t i = 0; i < kKnown.size(); ++i) {
@@ -144,9 +147,10 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
         // gpu-manager: 100 per GPU. A multiple of 100 is that many whole GPUs; below 100, a share of one.
         if (f.value >= 100) {
           if (f.value % 100 != 0) {
-            return Invalid(c.name, StrCat(f.name, " is ", f.value, ": above 100 it must be a multiple of 100 ",
-                                                "(whole GPUs). For ", f.value / 100, " whole GPUs and a share, write ",
-                                                "tessera.dev/gpu-cores: ", f.value));
+            return Invalid(c.name,
+                           StrCat(f.name, " is ", f.value, ": above 100 it must be a multiple of 100 ",
+                                  "(whole GPUs). For ", f.value / 100, " whole GPUs and a share, write ",
+                                  "tessera.dev/gpu-cores: ", f.value));
           }
           raw.gpu = Field{f.name, f.value / 100};
           raw.cores = Field{f.name, 100};
@@ -183,7 +187,8 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
       // HAMi (and Volcano's vGPU, built on it): gpucores 0 means "no core limit"; memory left out means the
       // whole memory of the GPU.
       if (raw.cores && raw.cores->value == 0) raw.cores.reset();
-      if (!raw.memory && !raw.memory_percent) raw.memory_percent = Field{"(whole memory, as HAMi gives)", 100};
+      if (!raw.memory && !raw.memory_percent)
+        raw.memory_percent = Field{"(whole memory, as HAMi gives)", 100};
       break;
     case ResourceFamily::kGpuManager:
       if (raw.cores && raw.cores->value == 100) raw.memory.reset();  // whole GPUs come with their memory
@@ -204,19 +209,20 @@ absl::StatusOr<std::vector<VGpuDemand>> Expand(const std::string& container, con
   MemorySpec memory;
   if (ask.memory && ask.memory_percent) {
     return Invalid(container, StrCat("gives both ", ask.memory->name, " and ", ask.memory_percent->name,
-                                           "; give one: memory in MiB, or in percent of the GPU"));
+                                     "; give one: memory in MiB, or in percent of the GPU"));
   }
   if (ask.memory) {
     if (ask.memory->value < 1) {
-      return Invalid(container, StrCat(ask.memory->name, " is 0; ask for at least 1 MiB, or leave it out for ",
-                                             "memory in proportion to the compute share"));
+      return Invalid(container,
+                     StrCat(ask.memory->name, " is 0; ask for at least 1 MiB, or leave it out for ",
+                            "memory in proportion to the compute share"));
     }
     memory = {MemorySpec::Kind::kMiB, ask.memory->value};
   }
   if (ask.memory_percent) {
     if (ask.memory_percent->value < 1 || ask.memory_percent->value > 100) {
       return Invalid(container, StrCat(ask.memory_percent->name, " is ", ask.memory_percent->value,
-                                             "; it is a percentage of one GPU's memory, 1-100"));
+                                       "; it is a percentage of one GPU's memory, 1-100"));
     }
     memory = {MemorySpec::Kind::kPercent, ask.memory_percent->value};
   }
@@ -227,13 +233,13 @@ absl::StatusOr<std::vector<VGpuDemand>> Expand(const std::string& container, con
     if (count == 0) {
       if (any_share) {
         return Invalid(container, StrCat(ask.gpu->name, " is 0 but a GPU share is given; ask for ",
-                                               ask.gpu->name, ": 1 or more, or remove the other GPU resources"));
+                                         ask.gpu->name, ": 1 or more, or remove the other GPU resources"));
       }
       return out;
     }
     if (count > kMaxGpusPerNode) {
       return Invalid(container, StrCat(ask.gpu->name, " is ", count, "; no node has more than ",
-                                             kMaxGpusPerNode, " GPUs"));
+                                       kMaxGpusPerNode, " GPUs"));
     }
   }
   MilliGpu cores = kWholeGpu;
@@ -241,19 +247,19 @@ absl::StatusOr<std::vector<VGpuDemand>> Expand(const std::string& container, con
     const int64_t c = ask.cores->value;
     if (c < 1) {
       return Invalid(container, StrCat(ask.cores->name, " is 0; ask for 1-100 percent of a GPU, or leave it ",
-                                             "out to get compute in proportion to the memory asked for"));
+                                       "out to get compute in proportion to the memory asked for"));
     }
     if (c > 100) {
       if (ask.gpu) {
         return Invalid(container,
                        StrCat(ask.cores->name, " is ", c, " with ", ask.gpu->name, ": ", ask.gpu->value,
-                                    "; cores are per vGPU, 1-100. For ", ask.gpu->value, " whole GPUs write ",
-                                    kResourceCores, ": 100; for ", c / 100, ".", (c % 100) / 10, " GPUs remove ",
-                                    ask.gpu->name, " and keep ", kResourceCores, ": ", c));
+                              "; cores are per vGPU, 1-100. For ", ask.gpu->value, " whole GPUs write ",
+                              kResourceCores, ": 100; for ", c / 100, ".", (c % 100) / 10, " GPUs remove ",
+                              ask.gpu->name, " and keep ", kResourceCores, ": ", c));
       }
       if (c > 100LL * kMaxGpusPerNode) {
         return Invalid(container, StrCat(ask.cores->name, " is ", c, "; no node has more than ",
-                                               kMaxGpusPerNode, " GPUs"));
+                                         kMaxGpusPerNode, " GPUs"));
       }
       // Gaia's "2.5 GPUs": whole GPUs linked by topology, plus one share of another GPU.
       for (int64_t i = 0; i < c / 100; ++i) out.push_back({kWholeGpu, memory});
@@ -287,7 +293,7 @@ absl::StatusOr<std::vector<std::string>> ReadList(const PodSpec& pod, const char
   std::vector<std::string> list = SplitList(it->second);
   if (list.empty()) {
     return absl::InvalidArgumentError(StrCat("annotation ", it->first, " is empty; list values separated by ",
-                                                   "commas (e.g. \"A100-SXM4-80GB,H100\") or remove it"));
+                                             "commas (e.g. \"A100-SXM4-80GB,H100\") or remove it"));
   }
   return list;
 }
@@ -309,10 +315,9 @@ size_t Distance(std::string_view a, std::string_view b) {
 }
 
 absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
-  constexpr std::array<const char*, 7> kUserKeys = {kAnnotationModel,    kAnnotationModelExclude,
-                                                    kAnnotationUuid,     kAnnotationUuidExclude,
-                                                    kAnnotationPriority, kAnnotationComputePolicy,
-                                                    kAnnotationNumaBind};
+  constexpr std::array<const char*, 7> kUserKeys = {
+      kAnnotationModel,    kAnnotationModelExclude,  kAnnotationUuid,    kAnnotationUuidExclude,
+      kAnnotationPriority, kAnnotationComputePolicy, kAnnotationNumaBind};
   for (const auto& [key, value] : pod.annotations) {
     if (!key.starts_with("tessera.dev/")) continue;
     if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&](const char* k) { return key == k; }) !=
@@ -321,8 +326,7 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
     }
     for (const char* known : kUserKeys) {
       if (Distance(key, known) <= 2) {
-        return absl::InvalidArgumentError(
-            StrCat("unknown annotation ", key, "; did you mean ", known, "?"));
+        return absl::InvalidArgumentError(StrCat("unknown annotation ", key, "; did you mean ", known, "?"));
       }
     }
   }
@@ -339,13 +343,13 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   for (const std::string& m : *models) {
     if (std::find(no_models->begin(), no_models->end(), m) != no_models->end()) {
       return absl::InvalidArgumentError(StrCat("GPU model ", m, " is both in ", kAnnotationModel, " and in ",
-                                                     kAnnotationModelExclude, "; keep it in one of them"));
+                                               kAnnotationModelExclude, "; keep it in one of them"));
     }
   }
   for (const std::string& u : *uuids) {
     if (std::find(no_uuids->begin(), no_uuids->end(), u) != no_uuids->end()) {
       return absl::InvalidArgumentError(StrCat("GPU ", u, " is both in ", kAnnotationUuid, " and in ",
-                                                     kAnnotationUuidExclude, "; keep it in one of them"));
+                                               kAnnotationUuidExclude, "; keep it in one of them"));
     }
   }
   req.model_include = *models;
@@ -372,8 +376,8 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
       req.compute_policy = ComputePolicy::kElastic;
     } else {
       return absl::InvalidArgumentError(StrCat(kAnnotationComputePolicy, " is \"", it->second,
-                                                     "\"; write hard (the share holds) or elastic (idle compute ",
-                                                     "may be used up to a ceiling)"));
+                                               "\"; write hard (the share holds) or elastic (idle compute ",
+                                               "may be used up to a ceiling)"));
     }
   }
   if (auto it = pod.annotations.find(kAnnotationNumaBind); it != pod.annotations.end()) {
@@ -433,8 +437,9 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
     absl::StatusOr<Ask> ask = ReadAsk(c, options);
     if (!ask.ok()) return ask.status();
     if (ask->family != ResourceFamily::kNone) {
-      return Invalid(c.name, "is an init container asking for a GPU; Tessera shares GPUs with app containers only: "
-                             "move the GPU resources to a container under spec.containers");
+      return Invalid(c.name,
+                     "is an init container asking for a GPU; Tessera shares GPUs with app containers only: "
+                     "move the GPU resources to a container under spec.containers");
     }
   }
   for (const ContainerSpec& c : pod.containers) {
@@ -452,10 +457,11 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
       return !v.exclusive() || !whole_memory;
     });
     if (c.privileged && shares) {
-      return Invalid(c.name,
-                     "is privileged and asks for a GPU share; a privileged container sees every GPU on the node, "
-                     "so its share cannot be enforced. Drop securityContext.privileged, or ask for whole GPUs "
-                     "(tessera.dev/gpu: N with no cores or memory)");
+      return Invalid(
+          c.name,
+          "is privileged and asks for a GPU share; a privileged container sees every GPU on the node, "
+          "so its share cannot be enforced. Drop securityContext.privileged, or ask for whole GPUs "
+          "(tessera.dev/gpu: N with no cores or memory)");
     }
     req.containers.push_back({c.name, *std::move(vgpus)});
   }
@@ -471,7 +477,7 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
 }
 
 absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,
-                                                              const ParseOptions& options) {
+                                                               const ParseOptions& options) {
   ContainerSpec c;
   c.name = "container";
   c.limits = resources;
@@ -485,9 +491,8 @@ absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceLis
   if (!vgpus.ok()) return vgpus.status();
   ResourceList out;
   for (const auto& [name, value] : resources) {
-    bool gpu_resource = std::any_of(kKnown.begin(), kKnown.end(), [&](const KnownResource& k) {
-      return name == k.name;
-    });
+    bool gpu_resource =
+        std::any_of(kKnown.begin(), kKnown.end(), [&](const KnownResource& k) { return name == k.name; });
     if (!gpu_resource) out[name] = value;
   }
   if (ask->gpu) out[kResourceGpu] = StrCat(ask->gpu->value);
@@ -511,6 +516,8 @@ int PodRequest::VGpuCount() const {
   return n;
 }
 
-std::string PodRequest::FullName() const { return StrCat(ns.value(), "/", name); }
+std::string PodRequest::FullName() const {
+  return StrCat(ns.value(), "/", name);
+}
 
 }  // namespace tessera::core

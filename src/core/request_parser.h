@@ -48,7 +48,8 @@ struct PodSpec {
 };
 
 struct ParseOptions {
-  // The unit of aliyun.com/gpu-mem: gpushare's device plugin counts GiB unless started with --memory-unit=MiB.
+  // The unit of aliyun.com/gpu-mem: gpushare's device plugin counts GiB unless started with
+  // --memory-unit=MiB.
   MiB gpushare_memory_unit{1024};
 };
 
@@ -65,7 +66,8 @@ inline constexpr char kAnnotationPriority[] = "tessera.dev/priority";
 inline constexpr char kAnnotationComputePolicy[] = "tessera.dev/compute-policy";
 inline constexpr char kAnnotationNumaBind[] = "tessera.dev/numa-bind";
 
-// Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no containers.
+// Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no
+// containers.
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options = {});
 
 // The system whose resource names a container uses.
@@ -76,7 +78,7 @@ const char* ToString(ResourceFamily f);
 // (what the mutating admission webhook patches in). Other resources are kept. Returns nullopt when the
 // container already uses Tessera's names or no GPU at all.
 absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,
-                                                              const ParseOptions& options = {});
+                                                               const ParseOptions& options = {});
 
 }  // namespace tessera::core
 

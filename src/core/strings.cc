@@ -75,7 +75,11 @@ bool ParseWhole(std::string_view text, T* out) {
 
 }  // namespace
 
-bool ParseInt(std::string_view text, int* out) { return ParseWhole(text, out); }
-bool ParseInt(std::string_view text, int64_t* out) { return ParseWhole(text, out); }
+bool ParseInt(std::string_view text, int* out) {
+  return ParseWhole(text, out);
+}
+bool ParseInt(std::string_view text, int64_t* out) {
+  return ParseWhole(text, out);
+}
 
 }  // namespace tessera

@@ -26,14 +26,23 @@ namespace tessera {
 
 namespace strings_internal {
 
-inline void Append(std::string& out, std::string_view s) { out.append(s); }
-inline void Append(std::string& out, const char* s) { out.append(s); }
-inline void Append(std::string& out, const std::string& s) { out.append(s); }
-inline void Append(std::string& out, char c) { out.push_back(c); }
-inline void Append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
+inline void Append(std::string& out, std::string_view s) {
+  out.append(s);
+}
+inline void Append(std::string& out, const char* s) {
+  out.append(s);
+}
+inline void Append(std::string& out, const std::string& s) {
+  out.append(s);
+}
+inline void Append(std::string& out, char c) {
+  out.push_back(c);
+}
+inline void Append(std::string& out, absl::string_view s) {
+  out.append(s.data(), s.size());
+}
 template <std::integral T>
-  requires(!std::same_as<T, char> && !std::same_as<T, bool>)
-void Append(std::string& out, T v) {
+requires(!std::same_as<T, char> && !std::same_as<T, bool>) void Append(std::string& out, T v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof(buf), v);
   out.append(buf, r.ptr);
@@ -82,7 +91,9 @@ bool ParseInt(std::string_view text, int* out);
 bool ParseInt(std::string_view text, int64_t* out);
 
 // A Status's message as a std::string (absl's message() is an absl::string_view).
-inline std::string Message(const absl::Status& s) { return std::string(s.message()); }
+inline std::string Message(const absl::Status& s) {
+  return std::string(s.message());
+}
 
 }  // namespace tessera
 

@@ -61,9 +61,9 @@ absl::StatusOr<Link> Link::Parse(std::string_view text) {
     int n = 0;
     if (ParseInt(std::string_view(t).substr(2), &n) && n >= 1 && n <= 64) return Link::NvLink(n);
   }
-  return absl::InvalidArgumentError(
-      StrCat("unknown link level \"", text, "\": expected X, NV<links> (e.g. NV12), PIX, PXB, PHB, NODE, ",
-                   "SYS or SOC"));
+  return absl::InvalidArgumentError(StrCat("unknown link level \"", text,
+                                           "\": expected X, NV<links> (e.g. NV12), PIX, PXB, PHB, NODE, ",
+                                           "SYS or SOC"));
 }
 
 LinkMatrix::LinkMatrix(int n, Link fill) : n_(n), links_(static_cast<size_t>(n * n), fill) {
@@ -81,16 +81,17 @@ absl::StatusOr<LinkMatrix> LinkMatrix::FromRows(const std::vector<std::vector<st
   for (int a = 0; a < n; ++a) {
     if (static_cast<int>(rows[static_cast<size_t>(a)].size()) != n) {
       return absl::InvalidArgumentError(StrCat("link matrix row ", a, " has ",
-                                                     rows[static_cast<size_t>(a)].size(), " entries, expected ", n,
-                                                     " (one per GPU)"));
+                                               rows[static_cast<size_t>(a)].size(), " entries, expected ", n,
+                                               " (one per GPU)"));
     }
     for (int b = 0; b < n; ++b) {
       absl::StatusOr<Link> l = Link::Parse(rows[static_cast<size_t>(a)][static_cast<size_t>(b)]);
-      if (!l.ok()) return absl::InvalidArgumentError(StrCat("link matrix [", a, "][", b, "]: ", l.status().message()));
+      if (!l.ok())
+        return absl::InvalidArgumentError(StrCat("link matrix [", a, "][", b, "]: ", l.status().message()));
       if ((a == b) != (l->kind == LinkKind::kSelf)) {
-        return absl::InvalidArgumentError(StrCat("link matrix [", a, "][", b, "] is ", l->ToString(),
-                                                       a == b ? ": the diagonal must be X"
-                                                              : ": only the diagonal may be X"));
+        return absl::InvalidArgumentError(
+            StrCat("link matrix [", a, "][", b, "] is ", l->ToString(),
+                   a == b ? ": the diagonal must be X" : ": only the diagonal may be X"));
       }
       m.links_[static_cast<size_t>(a * n + b)] = *l;
     }
@@ -99,8 +100,8 @@ absl::StatusOr<LinkMatrix> LinkMatrix::FromRows(const std::vector<std::vector<st
     for (int b = a + 1; b < n; ++b) {
       if (!(m.at(a, b) == m.at(b, a))) {
         return absl::InvalidArgumentError(StrCat("link matrix is not symmetric: GPU", a, "-GPU", b, " is ",
-                                                       m.at(a, b).ToString(), " but GPU", b, "-GPU", a, " is ",
-                                                       m.at(b, a).ToString()));
+                                                 m.at(a, b).ToString(), " but GPU", b, "-GPU", a, " is ",
+                                                 m.at(b, a).ToString()));
       }
     }
   }
@@ -126,8 +127,8 @@ absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
     int hi = 0;
     if (ends.size() == 1 && ParseInt(ends[0], &lo)) {
       hi = lo;
-    } else if (ends.size() != 2 || !ParseInt(ends[0], &lo) || !ParseInt(ends[1], &hi) || lo < 0 ||
-               hi < lo || hi - lo > 65536) {
+    } else if (ends.size() != 2 || !ParseInt(ends[0], &lo) || !ParseInt(ends[1], &hi) || lo < 0 || hi < lo ||
+               hi - lo > 65536) {
       return absl::InvalidArgumentError(
           StrCat("bad CPU list \"", text, "\": expected ranges like 0-9,20-29"));
     }
@@ -161,7 +162,8 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
   }
   if (header == lines.size()) {
     return absl::InvalidArgumentError(
-        "no topology matrix found: expected the output of `nvidia-smi topo -m`, whose header line starts with "
+        "no topology matrix found: expected the output of `nvidia-smi topo -m`, whose header line starts "
+        "with "
         "GPU0");
   }
   // Device columns run until "CPU" (of "CPU Affinity"); GPU columns are the GPU<n> among them.
@@ -173,7 +175,7 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
     if (IsGpuName(head[device_columns], &idx)) {
       if (idx != gpus) {
         return absl::InvalidArgumentError(StrCat("line ", header + 1, ": GPU columns out of order: found ",
-                                                       head[device_columns], " where GPU", gpus, " was expected"));
+                                                 head[device_columns], " where GPU", gpus, " was expected"));
       }
       ++gpus;
     }
@@ -193,12 +195,12 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
       continue;  // NIC rows
     }
     if (idx != static_cast<int>(rows.size())) {
-      return absl::InvalidArgumentError(StrCat("line ", i + 1, ": found row ", f[0], " where GPU",
-                                                     rows.size(), " was expected"));
+      return absl::InvalidArgumentError(
+          StrCat("line ", i + 1, ": found row ", f[0], " where GPU", rows.size(), " was expected"));
     }
     if (f.size() < 1 + device_columns) {
       return absl::InvalidArgumentError(StrCat("line ", i + 1, ": row ", f[0], " has ", f.size() - 1,
-                                                     " columns, the header has ", device_columns));
+                                               " columns, the header has ", device_columns));
     }
     std::vector<std::string> row;
     for (size_t c = 0; c < device_columns; ++c) {
@@ -211,7 +213,8 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
     if (has_cpu_affinity && f.size() > 1 + device_columns) {
       cpu = std::string(f[1 + device_columns]);
       absl::StatusOr<std::vector<int>> cpus = ParseCpuList(cpu);
-      if (!cpus.ok()) return absl::InvalidArgumentError(StrCat("line ", i + 1, ": ", cpus.status().message()));
+      if (!cpus.ok())
+        return absl::InvalidArgumentError(StrCat("line ", i + 1, ": ", cpus.status().message()));
       if (has_numa && f.size() > 2 + device_columns && !ParseInt(f[2 + device_columns], &numa)) numa = -1;
     }
     report.cpu_affinity.push_back(cpu == "N/A" ? "" : cpu);

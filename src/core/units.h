@@ -1,6 +1,6 @@
-// Strong types for the quantities Tessera accounts: memory in MiB and bytes, compute share in percent of a GPU
-// (the unit users write) and in thousandths of a GPU (the unit placement accounts in, fine enough for every
-// trace Tessera replays: the Alibaba trace's gpu_milli column is in thousandths).
+// Strong types for the quantities Tessera accounts: memory in MiB and bytes, compute share in percent of a
+// GPU (the unit users write) and in thousandths of a GPU (the unit placement accounts in, fine enough for
+// every trace Tessera replays: the Alibaba trace's gpu_milli column is in thousandths).
 //
 // Quantities of different units never mix silently: MiB + Bytes does not compile, and every conversion is a
 // named function.
@@ -21,12 +21,14 @@
 namespace tessera::core {
 
 // A number with a unit. Tag makes each unit a distinct type; Rep is the integer it is stored in.
+// Like std::chrono::duration, a default-initialized Quantity holds no value (so that arrays of them cost
+// nothing to declare); value-initialize it, `MiB m{};`, for zero.
 template <typename Tag, typename Rep>
 class Quantity {
  public:
   using rep = Rep;
 
-  constexpr Quantity() = default;
+  Quantity() = default;
   constexpr explicit Quantity(Rep value) : value_(value) {}
 
   constexpr Rep value() const { return value_; }
@@ -46,7 +48,7 @@ class Quantity {
   constexpr Quantity operator*(Rep factor) const { return Quantity(value_ * factor); }
 
  private:
-  Rep value_{};
+  Rep value_;
 };
 
 struct MiBTag {};
@@ -69,15 +71,25 @@ using MilliGpu = Quantity<MilliGpuTag, int32_t>;
 
 constexpr MilliGpu kWholeGpu{1000};
 
-constexpr MilliGpu ToMilliGpu(Percent p) { return MilliGpu(p.value() * 10); }
-constexpr bool IsWholeGpu(MilliGpu m) { return m == kWholeGpu; }
+constexpr MilliGpu ToMilliGpu(Percent p) {
+  return MilliGpu(p.value() * 10);
+}
+constexpr bool IsWholeGpu(MilliGpu m) {
+  return m == kWholeGpu;
+}
 
-constexpr Bytes ToBytes(MiB m) { return Bytes(m.value() * (int64_t{1} << 20)); }
+constexpr Bytes ToBytes(MiB m) {
+  return Bytes(m.value() * (int64_t{1} << 20));
+}
 // Rounds down: a limit never grows by conversion.
-constexpr MiB ToMiBFloor(Bytes b) { return MiB(b.value() >> 20); }
+constexpr MiB ToMiBFloor(Bytes b) {
+  return MiB(b.value() >> 20);
+}
 
 // Percent of a GPU, rounded down to whole percent (for display).
-constexpr Percent ToPercentFloor(MilliGpu m) { return Percent(m.value() / 10); }
+constexpr Percent ToPercentFloor(MilliGpu m) {
+  return Percent(m.value() / 10);
+}
 
 // The memory that goes with a compute share when memory is left out (the GPU Sharing design principle:
 // compute and memory proportional). Rounds down so that shares of one GPU never add up past its memory.
@@ -102,7 +114,9 @@ std::ostream& operator<<(std::ostream& os, Quantity<Tag, Rep> q) {
 
 template <typename Tag, typename Rep>
 struct std::hash<tessera::core::Quantity<Tag, Rep>> {
-  size_t operator()(tessera::core::Quantity<Tag, Rep> q) const noexcept { return std::hash<Rep>{}(q.value()); }
+  size_t operator()(tessera::core::Quantity<Tag, Rep> q) const noexcept {
+    return std::hash<Rep>{}(q.value());
+  }
 };
 
 #endif  // TESSERA_CORE_UNITS_H_

@@ -34,8 +34,8 @@ void CheckKeys(const YAML::Node& map, std::initializer_list<const char*> allowed
     for (const char* a : allowed) ok = ok || key == a;
     if (!ok) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
-      Fail(kv.first, StrCat("unknown field \"", key, "\" in ", what, "; expected one of: ",
-                                  StrJoin(names, ", ")));
+      Fail(kv.first,
+           StrCat("unknown field \"", key, "\" in ", what, "; expected one of: ", StrJoin(names, ", ")));
     }
   }
 }
@@ -86,8 +86,10 @@ GpuInfo ParseGpu(const YAML::Node& n, const std::string& node, int index) {
 }
 
 std::vector<NodeInfo> ParseNode(const YAML::Node& n) {
-  CheckKeys(n, {"name", "replicas", "cpuMilli", "memoryMiB", "gpus", "topology", "links", "numaCpus", "schedulable"},
-            "a node");
+  CheckKeys(
+      n,
+      {"name", "replicas", "cpuMilli", "memoryMiB", "gpus", "topology", "links", "numaCpus", "schedulable"},
+      "a node");
   if (!n["name"]) Fail(n, "a node needs a name");
   NodeInfo base;
   const std::string name = Str(n["name"], "name");
@@ -129,12 +131,14 @@ std::vector<NodeInfo> ParseNode(const YAML::Node& n) {
       }
     }
     const int count = static_cast<int>(info.gpus.size());
-    if (n["topology"] && n["links"]) Fail(n, "give either topology (nvidia-smi topo -m text) or links, not both");
+    if (n["topology"] && n["links"])
+      Fail(n, "give either topology (nvidia-smi topo -m text) or links, not both");
     if (n["topology"]) {
       absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(n["topology"], "topology"));
       if (!topo.ok()) Fail(n["topology"], StrCat("topology: ", topo.status().message()));
       if (topo->links.size() != count) {
-        Fail(n["topology"], StrCat("topology describes ", topo->links.size(), " GPUs but the node has ", count));
+        Fail(n["topology"],
+             StrCat("topology describes ", topo->links.size(), " GPUs but the node has ", count));
       }
       info.links = topo->links;
       for (int g = 0; g < count; ++g) {
@@ -153,11 +157,14 @@ std::vector<NodeInfo> ParseNode(const YAML::Node& n) {
       }
       absl::StatusOr<core::LinkMatrix> m = core::LinkMatrix::FromRows(rows);
       if (!m.ok()) Fail(n["links"], std::string(m.status().message()));
-      if (m->size() != count) Fail(n["links"], StrCat("links is ", m->size(), "x", m->size(), " but the node has ", count, " GPUs"));
+      if (m->size() != count)
+        Fail(n["links"],
+             StrCat("links is ", m->size(), "x", m->size(), " but the node has ", count, " GPUs"));
       info.links = *m;
     }
     if (n["numaCpus"]) {
-      if (!n["numaCpus"].IsMap()) Fail(n["numaCpus"], "numaCpus maps a NUMA node to its CPUs, e.g. {0: \"0-15\"}");
+      if (!n["numaCpus"].IsMap())
+        Fail(n["numaCpus"], "numaCpus maps a NUMA node to its CPUs, e.g. {0: \"0-15\"}");
       for (const auto& kv : n["numaCpus"]) {
         const int numa = static_cast<int>(Int(kv.first, "a NUMA node", 0, 1024));
         const std::string cpus = Str(kv.second, "numaCpus");
@@ -176,8 +183,8 @@ auto Guard(std::string_view source, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const FileError& e) {
-    return absl::InvalidArgumentError(StrCat(source, e.line > 0 ? StrCat(" line ", e.line) : "", ": ",
-                                                   e.message));
+    return absl::InvalidArgumentError(
+        StrCat(source, e.line > 0 ? StrCat(" line ", e.line) : "", ": ", e.message));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(source, " line ", e.mark.line + 1, ": ", e.msg));
   }
@@ -196,14 +203,16 @@ absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_
     if (!doc || doc.IsNull()) Fail(doc, "the file is empty; expected a mapping with a list of nodes");
     CheckKeys(doc, {"apiVersion", "kind", "nodes", "quotas"}, "a cluster file");
     if (doc["kind"] && Str(doc["kind"], "kind") != "Cluster") {
-      Fail(doc["kind"], StrCat("kind is ", doc["kind"].as<std::string>(), "; a cluster file has kind: Cluster"));
+      Fail(doc["kind"],
+           StrCat("kind is ", doc["kind"].as<std::string>(), "; a cluster file has kind: Cluster"));
     }
     if (!doc["nodes"] || !doc["nodes"].IsSequence()) Fail(doc, "a cluster file needs a list of nodes");
     ClusterFile file;
     std::set<std::string> names;
     for (const YAML::Node& n : doc["nodes"]) {
       for (NodeInfo& info : ParseNode(n)) {
-        if (!names.insert(info.name.value()).second) Fail(n, StrCat("node ", info.name.value(), " appears twice"));
+        if (!names.insert(info.name.value()).second)
+          Fail(n, StrCat("node ", info.name.value(), " appears twice"));
         file.nodes.push_back(std::move(info));
       }
     }
@@ -253,7 +262,8 @@ absl::StatusOr<std::vector<core::PodSpec>> ParseWorkloadFile(std::string_view te
       if (p["namespace"]) base.ns = Str(p["namespace"], "namespace");
       if (p["annotations"]) {
         if (!p["annotations"].IsMap()) Fail(p["annotations"], "annotations must map keys to strings");
-        for (const auto& kv : p["annotations"]) base.annotations[kv.first.as<std::string>()] = Str(kv.second, "an annotation");
+        for (const auto& kv : p["annotations"])
+          base.annotations[kv.first.as<std::string>()] = Str(kv.second, "an annotation");
       }
       if (!p["containers"] || !p["containers"].IsSequence()) Fail(p, "a pod needs a list of containers");
       for (const YAML::Node& c : p["containers"]) {

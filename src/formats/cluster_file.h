@@ -1,5 +1,5 @@
-// The project's own cluster and workload files (YAML, or JSON, which is YAML too). Documented with examples in
-// docs/file-formats.md; the bundled examples are in examples/.
+// The project's own cluster and workload files (YAML, or JSON, which is YAML too). Documented with examples
+// in docs/file-formats.md; the bundled examples are in examples/.
 //
 //   absl::StatusOr<ClusterFile> c = ParseClusterFile(text, "examples/cluster-small.yaml");
 //   for (NodeInfo& n : c->nodes) cluster.AddNode(std::move(n));

@@ -30,7 +30,9 @@ Result Tessera(const std::string& args) {
   return r;
 }
 
-std::string Data(const std::string& relative) { return std::string(TESSERA_SOURCE_DIR) + "/" + relative; }
+std::string Data(const std::string& relative) {
+  return std::string(TESSERA_SOURCE_DIR) + "/" + relative;
+}
 
 std::string TempFile(const std::string& name, const std::string& content) {
   std::string path = ::testing::TempDir() + name;
@@ -80,9 +82,10 @@ TEST(TesseraCliTest, PlaceReportsBadFiles) {
   Result r = Tessera("place --cluster " + broken);
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.output, HasSubstr("broken.yaml line 3: the gpus shorthand needs model, count and memoryMiB"));
-  std::string bad_pod = TempFile("badpod.yaml",
-                                 "pods:\n  - name: p\n    containers:\n      - resources: {tessera.dev/gpu-cores: 150, "
-                                 "tessera.dev/gpu: 2}\n");
+  std::string bad_pod =
+      TempFile("badpod.yaml",
+               "pods:\n  - name: p\n    containers:\n      - resources: {tessera.dev/gpu-cores: 150, "
+               "tessera.dev/gpu: 2}\n");
   Result p = Tessera("place --pods " + bad_pod);
   EXPECT_EQ(p.status, 0);  // a refused pod is a decision, not a failure
   EXPECT_THAT(p.output, HasSubstr("default/p: container \"main\": tessera.dev/gpu-cores is 150"));

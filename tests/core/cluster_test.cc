@@ -8,16 +8,18 @@
 namespace tessera::core {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::MakeNode;
 using ::tessera::testing::MakePod;
 using ::tessera::testing::Share;
+using ::testing::HasSubstr;
 
 Placement On(const std::string& node, std::vector<VGpuAssignment> vgpus) {
   return ::tessera::testing::PlacementOn(node, std::move(vgpus));
 }
 
-VGpuAssignment Vgpu(int gpu, int milli, int64_t mib) { return {gpu, GpuUuid(), MilliGpu(milli), MiB(mib)}; }
+VGpuAssignment Vgpu(int gpu, int milli, int64_t mib) {
+  return {gpu, GpuUuid(), MilliGpu(milli), MiB(mib)};
+}
 
 TEST(ClusterTest, AddNodeValidates) {
   Cluster c;
@@ -105,7 +107,8 @@ TEST(ClusterTest, HostResourcesAreAccounted) {
   EXPECT_EQ(c.FindNode(NodeName("a"))->free_cpu().value(), 1000);
   PodRequest q = MakePod("q", {Share(10)});
   q.cpu = MilliCpu(2000);
-  EXPECT_THAT(std::string(c.Commit(q, On("a", {Vgpu(0, 100, 100)})).message()), HasSubstr("1000 millicores free"));
+  EXPECT_THAT(std::string(c.Commit(q, On("a", {Vgpu(0, 100, 100)})).message()),
+              HasSubstr("1000 millicores free"));
   ASSERT_TRUE(c.Release(PodUid("p")).ok());
   EXPECT_EQ(c.FindNode(NodeName("a"))->free_host_memory().value(), 8192);
 }

@@ -19,7 +19,9 @@ AccessCostTree TreeOf(const std::string& file) {
   return *t;
 }
 
-std::vector<MilliGpu> AllFree(int n) { return std::vector<MilliGpu>(static_cast<size_t>(n), kWholeGpu); }
+std::vector<MilliGpu> AllFree(int n) {
+  return std::vector<MilliGpu>(static_cast<size_t>(n), kWholeGpu);
+}
 
 GpuMask Mask(std::initializer_list<int> gpus) {
   GpuMask m;

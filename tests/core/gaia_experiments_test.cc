@@ -30,7 +30,9 @@ LinkMatrix PaperTopology() {
   return *m;
 }
 
-AccessCostTree PaperTree() { return *AccessCostTree::Build(PaperTopology()); }
+AccessCostTree PaperTree() {
+  return *AccessCostTree::Build(PaperTopology());
+}
 
 std::vector<MilliGpu> Free(int g0, int g1, int g2, int g3) {
   return {MilliGpu(g0), MilliGpu(g1), MilliGpu(g2), MilliGpu(g3)};
@@ -46,7 +48,8 @@ TEST(GaiaExperimentsTest, Table1SimpleScheduling) {
     std::optional<GpuMask> g = tree.Schedule(Free(1000, 1000, 1000, 1000), GpuMask::All(4), kWholeGpu, rng);
     ASSERT_TRUE(g.has_value());
     ++one[*g->begin()];
-    std::optional<GpuMask> two = tree.Schedule(Free(1000, 1000, 1000, 1000), GpuMask::All(4), MilliGpu(2000), rng);
+    std::optional<GpuMask> two =
+        tree.Schedule(Free(1000, 1000, 1000, 1000), GpuMask::All(4), MilliGpu(2000), rng);
     ASSERT_TRUE(two.has_value());
     if (two->bits() == 0b1100) ++pair23;
   }
@@ -136,8 +139,10 @@ TEST_F(GaiaThroughPlacerTest, AllFourTables) {
   EXPECT_LE(table1[2], 300);
 
   // Table II: container 1 holds 0.5 of gpu2.
-  ASSERT_TRUE(cluster_.Commit(MakePod("c1", {Milli(500)}),
-                              ::tessera::testing::PlacementOn("paper", {{2, GpuUuid("GPU-paper-2"), MilliGpu(500), MiB(8192)}}))
+  ASSERT_TRUE(cluster_
+                  .Commit(MakePod("c1", {Milli(500)}),
+                          ::tessera::testing::PlacementOn(
+                              "paper", {{2, GpuUuid("GPU-paper-2"), MilliGpu(500), MiB(8192)}}))
                   .ok());
   for (int i = 0; i < kRepetitions; ++i) {
     ASSERT_EQ(Place(MakePod("c2", {Milli(400)})), std::vector<int>{2});
@@ -148,8 +153,10 @@ TEST_F(GaiaThroughPlacerTest, AllFourTables) {
   Release("c1");
 
   // Tables III and IV: gpu2 taken whole.
-  ASSERT_TRUE(cluster_.Commit(MakePod("busy", {Whole()}),
-                              ::tessera::testing::PlacementOn("paper", {{2, GpuUuid("GPU-paper-2"), kWholeGpu, MiB(16384)}}))
+  ASSERT_TRUE(cluster_
+                  .Commit(MakePod("busy", {Whole()}),
+                          ::tessera::testing::PlacementOn(
+                              "paper", {{2, GpuUuid("GPU-paper-2"), kWholeGpu, MiB(16384)}}))
                   .ok());
   for (int i = 0; i < kRepetitions; ++i) {
     ASSERT_EQ(Place(MakePod("three", {Whole()})), std::vector<int>{3});

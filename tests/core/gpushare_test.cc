@@ -8,9 +8,9 @@
 namespace tessera::core {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::MakeNode;
 using ::tessera::testing::MakePod;
+using ::testing::HasSubstr;
 
 constexpr int64_t kGpuMiB = 16276;  // "a single device with 16GiB of memory ... 16276MiB"
 
@@ -42,8 +42,8 @@ class GpushareExamplesTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Policy> policy_;
 };
 
-// Bind: node N1's GPUs have 12207, 8138, 4069 and 16276 MiB free; a request of 8138 MiB picks GPU1, "which has
-// the least remaining resources" among those that fit.
+// Bind: node N1's GPUs have 12207, 8138, 4069 and 16276 MiB free; a request of 8138 MiB picks GPU1, "which
+// has the least remaining resources" among those that fit.
 TEST_P(GpushareExamplesTest, BinpackPicksGpu1OnN1) {
   AddNode("N1", {kGpuMiB - 12207, kGpuMiB - 8138, kGpuMiB - 4069, 0});
   for (int i = 0; i < 20; ++i) {
@@ -55,8 +55,8 @@ TEST_P(GpushareExamplesTest, BinpackPicksGpu1OnN1) {
   }
 }
 
-// Filter: three nodes of two GPUs. N1 has 4069 MiB free in all; N2 has 8138 free, but 4069 on each GPU; N3 has
-// 8138 free on GPU0. Only N3 can take 8138 MiB on one device.
+// Filter: three nodes of two GPUs. N1 has 4069 MiB free in all; N2 has 8138 free, but 4069 on each GPU; N3
+// has 8138 free on GPU0. Only N3 can take 8138 MiB on one device.
 TEST_P(GpushareExamplesTest, FilterRejectsSplitMemory) {
   AddNode("N1", {kGpuMiB, 12207});
   AddNode("N2", {12207, 12207});
@@ -68,7 +68,9 @@ TEST_P(GpushareExamplesTest, FilterRejectsSplitMemory) {
   EXPECT_FALSE(placer.Evaluate(*cluster_.FindNode(NodeName("N2")), compiled, rng_).fits());
   EXPECT_TRUE(placer.Evaluate(*cluster_.FindNode(NodeName("N3")), compiled, rng_).fits());
   Explanation why = placer.Explain(cluster_, *cluster_.FindNode(NodeName("N2")), ask);
-  EXPECT_THAT(why.message, HasSubstr("no GPU has room; GPU 0 has 25% compute free, 50% needed and 4069 MiB free, 8138 needed"));
+  EXPECT_THAT(
+      why.message,
+      HasSubstr("no GPU has room; GPU 0 has 25% compute free, 50% needed and 4069 MiB free, 8138 needed"));
   absl::StatusOr<Placement> p = placer.Place(cluster_, ask, rng_);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->node, NodeName("N3"));

@@ -8,12 +8,12 @@
 namespace tessera::core {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::MakeNode;
 using ::tessera::testing::MakePod;
 using ::tessera::testing::ReadTestData;
 using ::tessera::testing::Share;
 using ::tessera::testing::Whole;
+using ::testing::HasSubstr;
 
 class PlacerTest : public ::testing::Test {
  protected:
@@ -28,7 +28,8 @@ class PlacerTest : public ::testing::Test {
     p.priority = priority;
     const NodeState* n = cluster_.FindNode(NodeName(node));
     ASSERT_NE(n, nullptr);
-    Placement pl = ::tessera::testing::PlacementOn(node, {{gpu, n->gpu(gpu).uuid, MilliGpu(milli), MiB(mib)}});
+    Placement pl =
+        ::tessera::testing::PlacementOn(node, {{gpu, n->gpu(gpu).uuid, MilliGpu(milli), MiB(mib)}});
     ASSERT_TRUE(cluster_.Commit(p, pl).ok());
   }
   absl::StatusOr<Placement> Place(Placer& placer, const PodRequest& pod) {
@@ -64,7 +65,8 @@ TEST_F(PlacerTest, ModelIncludeAndExclude) {
   h100.model_include = {"H100"};
   absl::StatusOr<Placement> none = Place(placer, h100);
   ASSERT_FALSE(none.ok());
-  EXPECT_THAT(std::string(none.status().message()), HasSubstr("node t4: has T4 GPUs; the pod allows only H100"));
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("node t4: has T4 GPUs; the pod allows only H100"));
 }
 
 TEST_F(PlacerTest, NeverMixesModelsInOnePod) {
@@ -80,7 +82,8 @@ TEST_F(PlacerTest, NeverMixesModelsInOnePod) {
     absl::StatusOr<Placement> two = placer.Place(cluster_, MakePod("two", {Whole(), Whole()}), rng_);
     ASSERT_TRUE(two.ok());
     const auto& v = two->containers[0].vgpus;
-    EXPECT_EQ(mixed.gpus[static_cast<size_t>(v[0].gpu_index)].model, mixed.gpus[static_cast<size_t>(v[1].gpu_index)].model);
+    EXPECT_EQ(mixed.gpus[static_cast<size_t>(v[0].gpu_index)].model,
+              mixed.gpus[static_cast<size_t>(v[1].gpu_index)].model);
   }
 }
 
@@ -139,9 +142,10 @@ TEST_F(PlacerTest, ExplainsWhatAGpuLacks) {
   Placer placer = MakePlacer("gaia");
   PodRequest pod = MakePod("p", {Share(30, 4096)});
   Explanation e = placer.Explain(cluster_, *cluster_.FindNode(NodeName("a")), pod);
-  EXPECT_EQ(e.message,
-            "node a: container main needs a GPU with 30% and 4096 MiB free; no GPU has room; GPU 3 has 2048 MiB "
-            "free, 4096 needed");
+  EXPECT_EQ(
+      e.message,
+      "node a: container main needs a GPU with 30% and 4096 MiB free; no GPU has room; GPU 3 has 2048 MiB "
+      "free, 4096 needed");
   EXPECT_FALSE(e.unresolvable);  // preempting tenants would help
 
   PodRequest huge = MakePod("h", {Share(30, 20000)});
@@ -151,12 +155,14 @@ TEST_F(PlacerTest, ExplainsWhatAGpuLacks) {
 
   PodRequest whole = MakePod("w", {Whole(), Whole()});
   Explanation w = placer.Explain(cluster_, *cluster_.FindNode(NodeName("a")), whole);
-  EXPECT_THAT(w.message, HasSubstr("container main needs 2 whole GPUs; no GPU has room; GPU 3 is shared (50% in use)"));
+  EXPECT_THAT(w.message,
+              HasSubstr("container main needs 2 whole GPUs; no GPU has room; GPU 3 is shared (50% in use)"));
 
   absl::StatusOr<Placement> refused = placer.Place(cluster_, pod, rng_);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("pod default/p fits on none of 1 nodes: node a:"));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("pod default/p fits on none of 1 nodes: node a:"));
 }
 
 TEST_F(PlacerTest, EvaluateAgreesWithExplain) {
@@ -255,12 +261,14 @@ TEST_F(PlacerTest, MemoryLimitsAsMaterialized) {
   ASSERT_TRUE(cluster_.AddNode(MakeNode("a", 1, MiB(16000))).ok());
   Placer placer = MakePlacer("gaia");
   // Memory left out: in proportion to the share.
-  EXPECT_EQ(placer.Place(cluster_, MakePod("p", {Share(25)}), rng_)->containers[0].vgpus[0].memory.value(), 4000);
+  EXPECT_EQ(placer.Place(cluster_, MakePod("p", {Share(25)}), rng_)->containers[0].vgpus[0].memory.value(),
+            4000);
   // Or the whole GPU's memory, by configuration.
   PlacementOptions whole;
   whole.default_memory = PlacementOptions::DefaultMemory::kWholeGpuMemory;
   Placer placer2 = MakePlacer("gaia", whole);
-  EXPECT_EQ(placer2.Place(cluster_, MakePod("p", {Share(25)}), rng_)->containers[0].vgpus[0].memory.value(), 16000);
+  EXPECT_EQ(placer2.Place(cluster_, MakePod("p", {Share(25)}), rng_)->containers[0].vgpus[0].memory.value(),
+            16000);
   // Memory only: the share follows the memory.
   VGpuDemand mem_only{MilliGpu(0), {MemorySpec::Kind::kMiB, 4000}};
   absl::StatusOr<Placement> m = placer.Place(cluster_, MakePod("m", {mem_only}), rng_);
@@ -272,7 +280,8 @@ TEST_F(PlacerTest, CandidatesLimitTheSearch) {
   ASSERT_TRUE(cluster_.AddNode(MakeNode("b", 1)).ok());
   Placer placer = MakePlacer("spread");
   std::vector<NodeName> only_b = {NodeName("b")};
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(placer.Place(cluster_, MakePod("p", {Share(10)}), rng_, only_b)->node, NodeName("b"));
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(placer.Place(cluster_, MakePod("p", {Share(10)}), rng_, only_b)->node, NodeName("b"));
 }
 
 TEST_F(PlacerTest, PodsWithoutGpusAreFitByCpu) {

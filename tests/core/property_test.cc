@@ -32,9 +32,11 @@ Cluster RandomCluster(Rng& rng) {
       TopoReport topo = *ParseNvidiaSmiTopo(ReadTestData(file));
       n = MakeNode(StrCat("n", i), topo.links.size(), MiB(t4 ? 15360 : 81920), t4 ? "T4" : "A100");
       n.links = topo.links;
-      for (int g = 0; g < n.links.size(); ++g) n.gpus[static_cast<size_t>(g)].numa_node = topo.numa_node[static_cast<size_t>(g)];
+      for (int g = 0; g < n.links.size(); ++g)
+        n.gpus[static_cast<size_t>(g)].numa_node = topo.numa_node[static_cast<size_t>(g)];
     } else {
-      n = MakeNode(StrCat("n", i), 1 + static_cast<int>(rng.Uniform(8)), MiB(t4 ? 15360 : 81920), t4 ? "T4" : "A100");
+      n = MakeNode(StrCat("n", i), 1 + static_cast<int>(rng.Uniform(8)), MiB(t4 ? 15360 : 81920),
+                   t4 ? "T4" : "A100");
       for (GpuInfo& g : n.gpus) g.numa_node = g.index % 2;
     }
     n.cpu = MilliCpu(64000);

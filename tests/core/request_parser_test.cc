@@ -8,9 +8,9 @@
 namespace tessera::core {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::Share;
 using ::tessera::testing::Whole;
+using ::testing::HasSubstr;
 
 PodSpec Pod(ResourceList limits, std::map<std::string, std::string> annotations = {}) {
   PodSpec p;
@@ -33,7 +33,9 @@ std::string Error(const PodSpec& pod, const ParseOptions& options = {}) {
   EXPECT_FALSE(r.ok()) << "expected a refusal";
   return r.ok() ? "" : std::string(r.status().message());
 }
-std::string Refusal(const ResourceList& limits) { return Error(Pod(limits)); }
+std::string Refusal(const ResourceList& limits) {
+  return Error(Pod(limits));
+}
 
 VGpuDemand WithMemory(VGpuDemand d, MemorySpec::Kind kind, int64_t value) {
   d.memory = {kind, value};
@@ -41,8 +43,9 @@ VGpuDemand WithMemory(VGpuDemand d, MemorySpec::Kind kind, int64_t value) {
 }
 
 TEST(RequestParserTest, TesseraShares) {
-  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}),
-            (std::vector<VGpuDemand>{Share(30, 4096), Share(30, 4096)}));
+  EXPECT_EQ(
+      VGpus({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}),
+      (std::vector<VGpuDemand>{Share(30, 4096), Share(30, 4096)}));
   // gpu defaults to 1 when another tessera resource is given.
   EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "25"}}), (std::vector<VGpuDemand>{Share(25)}));
   // Memory in percent: compute follows it when cores are left out.
@@ -55,12 +58,14 @@ TEST(RequestParserTest, TesseraShares) {
 
 TEST(RequestParserTest, WholeGpus) {
   EXPECT_EQ(VGpus({{"tessera.dev/gpu", "3"}}), (std::vector<VGpuDemand>{Whole(), Whole(), Whole()}));
-  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-cores", "100"}}), (std::vector<VGpuDemand>{Whole()}));
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-cores", "100"}}),
+            (std::vector<VGpuDemand>{Whole()}));
 }
 
 TEST(RequestParserTest, TwoAndAHalfGpus) {
   // Gaia's future work, DESIGN.md section 2: gpu-cores 250 without tessera.dev/gpu.
-  EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "250"}}), (std::vector<VGpuDemand>{Whole(), Whole(), Share(50)}));
+  EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "250"}}),
+            (std::vector<VGpuDemand>{Whole(), Whole(), Share(50)}));
   EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "200"}}), (std::vector<VGpuDemand>{Whole(), Whole()}));
 }
 
@@ -124,13 +129,13 @@ TEST(RequestParserTest, InitContainersMayNotAskForGpus) {
 }
 
 TEST(RequestParserTest, Annotations) {
-  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"tessera.dev/gpu", "1"}},
-                                                     {{"tessera.dev/gpu-model", "A100-SXM4-80GB, H100"},
-                                                      {"tessera.dev/gpu-model-exclude", "T4"},
-                                                      {"tessera.dev/gpu-uuid-exclude", "GPU-1"},
-                                                      {"tessera.dev/priority", "High"},
-                                                      {"tessera.dev/compute-policy", "elastic"},
-                                                      {"tessera.dev/numa-bind", "true"}}));
+  absl::StatusOr<PodRequest> r =
+      ParsePodRequest(Pod({{"tessera.dev/gpu", "1"}}, {{"tessera.dev/gpu-model", "A100-SXM4-80GB, H100"},
+                                                       {"tessera.dev/gpu-model-exclude", "T4"},
+                                                       {"tessera.dev/gpu-uuid-exclude", "GPU-1"},
+                                                       {"tessera.dev/priority", "High"},
+                                                       {"tessera.dev/compute-policy", "elastic"},
+                                                       {"tessera.dev/numa-bind", "true"}}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->model_include, (std::vector<std::string>{"A100-SXM4-80GB", "H100"}));
   EXPECT_EQ(r->model_exclude, (std::vector<std::string>{"T4"}));
@@ -148,9 +153,11 @@ TEST(RequestParserTest, BadAnnotations) {
   EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-model", " , "}})), HasSubstr("is empty"));
   EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-model", "T4"}, {"tessera.dev/gpu-model-exclude", "T4"}})),
               HasSubstr("both in"));
-  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-modle", "T4"}})), HasSubstr("did you mean tessera.dev/gpu-model?"));
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-modle", "T4"}})),
+              HasSubstr("did you mean tessera.dev/gpu-model?"));
   // Annotations Tessera itself writes are not mistaken for typos.
-  EXPECT_TRUE(ParsePodRequest(Pod(one, {{"tessera.dev/assignment", "{}"}, {"tessera.dev/phase", "bound"}})).ok());
+  EXPECT_TRUE(
+      ParsePodRequest(Pod(one, {{"tessera.dev/assignment", "{}"}, {"tessera.dev/phase", "bound"}})).ok());
 }
 
 TEST(RequestParserTest, HostResources) {
@@ -160,24 +167,26 @@ TEST(RequestParserTest, HostResources) {
   p.init_containers.push_back({"init", {}, {{"cpu", "4"}}, false});
   absl::StatusOr<PodRequest> r = ParsePodRequest(p);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->cpu.value(), 4000);      // the init container's 4 CPUs beat 1.5 in the app containers
-  EXPECT_EQ(r->memory.value(), 8292);   // 8 GiB + 100 MiB
+  EXPECT_EQ(r->cpu.value(), 4000);     // the init container's 4 CPUs beat 1.5 in the app containers
+  EXPECT_EQ(r->memory.value(), 8292);  // 8 GiB + 100 MiB
 }
 
 // --- the other systems' names -------------------------------------------------------------------------
 
 TEST(ForeignNamesTest, Hami) {
   // nvidia.com/gpu alone: whole GPUs (HAMi gives the whole memory; the NVIDIA plugin whole devices).
-  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "2"}}), (std::vector<VGpuDemand>{
-      WithMemory(Whole(), MemorySpec::Kind::kPercent, 100), WithMemory(Whole(), MemorySpec::Kind::kPercent, 100)}));
+  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "2"}}),
+            (std::vector<VGpuDemand>{WithMemory(Whole(), MemorySpec::Kind::kPercent, 100),
+                                     WithMemory(Whole(), MemorySpec::Kind::kPercent, 100)}));
   EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "4000"}}),
             (std::vector<VGpuDemand>{Share(30, 4000)}));
   // Cores without memory: HAMi gives the whole memory.
   EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}}),
             (std::vector<VGpuDemand>{WithMemory(Share(30), MemorySpec::Kind::kPercent, 100)}));
   // gpucores 0 is HAMi's "no core limit": compute follows memory.
-  EXPECT_EQ(VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem-percentage", "25"}}),
-            (std::vector<VGpuDemand>{WithMemory(Share(25), MemorySpec::Kind::kPercent, 25)}));
+  EXPECT_EQ(
+      VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem-percentage", "25"}}),
+      (std::vector<VGpuDemand>{WithMemory(Share(25), MemorySpec::Kind::kPercent, 25)}));
 }
 
 TEST(ForeignNamesTest, GpuManager) {
@@ -197,13 +206,16 @@ TEST(ForeignNamesTest, GpushareAndVolcano) {
   absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"aliyun.com/gpu-mem", "8138"}}), mib);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->containers[0].vgpus[0].memory.value, 8138);
-  EXPECT_EQ(VGpus({{"volcano.sh/vgpu-number", "2"}, {"volcano.sh/vgpu-cores", "40"}, {"volcano.sh/vgpu-memory", "3000"}}),
+  EXPECT_EQ(VGpus({{"volcano.sh/vgpu-number", "2"},
+                   {"volcano.sh/vgpu-cores", "40"},
+                   {"volcano.sh/vgpu-memory", "3000"}}),
             (std::vector<VGpuDemand>{Share(40, 3000), Share(40, 3000)}));
 }
 
 TEST(ForeignNamesTest, HamiAnnotations) {
-  absl::StatusOr<PodRequest> r = ParsePodRequest(
-      Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/use-gputype", "A100"}, {"nvidia.com/nouse-gpuuuid", "GPU-9"}}));
+  absl::StatusOr<PodRequest> r =
+      ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}},
+                          {{"nvidia.com/use-gputype", "A100"}, {"nvidia.com/nouse-gpuuuid", "GPU-9"}}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->model_include, std::vector<std::string>{"A100"});
   EXPECT_EQ(r->uuid_exclude, std::vector<GpuUuid>{GpuUuid("GPU-9")});

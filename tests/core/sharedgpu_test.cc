@@ -10,11 +10,11 @@
 namespace tessera::core {
 namespace {
 
-using ::testing::ElementsAre;
 using ::tessera::testing::MakeNode;
 using ::tessera::testing::MakePod;
 using ::tessera::testing::Share;
 using ::tessera::testing::Whole;
+using ::testing::ElementsAre;
 
 std::vector<int> Cuts(std::vector<int> shares, int deficit, int min_share) {
   std::vector<MilliGpu> s;
@@ -117,7 +117,8 @@ TEST_F(SharedGpuTest, CompressionSharesTheCutByEquations) {
   absl::StatusOr<Placement> h = Place(Pod("h", {Share(20, 1000)}, Priority::kHigh));
   ASSERT_TRUE(h.ok()) << h.status();
   std::map<std::string, int> cut;
-  for (const Compression& c : h->compressions) cut[c.tenant.pod.value()] = (c.old_cores - c.new_cores).value();
+  for (const Compression& c : h->compressions)
+    cut[c.tenant.pod.value()] = (c.old_cores - c.new_cores).value();
   EXPECT_EQ(cut["a"], 30);
   EXPECT_EQ(cut["b"], 40);
   EXPECT_EQ(cut["c"], 30);
@@ -166,7 +167,8 @@ TEST_F(SharedGpuTest, HighPriorityTakesAnIdleGpuFirst) {
 TEST_F(SharedGpuTest, HighPriorityPrefersNodesWithAnIdleGpu) {
   ASSERT_TRUE(cluster_.AddNode(MakeNode("full", 1)).ok());
   ASSERT_TRUE(cluster_.AddNode(MakeNode("idle", 1)).ok());
-  Placement on_full = ::tessera::testing::PlacementOn("full", {{0, GpuUuid("GPU-full-0"), MilliGpu(100), MiB(100)}});
+  Placement on_full =
+      ::tessera::testing::PlacementOn("full", {{0, GpuUuid("GPU-full-0"), MilliGpu(100), MiB(100)}});
   ASSERT_TRUE(cluster_.Commit(Pod("x", {}, Priority::kLow), on_full).ok());
   for (int i = 0; i < 10; ++i) {
     Placer placer(*policy_);
@@ -178,13 +180,16 @@ TEST_F(SharedGpuTest, HighPriorityPrefersNodesWithAnIdleGpu) {
 TEST_F(SharedGpuTest, LowPriorityPrefersNodesWithOnlyLowPriorityTenants) {
   ASSERT_TRUE(cluster_.AddNode(MakeNode("with-high", 2)).ok());
   ASSERT_TRUE(cluster_.AddNode(MakeNode("low-only", 2)).ok());
-  Placement vip = ::tessera::testing::PlacementOn("with-high", {{0, GpuUuid("GPU-with-high-0"), MilliGpu(500), MiB(100)}});
+  Placement vip = ::tessera::testing::PlacementOn("with-high",
+                                                  {{0, GpuUuid("GPU-with-high-0"), MilliGpu(500), MiB(100)}});
   ASSERT_TRUE(cluster_.Commit(Pod("vip", {}, Priority::kHigh), vip).ok());
-  Placement low = ::tessera::testing::PlacementOn("low-only", {{0, GpuUuid("GPU-low-only-0"), MilliGpu(500), MiB(100)}});
+  Placement low =
+      ::tessera::testing::PlacementOn("low-only", {{0, GpuUuid("GPU-low-only-0"), MilliGpu(500), MiB(100)}});
   ASSERT_TRUE(cluster_.Commit(Pod("low", {}, Priority::kLow), low).ok());
   for (int i = 0; i < 10; ++i) {
     Placer placer(*policy_);
-    EXPECT_EQ(placer.Place(cluster_, Pod("l", {Share(20)}, Priority::kLow), rng_)->node, NodeName("low-only"));
+    EXPECT_EQ(placer.Place(cluster_, Pod("l", {Share(20)}, Priority::kLow), rng_)->node,
+              NodeName("low-only"));
   }
 }
 

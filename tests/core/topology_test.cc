@@ -23,11 +23,12 @@ TEST(LinkTest, ParsesWhatNvidiaSmiPrints) {
 
 TEST(LinkTest, CostsOrderNearestFirst) {
   // NVML's order: NVLink (more links nearer), PIX, PXB, PHB, NODE, SYS.
-  std::vector<Link> order = {Link::NvLink(18), Link::NvLink(12), Link::NvLink(1), Link::Of(LinkKind::kPix),
-                             Link::Of(LinkKind::kPxb),   Link::Of(LinkKind::kPhb), Link::Of(LinkKind::kNode),
-                             Link::Of(LinkKind::kSys)};
+  std::vector<Link> order = {Link::NvLink(18),          Link::NvLink(12),         Link::NvLink(1),
+                             Link::Of(LinkKind::kPix),  Link::Of(LinkKind::kPxb), Link::Of(LinkKind::kPhb),
+                             Link::Of(LinkKind::kNode), Link::Of(LinkKind::kSys)};
   for (size_t i = 1; i < order.size(); ++i) {
-    EXPECT_LT(order[i - 1].Cost(), order[i].Cost()) << order[i - 1].ToString() << " vs " << order[i].ToString();
+    EXPECT_LT(order[i - 1].Cost(), order[i].Cost())
+        << order[i - 1].ToString() << " vs " << order[i].ToString();
   }
 }
 

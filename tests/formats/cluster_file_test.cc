@@ -29,7 +29,7 @@ TEST(ClusterFileTest, BundledExample) {
   ASSERT_EQ(dgx.gpus.size(), 8u);
   EXPECT_EQ(dgx.gpus[3].uuid.value(), "GPU-dgx-a100-3");
   EXPECT_EQ(dgx.links.at(0, 7), core::Link::NvLink(12));
-  EXPECT_EQ(dgx.gpus[4].numa_node, 7);           // from the topology's NUMA column
+  EXPECT_EQ(dgx.gpus[4].numa_node, 7);              // from the topology's NUMA column
   EXPECT_EQ(dgx.numa_cpus.at(3), "48-63,176-191");  // and its CPU affinity
   EXPECT_EQ(f->nodes[2].numa_cpus.at(1), "10-19,30-39");
   ASSERT_EQ(f->quotas.size(), 1u);

@@ -10,7 +10,8 @@
 // Tessera adds one rule the paper leaves open: no tenant drops below a minimum share. A tenant that would is
 // cut to the minimum, and what it could not give is shared among the others by the same equations.
 //
-//   std::optional<std::vector<MilliGpu>> cuts = CompressionCuts({MilliGpu(400)}, MilliGpu(100), MilliGpu(10));
+//   std::optional<std::vector<MilliGpu>> cuts = CompressionCuts({MilliGpu(400)}, MilliGpu(100),
+//   MilliGpu(10));
 //   // the paper's example: a 40% tenant, 60% free, a high-priority pod asks 70%: cuts == {100} (40% -> 30%)
 //
 // Thread-safety: pure function.

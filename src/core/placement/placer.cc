@@ -109,10 +109,10 @@ GpuMask ModelMask(const NodeState& node, int model_id) {
 
 // Checks that do not depend on GPU use: the node, its host resources, models, UUIDs.
 RejectCode StaticChecks(const NodeState& node, const CompiledRequest& req) {
-  if (!node.info().schedulable) return RejectCode::kUnschedulable;
+  if (!node.schedulable()) return RejectCode::kUnschedulable;
   const PodRequest& r = req.request();
-  if (node.info().cpu.value() > 0 && r.cpu > node.free_cpu()) return RejectCode::kCpu;
-  if (node.info().memory.value() > 0 && r.memory > node.free_host_memory()) return RejectCode::kHostMemory;
+  if (node.tracks_cpu() && r.cpu > node.free_cpu()) return RejectCode::kCpu;
+  if (node.tracks_host_memory() && r.memory > node.free_host_memory()) return RejectCode::kHostMemory;
   if (!r.wants_gpu()) return RejectCode::kNone;
   if (node.healthy().Empty()) return RejectCode::kNoGpu;
   bool model = false;
@@ -151,10 +151,11 @@ std::string DescribeShortfall(const NodeScratch& s, const VGpuDemand& d, int g) 
   }
   if (d.exclusive() && s.free_cores(g) < kWholeGpu) {
     return StrCat("GPU ", g, " is shared (", Pct(kWholeGpu - s.free_cores(g)),
-                        " in use); a whole GPU is needed");
+                  " in use); a whole GPU is needed");
   }
   std::vector<std::string> parts;
-  if (s.free_cores(g) < r.cores) parts.push_back(StrCat(Pct(s.free_cores(g)), " compute free, ", Pct(r.cores), " needed"));
+  if (s.free_cores(g) < r.cores)
+    parts.push_back(StrCat(Pct(s.free_cores(g)), " compute free, ", Pct(r.cores), " needed"));
   if (s.free_memory(g) < r.memory_accounted) {
     parts.push_back(StrCat(s.free_memory(g).value(), " MiB free, ", r.memory_accounted.value(), " needed"));
   }
@@ -164,7 +165,8 @@ std::string DescribeShortfall(const NodeScratch& s, const VGpuDemand& d, int g) 
 
 }  // namespace
 
-NodeFit Placer::Evaluate(const Cluster& cluster, const NodeState& node, const PodRequest& request, Rng& rng) const {
+NodeFit Placer::Evaluate(const Cluster& cluster, const NodeState& node, const PodRequest& request,
+                         Rng& rng) const {
   CompiledRequest compiled(cluster, request);
   return Evaluate(node, compiled, rng);
 }
@@ -188,13 +190,23 @@ NodeFit Placer::Evaluate(const NodeState& node, const CompiledRequest& req, Rng&
     return fit;
   }
   const GpuMask uuid_ok = req.UuidAllowed(node) & node.healthy();
+  if (node.model_ids().size() == 1) {
+    const int model = node.model_ids()[0];
+    if (!req.ModelAllowed(model) || uuid_ok.Empty()) {
+      fit.reject = RejectCode::kGpuCapacity;
+      return fit;
+    }
+    EvaluateModel(node, req, model, uuid_ok, rng, fit);
+    return fit;
+  }
+  // A node with several models: each model on its own (never two models in one pod); the best wins.
   RejectCode why = RejectCode::kGpuCapacity;
   bool found = false;
+  NodeFit candidate;
   for (int model : node.model_ids()) {
     if (!req.ModelAllowed(model)) continue;
     const GpuMask eligible = uuid_ok & ModelMask(node, model);
     if (eligible.Empty()) continue;
-    NodeFit candidate;
     if (!EvaluateModel(node, req, model, eligible, rng, candidate)) {
       if (candidate.reject != RejectCode::kGpuCapacity) why = candidate.reject;
       continue;
@@ -241,13 +253,14 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
         for (int numa : node.numa_nodes()) {
           if (numa < 0) continue;
           int64_t free = 0;
-          for (int g : mask & node.GpusOnNuma(numa)) free += scratch.free_cores(g).value();
+          for (int g : mask& node.GpusOnNuma(numa)) free += scratch.free_cores(g).value();
           order[count++] = {free, numa};
         }
         std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count));
         for (size_t i = 0; i < count && !placed; ++i) {
           double numa_cost = 0;
-          if (policy_->SelectGpus(scratch, demands, mask & node.GpusOnNuma(order[i].second), rng, out, numa_cost)) {
+          if (policy_->SelectGpus(scratch, demands, mask & node.GpusOnNuma(order[i].second), rng, out,
+                                  numa_cost)) {
             placed = true;
             cost += numa_cost;
             fit.numa_of_container[c] = static_cast<int8_t>(order[i].second);
@@ -255,7 +268,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
         }
         if (!placed) {
           reject = policy_->SelectGpus(scratch, demands, mask, rng, out, cost) ? RejectCode::kNuma
-                                                                                 : RejectCode::kGpuCapacity;
+                                                                               : RejectCode::kGpuCapacity;
           return false;
         }
       }
@@ -271,7 +284,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
   };
 
   NodeScratch scratch(node, options_);
-  PodChoice choice;
+  PodChoice& choice = fit.choice;
   RejectCode reject = RejectCode::kGpuCapacity;
   bool ok = false;
   fit.tier = high ? 0 : (node.high_priority_tenants() == 0 ? 1 : 0);
@@ -292,13 +305,14 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
   // Quota: the namespace's share of this model.
   if (std::optional<MilliGpu> left = req.QuotaLeft(model_id)) {
     MilliGpu need(0);
-    for (int i = 0; i < choice.count; ++i) need += scratch.RealizeOn(req.vgpus()[static_cast<size_t>(i)], choice.gpus[static_cast<size_t>(i)]).cores;
+    for (int i = 0; i < choice.count; ++i)
+      need +=
+          scratch.RealizeOn(req.vgpus()[static_cast<size_t>(i)], choice.gpus[static_cast<size_t>(i)]).cores;
     if (need > *left) {
       fit.reject = RejectCode::kQuota;
       return false;
     }
   }
-  fit.choice = choice;
   fit.score = policy_->Score(scratch, choice);
   fit.reject = RejectCode::kNone;
   return true;
@@ -339,18 +353,16 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
       if (const NodeState* n = cluster.FindNode(name)) nodes.push_back(n);
     }
   }
-  struct Best {
-    const NodeState* node = nullptr;
-    NodeFit fit;
-  };
-  TieBreaker<Best, std::pair<int, double>> best(rng);
+  // The best node: highest tier, then highest score; ties random.
+  TieBreaker<const NodeState*, std::pair<int, double>> best(rng);
+  NodeFit best_fit;
   for (const NodeState* node : nodes) {
     NodeFit fit = Evaluate(*node, req, rng);
-    if (fit.fits()) best.Offer({-fit.tier, -fit.score}, Best{node, fit});
+    if (fit.fits() && best.Offer({-fit.tier, -fit.score}, node)) best_fit = fit;
   }
-  if (best.has_value()) return Materialize(*best.value().node, req, best.value().fit);
+  if (best.has_value()) return Materialize(*best.value(), req, best_fit);
 
-  if (std::optional<Placement> compressed = PlanCompression(cluster, req, nodes, rng)) return *compressed;
+  if (std::optional<Placement> compressed = PlanCompression(req, nodes, rng)) return *compressed;
 
   if (nodes.empty()) {
     return absl::FailedPreconditionError(
@@ -358,13 +370,14 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
   }
   std::vector<std::string> why;
   constexpr size_t kShown = 5;
-  for (size_t i = 0; i < nodes.size() && i < kShown; ++i) why.push_back(Explain(cluster, *nodes[i], request).message);
+  for (size_t i = 0; i < nodes.size() && i < kShown; ++i)
+    why.push_back(Explain(cluster, *nodes[i], request).message);
   std::string more = nodes.size() > kShown ? StrCat("; and ", nodes.size() - kShown, " more nodes") : "";
   return absl::ResourceExhaustedError(StrCat("pod ", request.FullName(), " fits on none of ", nodes.size(),
-                                                   " nodes: ", StrJoin(why, "; "), more));
+                                             " nodes: ", StrJoin(why, "; "), more));
 }
 
-std::optional<Placement> Placer::PlanCompression(const Cluster& cluster, const CompiledRequest& req,
+std::optional<Placement> Placer::PlanCompression(const CompiledRequest& req,
                                                  std::span<const NodeState* const> nodes, Rng& rng) const {
   const PodRequest& r = req.request();
   // The paper's case: a high-priority pod asking for a share of one GPU.
@@ -372,7 +385,6 @@ std::optional<Placement> Placer::PlanCompression(const Cluster& cluster, const C
       req.vgpus()[0].exclusive()) {
     return std::nullopt;
   }
-  (void)cluster;
   const VGpuDemand& demand = req.vgpus()[0];
   struct Candidate {
     const NodeState* node = nullptr;
@@ -388,7 +400,8 @@ std::optional<Placement> Placer::PlanCompression(const Cluster& cluster, const C
       if (r.numa_bind && node->gpu(g).numa_node < 0) continue;
       Realized need = Realize(demand, node->gpu(g).memory, options_);
       if (need.memory_accounted > node->free_memory(g) || need.memory_limit > node->gpu(g).memory) continue;
-      if (std::optional<MilliGpu> left = req.QuotaLeft(node->model_id(g)); left && need.cores > *left) continue;
+      if (std::optional<MilliGpu> left = req.QuotaLeft(node->model_id(g)); left && need.cores > *left)
+        continue;
       MilliGpu room = node->free_cores(g);
       for (const Tenant& t : node->tenants(g)) {
         if (t.priority == Priority::kLow && t.cores > options_.min_compressed_share) {
@@ -421,7 +434,8 @@ std::optional<Placement> Placer::PlanCompression(const Cluster& cluster, const C
   fit.choice.count = 1;
   Placement p = Materialize(node, req, fit);
   for (size_t i = 0; i < low.size(); ++i) {
-    if ((*cuts)[i].value() > 0) p.compressions.push_back({low[i]->id, g, low[i]->cores, low[i]->cores - (*cuts)[i]});
+    if ((*cuts)[i].value() > 0)
+      p.compressions.push_back({low[i]->id, g, low[i]->cores, low[i]->cores - (*cuts)[i]});
   }
   return p;
 }
@@ -435,11 +449,12 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
       return {StrCat(who, "takes no new pods (cordoned, or its Tessera agent has not reported recently)"),
               true};
     case RejectCode::kCpu:
-      return {StrCat(who, node.free_cpu().value(), " millicores of CPU free, ", request.cpu.value(), " needed"),
-              request.cpu > node.info().cpu};
+      return {
+          StrCat(who, node.free_cpu().value(), " millicores of CPU free, ", request.cpu.value(), " needed"),
+          request.cpu > node.info().cpu};
     case RejectCode::kHostMemory:
       return {StrCat(who, node.free_host_memory().value(), " MiB of memory free, ", request.memory.value(),
-                           " needed"),
+                     " needed"),
               request.memory > node.info().memory};
     case RejectCode::kNoGpu:
       return {StrCat(who, node.gpu_count() == 0 ? "has no GPU" : "has no healthy GPU"), true};
@@ -475,8 +490,9 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
       MilliGpu need(0);
       const int any = *eligible.begin();
       for (const VGpuDemand& d : req.vgpus()) need += Realize(d, node.gpu(any).memory, options_).cores;
-      reasons.push_back(StrCat("namespace ", request.ns.value(), " holds ", Gpus(used), " of its ", Gpus(limit), " ",
-                               cluster.ModelName(model), " GPUs (quota) and the pod needs ", Gpus(need), " more"));
+      reasons.push_back(StrCat("namespace ", request.ns.value(), " holds ", Gpus(used), " of its ",
+                               Gpus(limit), " ", cluster.ModelName(model), " GPUs (quota) and the pod needs ",
+                               Gpus(need), " more"));
       continue;
     }
     if (fit.reject == RejectCode::kNuma) {
@@ -491,7 +507,8 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
       std::span<const VGpuDemand> demands = req.vgpus().subspan(begin, req.container_start(c + 1) - begin);
       std::array<int8_t, kMaxGpusPerNode> out{};
       double cost = 0;
-      if (policy_->SelectGpus(scratch, demands, eligible, rng, std::span<int8_t>(out.data(), demands.size()), cost)) {
+      if (policy_->SelectGpus(scratch, demands, eligible, rng, std::span<int8_t>(out.data(), demands.size()),
+                              cost)) {
         for (size_t k = 0; k < demands.size(); ++k) scratch.Take(demands[k], out[k]);
         continue;
       }
@@ -501,15 +518,16 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
       const VGpuDemand& d = demands.back();  // shares (if any) come after whole GPUs
       const int first = eligible.Empty() ? 0 : *eligible.begin();
       const size_t n = demands.size();
-      std::string what = d.exclusive() ? (n == 1 ? std::string("a whole GPU") : StrCat(n, " whole GPUs"))
-                                       : StrCat(n == 1 ? std::string("a GPU") : StrCat(n, " GPUs"), " with ",
-                                                DescribeDemand(scratch, d, first), n == 1 ? " free" : " free each");
+      std::string what = d.exclusive()
+                             ? (n == 1 ? std::string("a whole GPU") : StrCat(n, " whole GPUs"))
+                             : StrCat(n == 1 ? std::string("a GPU") : StrCat(n, " GPUs"), " with ",
+                                      DescribeDemand(scratch, d, first), n == 1 ? " free" : " free each");
       std::string ask = StrCat("container ", request.containers[c].name, " needs ", what);
       std::vector<std::string> has_room;
       for (int g : fitting) has_room.push_back(StrCat(g));
       std::string room = fitting.Empty() ? "no GPU has room"
                                          : StrCat(fitting.Count(), " ", fitting.Count() == 1 ? "has" : "have",
-                                                        " room (GPU ", StrJoin(has_room, ", "), ")");
+                                                  " room (GPU ", StrJoin(has_room, ", "), ")");
       // The GPU that comes closest: most free compute among those that lack room.
       int closest = -1;
       for (int g : eligible) {

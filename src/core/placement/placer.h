@@ -1,11 +1,11 @@
 // The Placer decides where a pod goes: which node, which GPUs, what share of each, and, for a high-priority
-// pod with nowhere to go, which low-priority tenants are compressed. The scheduler extender, the node agent and
-// the simulator all place through it, so they never disagree about what fits where.
+// pod with nowhere to go, which low-priority tenants are compressed. The scheduler extender, the node agent
+// and the simulator all place through it, so they never disagree about what fits where.
 //
 // It applies every constraint (schedulable nodes, healthy GPUs, GPU model include/exclude, UUID
 // include/exclude, never two models in one pod, per-namespace quota per model, CPU and host memory, NUMA
-// binding) and SharedGPU's priority rules, and leaves to the Policy only the choice among GPUs and the ranking
-// of nodes.
+// binding) and SharedGPU's priority rules, and leaves to the Policy only the choice among GPUs and the
+// ranking of nodes.
 //
 //   Placer placer(*MakePolicy("gaia"));
 //   Rng rng(42);
@@ -41,8 +41,8 @@ enum class RejectCode {
   kQuota,          // the namespace's quota for this GPU model is used up
   kCpu,
   kHostMemory,
-  kGpuCapacity,    // the GPUs lack the share or memory
-  kNuma,           // fits, but not within one NUMA node
+  kGpuCapacity,  // the GPUs lack the share or memory
+  kNuma,         // fits, but not within one NUMA node
 };
 const char* ToString(RejectCode code);
 
@@ -78,8 +78,8 @@ class CompiledRequest {
 // One node's answer for one pod: whether it fits, how it ranks, and the GPUs chosen.
 struct NodeFit {
   RejectCode reject = RejectCode::kNone;
-  int tier = 0;       // SharedGPU priority rules rank first: a higher tier wins whatever the score
-  double score = 0;   // the policy's score, within a tier
+  int tier = 0;      // SharedGPU priority rules rank first: a higher tier wins whatever the score
+  double score = 0;  // the policy's score, within a tier
   int model_id = -1;
   PodChoice choice;
   std::array<int8_t, kMaxGpusPerNode> numa_of_container{};  // -1 when not bound
@@ -88,7 +88,7 @@ struct NodeFit {
 };
 
 struct Explanation {
-  std::string message;   // "node a: GPU 3 has 2048 MiB free, 4096 needed"
+  std::string message;        // "node a: GPU 3 has 2048 MiB free, 4096 needed"
   bool unresolvable = false;  // no preemption could help: the node could not take the pod even if empty
 };
 
@@ -117,7 +117,8 @@ class Placer {
  private:
   bool EvaluateModel(const NodeState& node, const CompiledRequest& request, int model_id, GpuMask eligible,
                      Rng& rng, NodeFit& fit) const;
-  std::optional<Placement> PlanCompression(const Cluster& cluster, const CompiledRequest& request,
+  // SharedGPU's compression: a high-priority pod that fits nowhere takes share from low-priority tenants.
+  std::optional<Placement> PlanCompression(const CompiledRequest& request,
                                            std::span<const NodeState* const> nodes, Rng& rng) const;
 
   const Policy* policy_;

@@ -1,5 +1,5 @@
-// The placement policies of the seed papers: Gaia's topology-aware allocation, binpack and spread (GPU Sharing
-// in Kubernetes, HAMi), and gpushare's memory binpack. See docs/placement.md.
+// The placement policies of the seed papers: Gaia's topology-aware allocation, binpack and spread (GPU
+// Sharing in Kubernetes, HAMi), and gpushare's memory binpack. See docs/placement.md.
 #include <algorithm>
 #include <utility>
 
@@ -23,22 +23,34 @@ Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOption
   }
   r.cores = demand.cores.value() > 0 ? demand.cores : ProportionalShare(r.memory_limit, gpu_memory);
   if (demand.memory.kind == MemorySpec::Kind::kDefault) {
-    r.memory_limit = (IsWholeGpu(r.cores) || options.default_memory == PlacementOptions::DefaultMemory::kWholeGpuMemory)
-                         ? gpu_memory
-                         : ProportionalMemory(r.cores, gpu_memory);
+    r.memory_limit =
+        (IsWholeGpu(r.cores) || options.default_memory == PlacementOptions::DefaultMemory::kWholeGpuMemory)
+            ? gpu_memory
+            : ProportionalMemory(r.cores, gpu_memory);
   }
   r.memory_accounted = IsWholeGpu(r.cores) ? gpu_memory : r.memory_limit;
   return r;
 }
 
+// NOLINTNEXTLINE: the arrays are filled for the node's GPUs only, on purpose.
 NodeScratch::NodeScratch(const NodeState& node, const PlacementOptions& options)
     : node_(&node), options_(&options), n_(node.gpu_count()) {
-  std::copy_n(node.free_cores().begin(), n_, free_cores_.begin());
-  std::copy_n(node.free_memory().begin(), n_, free_memory_.begin());
+  for (int g = 0; g < n_; ++g) {
+    free_cores_[g] = node.free_cores(g);
+    free_memory_[g] = node.free_memory(g);
+  }
 }
 
 GpuMask NodeScratch::Fitting(const VGpuDemand& demand, GpuMask eligible) const {
   GpuMask out;
+  if (node_->uniform_memory().value() > 0) {
+    // Every GPU has the same size: realize the demand once.
+    const Realized r = Realize(demand, node_->uniform_memory(), *options_);
+    for (int g : eligible) {
+      if (Fits(r, g)) out.Add(g);
+    }
+    return out;
+  }
   for (int g : eligible) {
     if (Fits(demand, g)) out.Add(g);
   }
@@ -47,38 +59,37 @@ GpuMask NodeScratch::Fitting(const VGpuDemand& demand, GpuMask eligible) const {
 
 void NodeScratch::Take(const VGpuDemand& demand, int g) {
   Realized r = RealizeOn(demand, g);
-  free_cores_[static_cast<size_t>(g)] -= r.cores;
-  free_memory_[static_cast<size_t>(g)] -= r.memory_accounted;
+  free_cores_[g] -= r.cores;
+  free_memory_[g] -= r.memory_accounted;
+  taken_cores_ += r.cores;
+  taken_memory_ += r.memory_accounted;
 }
 
 namespace {
 
-// Share of the node's healthy GPU compute and memory in use, each 0..1.
+// Share of the node's healthy GPU compute and memory in use once the pod is placed, each 0..1.
 std::pair<double, double> Utilization(const NodeScratch& s) {
   const NodeState& node = s.node();
-  int64_t cores_total = 0;
-  int64_t cores_free = 0;
-  int64_t mem_total = 0;
-  int64_t mem_free = 0;
-  for (int g : node.healthy()) {
-    cores_total += kWholeGpu.value();
-    cores_free += s.free_cores(g).value();
-    mem_total += node.gpu(g).memory.value();
-    mem_free += s.free_memory(g).value();
-  }
-  if (cores_total == 0) return {1.0, 1.0};
-  return {1.0 - static_cast<double>(cores_free) / static_cast<double>(cores_total),
-          1.0 - static_cast<double>(mem_free) / static_cast<double>(mem_total)};
+  if (node.healthy_cores().value() == 0) return {1.0, 1.0};
+  const double cores_free = (node.total_free_cores() - s.taken_cores()).value();
+  const double mem_free = static_cast<double>((node.total_free_memory() - s.taken_memory()).value());
+  return {1.0 - cores_free / node.healthy_cores().value(),
+          1.0 - mem_free / static_cast<double>(node.healthy_memory().value())};
 }
 
-// Picks GPUs one vGPU at a time, each the GPU that minimizes `key(scratch, demand, gpu)`; ties random.
+// Picks GPUs one vGPU at a time, each the GPU that minimizes `key(scratch, realized, gpu)`; ties random.
 template <typename Key>
 bool GreedySelect(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
                   std::span<int8_t> out, double& cost, Key key) {
   GpuMask taken;
+  const MiB uniform = node.node().uniform_memory();
   for (size_t i = 0; i < vgpus.size(); ++i) {
     TieBreaker<int, double> best(rng);
-    for (int g : node.Fitting(vgpus[i], eligible & ~taken)) best.Offer(key(node, vgpus[i], g), g);
+    const Realized same = Realize(vgpus[i], uniform, node.options());
+    for (int g : eligible & ~taken) {
+      const Realized r = uniform.value() > 0 ? same : node.RealizeOn(vgpus[i], g);
+      if (node.Fits(r, g)) best.Offer(key(node, r, g), g);
+    }
     if (!best.has_value()) return false;
     out[i] = static_cast<int8_t>(best.value());
     taken.Add(best.value());
@@ -94,11 +105,11 @@ class BinpackPolicy : public Policy {
   std::string_view name() const override { return "binpack"; }
   bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
                   std::span<int8_t> out, double& cost) const override {
-    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand& d, int g) {
-      Realized r = s.RealizeOn(d, g);
-      return static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
-             static_cast<double>((s.free_memory(g) - r.memory_accounted).value());
-    });
+    return GreedySelect(node, vgpus, eligible, rng, out, cost,
+                        [](const NodeScratch& s, const Realized& r, int g) {
+                          return static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
+                                 static_cast<double>((s.free_memory(g) - r.memory_accounted).value());
+                        });
   }
   double Score(const NodeScratch& after, const PodChoice&) const override {
     auto [cores, memory] = Utilization(after);
@@ -112,11 +123,11 @@ class SpreadPolicy : public Policy {
   std::string_view name() const override { return "spread"; }
   bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
                   std::span<int8_t> out, double& cost) const override {
-    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand& d, int g) {
-      Realized r = s.RealizeOn(d, g);
-      return -(static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
-               static_cast<double>((s.free_memory(g) - r.memory_accounted).value()));
-    });
+    return GreedySelect(node, vgpus, eligible, rng, out, cost,
+                        [](const NodeScratch& s, const Realized& r, int g) {
+                          return -(static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
+                                   static_cast<double>((s.free_memory(g) - r.memory_accounted).value()));
+                        });
   }
   double Score(const NodeScratch& after, const PodChoice&) const override {
     auto [cores, memory] = Utilization(after);
@@ -132,11 +143,14 @@ class GpusharePolicy : public Policy {
   std::string_view name() const override { return "gpushare"; }
   bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
                   std::span<int8_t> out, double& cost) const override {
-    return GreedySelect(node, vgpus, eligible, rng, out, cost, [](const NodeScratch& s, const VGpuDemand&, int g) {
-      return static_cast<double>(s.free_memory(g).value());
-    });
+    return GreedySelect(node, vgpus, eligible, rng, out, cost,
+                        [](const NodeScratch& s, const Realized&, int g) {
+                          return static_cast<double>(s.free_memory(g).value());
+                        });
   }
-  double Score(const NodeScratch& after, const PodChoice&) const override { return Utilization(after).second; }
+  double Score(const NodeScratch& after, const PodChoice&) const override {
+    return Utilization(after).second;
+  }
 };
 
 // Gaia (Song et al., Algorithms 1-4) on each node's access-cost tree. Whole vGPUs go by Singular (one) or
@@ -211,7 +225,9 @@ class GaiaPolicy : public Policy {
 
 }  // namespace
 
-std::vector<std::string> PolicyNames() { return {"gaia", "binpack", "spread", "gpushare"}; }
+std::vector<std::string> PolicyNames() {
+  return {"gaia", "binpack", "spread", "gpushare"};
+}
 
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
   if (name == "gaia") return std::make_unique<GaiaPolicy>();

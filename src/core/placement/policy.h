@@ -52,7 +52,7 @@ struct Realized {
 Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOptions& options);
 
 // The free share and memory of one node's GPUs while a pod's containers are placed one after the other.
-// Holds at most 64 GPUs inline: evaluating a node allocates nothing.
+// Holds at most 64 GPUs inline and initializes only the node's own: evaluating a node allocates nothing.
 class NodeScratch {
  public:
   NodeScratch(const NodeState& node, const PlacementOptions& options);
@@ -60,27 +60,35 @@ class NodeScratch {
   const NodeState& node() const { return *node_; }
   const PlacementOptions& options() const { return *options_; }
   int gpu_count() const { return n_; }
-  std::span<const MilliGpu> free_cores() const { return {free_cores_.data(), static_cast<size_t>(n_)}; }
-  MilliGpu free_cores(int g) const { return free_cores_[static_cast<size_t>(g)]; }
-  MiB free_memory(int g) const { return free_memory_[static_cast<size_t>(g)]; }
+  std::span<const MilliGpu> free_cores() const { return {free_cores_, static_cast<size_t>(n_)}; }
+  MilliGpu free_cores(int g) const { return free_cores_[g]; }
+  MiB free_memory(int g) const { return free_memory_[g]; }
 
   Realized RealizeOn(const VGpuDemand& demand, int g) const {
-    return Realize(demand, node_->gpu(g).memory, *options_);
+    return Realize(demand, node_->memory(g), *options_);
   }
-  bool Fits(const VGpuDemand& demand, int g) const {
-    Realized r = RealizeOn(demand, g);
-    return r.cores <= free_cores(g) && r.memory_accounted <= free_memory(g) && r.memory_limit <= node_->gpu(g).memory;
+  bool Fits(const Realized& r, int g) const {
+    return r.cores <= free_cores_[g] && r.memory_accounted <= free_memory_[g] &&
+           r.memory_limit <= node_->memory(g);
   }
+  bool Fits(const VGpuDemand& demand, int g) const { return Fits(RealizeOn(demand, g), g); }
   // The GPUs of `eligible` that can take `demand`.
   GpuMask Fitting(const VGpuDemand& demand, GpuMask eligible) const;
   void Take(const VGpuDemand& demand, int g);
+
+  // What the pod's containers placed so far take from this node, in all.
+  MilliGpu taken_cores() const { return taken_cores_; }
+  MiB taken_memory() const { return taken_memory_; }
 
  private:
   const NodeState* node_;
   const PlacementOptions* options_;
   int n_;
-  std::array<MilliGpu, kMaxGpusPerNode> free_cores_;
-  std::array<MiB, kMaxGpusPerNode> free_memory_;
+  MilliGpu taken_cores_{0};
+  MiB taken_memory_{0};
+  // Only the first n_ entries are set.
+  MilliGpu free_cores_[kMaxGpusPerNode];
+  MiB free_memory_[kMaxGpusPerNode];
 };
 
 // The GPUs chosen for a whole pod on one node, in the order of its vGPUs (containers in order).
@@ -99,8 +107,8 @@ class Policy {
   // Picks a distinct GPU among `eligible` for each vGPU of one container, writing the indices into `out`
   // (same order as `vgpus`). Adds its view of the choice's quality to `cost` (lower is better). Returns false
   // when the container does not fit.
-  virtual bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
-                          std::span<int8_t> out, double& cost) const = 0;
+  virtual bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible,
+                          Rng& rng, std::span<int8_t> out, double& cost) const = 0;
 
   // Scores a node that fits the pod: `after` is the node with the pod placed. Higher is better.
   virtual double Score(const NodeScratch& after, const PodChoice& choice) const = 0;
