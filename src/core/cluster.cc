@@ -241,6 +241,10 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
     for (Tenant& x : node.tenants_[static_cast<size_t>(c.gpu_index)]) {
       if (x.id == c.tenant) t = &x;
     }
+    if (std::find(compressed.begin(), compressed.end(), t) != compressed.end()) {
+      return absl::InvalidArgumentError(StrCat(where, ": ", c.tenant.pod.value(), "/", c.tenant.container,
+                                               " is compressed twice on GPU ", c.gpu_index));
+    }
     if (t == nullptr || t->cores != c.old_cores || c.new_cores > c.old_cores || c.new_cores.value() < 1 ||
         t->priority != Priority::kLow) {
       return absl::FailedPreconditionError(

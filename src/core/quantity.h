@@ -21,7 +21,7 @@ struct K8sQuantity {
   std::string suffix;  // "", "m", "k", "Ki", "Mi", "Gi", "e3", ...
 
   bool IsInteger() const { return milli % 1000 == 0; }
-  int64_t Ceil() const { return (milli + 999) / 1000; }
+  int64_t Ceil() const { return milli / 1000 + (milli % 1000 > 0 ? 1 : 0); }
 };
 
 // Parses a quantity in Kubernetes' syntax: an optionally signed decimal number, then one of the binary

@@ -104,10 +104,17 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
   }
   const bool memory_unit = r.unit == Unit::kMiB;
   if (!q->suffix.empty() && q->suffix != "k" && !(q->suffix[0] == 'e' || q->suffix[0] == 'E')) {
-    if (memory_unit && q->milli > 0) {
+    if (memory_unit && q->suffix.size() == 2 && q->suffix[1] == 'i' && q->milli > 0) {
+      // "4Gi": the user wrote bytes; say how many MiB that is.
       const int64_t mib = q->Ceil() >> 20;
       return Invalid(c.name, StrCat(r.name, " is counted in MiB, so \"", text, "\" would mean ", q->Ceil(),
                                     " MiB; write ", mib > 0 ? mib : 1, " for ", text));
+    }
+    if (q->suffix == "m") {
+      return Invalid(
+          c.name, StrCat(r.name, " is \"", text, "\", and the m suffix means thousandths; write a plain ",
+                         "whole number", memory_unit ? " of MiB" : "", " (", text.substr(0, text.size() - 1),
+                         " for ", text.substr(0, text.size() - 1), ")"));
     }
     return Invalid(c.name, StrCat(r.name, " must be a plain whole number, not \"", text, "\""));
   }
@@ -115,6 +122,11 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
     return Invalid(c.name, StrCat(r.name, " must be a whole number, not \"", text, "\""));
   }
   if (q->milli < 0) return Invalid(c.name, StrCat(r.name, " cannot be negative (\"", text, "\")"));
+  // No GPU has 2^40 MiB; larger values only invite overflow further on.
+  constexpr int64_t kLargest = int64_t{1} << 40;
+  if (q->milli / 1000 > kLargest) {
+    return Invalid(c.name, StrCat(r.name, " is ", text, ", more than any GPU could hold; check the value"));
+  }
   return std::optional<Field>(Field{r.name, q->milli / 1000});
 }
 
@@ -158,10 +170,14 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
         }
         break;
       case Unit::kGpuManager256MiB:
-        f.value *= 256;
+        f.value *= 256;  // at most 2^48: the value is capped at 2^40
         break;
       case Unit::kGpushareMemory:
-        f.value *= options.gpushare_memory_unit.value();
+        if (__builtin_mul_overflow(f.value, options.gpushare_memory_unit.value(), &f.value) ||
+            f.value > (int64_t{1} << 40)) {
+          return Invalid(c.name, StrCat(f.name, " is more than any GPU could hold; it counts ",
+                                        options.gpushare_memory_unit.value() == 1024 ? "GiB" : "MiB"));
+        }
         break;
       default:
         break;
@@ -187,8 +203,9 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
       // HAMi (and Volcano's vGPU, built on it): gpucores 0 means "no core limit"; memory left out means the
       // whole memory of the GPU.
       if (raw.cores && raw.cores->value == 0) raw.cores.reset();
-      if (!raw.memory && !raw.memory_percent)
+      if (!raw.memory && !raw.memory_percent && !(raw.gpu && raw.gpu->value == 0)) {
         raw.memory_percent = Field{"(whole memory, as HAMi gives)", 100};
+      }
       break;
     case ResourceFamily::kGpuManager:
       if (raw.cores && raw.cores->value == 100) raw.memory.reset();  // whole GPUs come with their memory
@@ -200,6 +217,15 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
       break;
   }
   return raw;
+}
+
+// Percent of a GPU as a number of GPUs: 150 -> "1.5", 205 -> "2.05", 300 -> "3".
+std::string GpusOf(int64_t percent) {
+  std::string out = StrCat(percent / 100);
+  if (percent % 100 == 0) return out;
+  std::string frac = StrCat(100 + percent % 100).substr(1);
+  if (frac.back() == '0') frac.pop_back();
+  return StrCat(out, ".", frac);
 }
 
 // Expands an Ask into vGPUs, validating it.
@@ -254,8 +280,8 @@ absl::StatusOr<std::vector<VGpuDemand>> Expand(const std::string& container, con
         return Invalid(container,
                        StrCat(ask.cores->name, " is ", c, " with ", ask.gpu->name, ": ", ask.gpu->value,
                               "; cores are per vGPU, 1-100. For ", ask.gpu->value, " whole GPUs write ",
-                              kResourceCores, ": 100; for ", c / 100, ".", (c % 100) / 10, " GPUs remove ",
-                              ask.gpu->name, " and keep ", kResourceCores, ": ", c));
+                              kResourceCores, ": 100; for ", GpusOf(c), " GPUs remove ", ask.gpu->name,
+                              " and keep ", kResourceCores, ": ", c));
       }
       if (c > 100LL * kMaxGpusPerNode) {
         return Invalid(container, StrCat(ask.cores->name, " is ", c, "; no node has more than ",
@@ -286,10 +312,14 @@ std::vector<std::string> SplitList(std::string_view value) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> ReadList(const PodSpec& pod, const char* key, const char* alias) {
+// A comma-separated annotation, under Tessera's key or its HAMi alias; `used` names the key found.
+absl::StatusOr<std::vector<std::string>> ReadList(const PodSpec& pod, const char* key, const char* alias,
+                                                  std::string* used) {
+  *used = key;
   auto it = pod.annotations.find(key);
   if (it == pod.annotations.end() && alias != nullptr) it = pod.annotations.find(alias);
   if (it == pod.annotations.end()) return std::vector<std::string>();
+  *used = it->first;
   std::vector<std::string> list = SplitList(it->second);
   if (list.empty()) {
     return absl::InvalidArgumentError(StrCat("annotation ", it->first, " is empty; list values separated by ",
@@ -330,26 +360,29 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
       }
     }
   }
-  absl::StatusOr<std::vector<std::string>> models = ReadList(pod, kAnnotationModel, "nvidia.com/use-gputype");
+  std::string models_key, no_models_key, uuids_key, no_uuids_key;
+  absl::StatusOr<std::vector<std::string>> models =
+      ReadList(pod, kAnnotationModel, "nvidia.com/use-gputype", &models_key);
   if (!models.ok()) return models.status();
   absl::StatusOr<std::vector<std::string>> no_models =
-      ReadList(pod, kAnnotationModelExclude, "nvidia.com/nouse-gputype");
+      ReadList(pod, kAnnotationModelExclude, "nvidia.com/nouse-gputype", &no_models_key);
   if (!no_models.ok()) return no_models.status();
-  absl::StatusOr<std::vector<std::string>> uuids = ReadList(pod, kAnnotationUuid, "nvidia.com/use-gpuuuid");
+  absl::StatusOr<std::vector<std::string>> uuids =
+      ReadList(pod, kAnnotationUuid, "nvidia.com/use-gpuuuid", &uuids_key);
   if (!uuids.ok()) return uuids.status();
   absl::StatusOr<std::vector<std::string>> no_uuids =
-      ReadList(pod, kAnnotationUuidExclude, "nvidia.com/nouse-gpuuuid");
+      ReadList(pod, kAnnotationUuidExclude, "nvidia.com/nouse-gpuuuid", &no_uuids_key);
   if (!no_uuids.ok()) return no_uuids.status();
   for (const std::string& m : *models) {
     if (std::find(no_models->begin(), no_models->end(), m) != no_models->end()) {
-      return absl::InvalidArgumentError(StrCat("GPU model ", m, " is both in ", kAnnotationModel, " and in ",
-                                               kAnnotationModelExclude, "; keep it in one of them"));
+      return absl::InvalidArgumentError(StrCat("GPU model ", m, " is both in ", models_key, " and in ",
+                                               no_models_key, "; keep it in one of them"));
     }
   }
   for (const std::string& u : *uuids) {
     if (std::find(no_uuids->begin(), no_uuids->end(), u) != no_uuids->end()) {
-      return absl::InvalidArgumentError(StrCat("GPU ", u, " is both in ", kAnnotationUuid, " and in ",
-                                               kAnnotationUuidExclude, "; keep it in one of them"));
+      return absl::InvalidArgumentError(
+          StrCat("GPU ", u, " is both in ", uuids_key, " and in ", no_uuids_key, "; keep it in one of them"));
     }
   }
   req.model_include = *models;
@@ -406,6 +439,10 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     absl::StatusOr<K8sQuantity> q = ParseQuantity(it->second);
     if (!q.ok()) return Invalid(c.name, StrCat(name, ": ", q.status().message()));
     if (q->milli < 0) return Invalid(c.name, StrCat(name, " cannot be negative"));
+    // Far beyond any node and far below overflow, even summed over many containers.
+    if (q->milli / 1000 > (int64_t{1} << 50)) {
+      return Invalid(c.name, StrCat(name, " is ", it->second, ", more than any node has; check the value"));
+    }
     if (!memory) return q->milli;  // millicores
     const int64_t bytes = q->Ceil();
     return (bytes + (int64_t{1} << 20) - 1) >> 20;
@@ -464,6 +501,11 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
           "(tessera.dev/gpu: N with no cores or memory)");
     }
     req.containers.push_back({c.name, *std::move(vgpus)});
+  }
+  if (req.VGpuCount() > kMaxGpusPerNode) {
+    return absl::InvalidArgumentError(StrCat("the pod's containers ask for ", req.VGpuCount(),
+                                             " vGPUs in all; Tessera places at most ", kMaxGpusPerNode,
+                                             " per pod (the most GPUs a node can have)"));
   }
   absl::Status annotations = ReadAnnotations(pod, req);
   if (!annotations.ok()) return annotations;

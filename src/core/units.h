@@ -101,8 +101,10 @@ constexpr MiB ProportionalMemory(MilliGpu share, MiB gpu_memory) {
 // Rounds up: a container asking for a quarter of the memory accounts at least a quarter of the compute.
 constexpr MilliGpu ProportionalShare(MiB memory, MiB gpu_memory) {
   if (gpu_memory.value() <= 0) return MilliGpu(0);
-  int64_t milli = (memory.value() * 1000 + gpu_memory.value() - 1) / gpu_memory.value();
-  return MilliGpu(static_cast<int32_t>(milli > 1000 ? 1000 : milli));
+  if (memory >= gpu_memory) return MilliGpu(1000);
+  // memory < gpu_memory here, so memory * 1000 cannot overflow for any real GPU size.
+  return MilliGpu(
+      static_cast<int32_t>((memory.value() * 1000 + gpu_memory.value() - 1) / gpu_memory.value()));
 }
 
 template <typename Tag, typename Rep>

@@ -227,7 +227,8 @@ absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_
         } catch (const YAML::Exception&) {
           Fail(q["gpus"], "gpus must be a number of GPUs, e.g. 4 or 2.5");
         }
-        if (gpus < 0 || gpus > 1e6) Fail(q["gpus"], "gpus must be between 0 and 1000000");
+        if (!(gpus >= 0 && gpus <= 1e6))
+          Fail(q["gpus"], "gpus must be a number of GPUs between 0 and 1000000");
         file.quotas.push_back({core::Namespace(Str(q["namespace"], "namespace")), Str(q["model"], "model"),
                                core::MilliGpu(static_cast<int32_t>(gpus * 1000 + 0.5))});
       }

@@ -94,6 +94,20 @@ TEST(ClusterTest, RefusedCommitChangesNothing) {
   EXPECT_TRUE(*c.FindNode(NodeName("a")) == before);
 }
 
+TEST(ClusterTest, RefusesATenantCompressedTwice) {
+  Cluster c;
+  ASSERT_TRUE(c.AddNode(MakeNode("a", 1, MiB(16000))).ok());
+  ASSERT_TRUE(c.Commit(MakePod("lo", {}), On("a", {Vgpu(0, 400, 100)})).ok());
+  Placement p = On("a", {Vgpu(0, 900, 100)});
+  const TenantId lo{PodUid("lo"), "main"};
+  p.compressions = {{lo, 0, MilliGpu(400), MilliGpu(100)}, {lo, 0, MilliGpu(400), MilliGpu(100)}};
+  PodRequest hi = MakePod("hi", {});
+  hi.priority = Priority::kHigh;
+  absl::Status s = c.Commit(hi, p);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("compressed twice"));
+  EXPECT_EQ(c.FindNode(NodeName("a"))->free_cores(0).value(), 600);
+}
+
 TEST(ClusterTest, HostResourcesAreAccounted) {
   Cluster c;
   NodeInfo n = MakeNode("a", 1);

@@ -155,8 +155,9 @@ TEST_F(PlacerTest, ExplainsWhatAGpuLacks) {
 
   PodRequest whole = MakePod("w", {Whole(), Whole()});
   Explanation w = placer.Explain(cluster_, *cluster_.FindNode(NodeName("a")), whole);
-  EXPECT_THAT(w.message,
-              HasSubstr("container main needs 2 whole GPUs; no GPU has room; GPU 3 is shared (50% in use)"));
+  EXPECT_THAT(
+      w.message,
+      HasSubstr("container main needs 2 whole GPUs; no GPU is wholly free; GPU 3 is shared (50% in use)"));
 
   absl::StatusOr<Placement> refused = placer.Place(cluster_, pod, rng_);
   ASSERT_FALSE(refused.ok());
@@ -273,6 +274,75 @@ TEST_F(PlacerTest, MemoryLimitsAsMaterialized) {
   VGpuDemand mem_only{MilliGpu(0), {MemorySpec::Kind::kMiB, 4000}};
   absl::StatusOr<Placement> m = placer.Place(cluster_, MakePod("m", {mem_only}), rng_);
   EXPECT_EQ(m->containers[0].vgpus[0].cores.value(), 250);
+}
+
+TEST_F(PlacerTest, ContainersMayShareOneGpu) {
+  // Only the vGPUs of one container need distinct GPUs: two containers of 30% fit on one GPU.
+  ASSERT_TRUE(cluster_.AddNode(MakeNode("a", 1)).ok());
+  PodRequest pod = MakePod("p", {Share(30)});
+  pod.containers.push_back({"c2", {Share(30)}});
+  for (const char* policy : {"gaia", "binpack", "spread", "gpushare"}) {
+    Placer placer = MakePlacer(policy);
+    absl::StatusOr<Placement> p = placer.Place(cluster_, pod, rng_);
+    ASSERT_TRUE(p.ok()) << policy << ": " << p.status();
+    EXPECT_EQ(p->containers[1].vgpus[0].gpu_index, 0);
+  }
+}
+
+TEST_F(PlacerTest, ExplainsTwoAndAHalfGpus) {
+  ASSERT_TRUE(cluster_.AddNode(MakeNode("a", 4, MiB(16384))).ok());
+  for (int g = 0; g < 3; ++g) Occupy("a", g, 300, 1000, StrCat("t", g));
+  Placer placer = MakePlacer("gaia");
+  PodRequest pod = MakePod("p", {Whole(), Whole(), Share(50)});
+  Explanation e = placer.Explain(cluster_, *cluster_.FindNode(NodeName("a")), pod);
+  EXPECT_EQ(
+      e.message,
+      "node a: container main needs 2 whole GPUs and another GPU with 50% and 8192 MiB free; only 1 wholly "
+      "free (GPU 3); GPU 0 is shared (30% in use); a whole GPU is needed");
+  EXPECT_FALSE(e.unresolvable);
+}
+
+TEST_F(PlacerTest, ExplainSkipsModelsThePodCannotUse) {
+  NodeInfo mixed = MakeNode("m", 3, MiB(16384), "T4");
+  mixed.gpus[2].model = "A100";
+  ASSERT_TRUE(cluster_.AddNode(mixed).ok());
+  Occupy("m", 2, 1000, 16384, "busy");
+  Placer placer = MakePlacer("gaia");
+  PodRequest pod = MakePod("p", {Share(50)});
+  pod.uuid_include = {GpuUuid("GPU-m-2")};
+  Explanation e = placer.Explain(cluster_, *cluster_.FindNode(NodeName("m")), pod);
+  EXPECT_EQ(e.message,
+            "node m: container main needs a GPU with 50% and 8192 MiB free; no GPU has room; GPU 2 has 0% "
+            "compute free, 50% needed and 0 MiB free, 8192 needed");
+}
+
+TEST_F(PlacerTest, NumaIdsAboveAByte) {
+  NodeInfo n = MakeNode("big-numa", 2);
+  n.gpus[0].numa_node = 200;
+  n.gpus[1].numa_node = 201;
+  n.numa_cpus = {{200, "0-3"}, {201, "4-7"}};
+  ASSERT_TRUE(cluster_.AddNode(n).ok());
+  Placer placer = MakePlacer("gaia");
+  PodRequest pod = MakePod("p", {Share(10)});
+  pod.numa_bind = true;
+  absl::StatusOr<Placement> p = placer.Place(cluster_, pod, rng_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_GE(p->containers[0].numa_node, 200);
+  EXPECT_FALSE(p->containers[0].cpus.empty());
+}
+
+TEST_F(PlacerTest, GaiaFragmentWithGpusOfDifferentSizes) {
+  // One model, two sizes: a memory-only share is a different fraction of each GPU.
+  NodeInfo n = MakeNode("sizes", 2, MiB(16384));
+  n.gpus[1].memory = MiB(32768);
+  ASSERT_TRUE(cluster_.AddNode(n).ok());
+  Occupy("sizes", 0, 500, 8192, "x");   // GPU0: 50% and 8 GiB free
+  Occupy("sizes", 1, 740, 24248, "y");  // GPU1: 26% and 8520 MiB free
+  Placer placer = MakePlacer("gaia");
+  VGpuDemand mem_only{MilliGpu(0), {MemorySpec::Kind::kMiB, 8192}};  // 50% of GPU0, 25% of GPU1
+  absl::StatusOr<Placement> p = placer.Place(cluster_, MakePod("p", {mem_only}), rng_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->containers[0].vgpus[0].gpu_index, 1);  // the best-fitting fragment
 }
 
 TEST_F(PlacerTest, CandidatesLimitTheSearch) {

@@ -101,6 +101,28 @@ TEST(RequestParserTest, RefusalsSayWhatToWriteInstead) {
               HasSubstr("mixes the GPU resources of different systems"));
 }
 
+TEST(RequestParserTest, HugeValuesAreRefusedNotWrapped) {
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "9223372036854775"}}),
+              HasSubstr("more than any GPU could hold"));
+  EXPECT_THAT(Refusal({{"aliyun.com/gpu-mem", "9100000000000000"}}),
+              HasSubstr("more than any GPU could hold"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "1"}, {"memory", "9223372036854775807m"}}),
+              HasSubstr("more than any node has"));
+  PodSpec two = Pod({{"tessera.dev/gpu", "1"}, {"cpu", "9000000000000000"}});
+  two.containers.push_back({"b", {{"cpu", "9000000000000000"}}, {}, false});
+  EXPECT_THAT(Error(two), HasSubstr("more than any node has"));
+  PodSpec many = Pod({{"tessera.dev/gpu", "40"}});
+  many.containers.push_back({"b", {{"tessera.dev/gpu", "40"}}, {}, false});
+  EXPECT_THAT(Error(many), HasSubstr("80 vGPUs in all"));
+}
+
+TEST(RequestParserTest, MilliSuffixIsExplained) {
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
+              HasSubstr("the m suffix means thousandths; write a plain whole number of MiB (4096 for 4096)"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "205"}}),
+              HasSubstr("for 2.05 GPUs"));
+}
+
 TEST(RequestParserTest, LimitsAndRequestsMustAgree) {
   PodSpec p = Pod({{"tessera.dev/gpu-cores", "30"}});
   p.containers[0].requests = {{"tessera.dev/gpu-cores", "20"}};
@@ -187,6 +209,22 @@ TEST(ForeignNamesTest, Hami) {
   EXPECT_EQ(
       VGpus({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem-percentage", "25"}}),
       (std::vector<VGpuDemand>{WithMemory(Share(25), MemorySpec::Kind::kPercent, 25)}));
+}
+
+TEST(ForeignNamesTest, ZeroGpusMeansNoGpu) {
+  for (const ResourceList& zero :
+       std::vector<ResourceList>{{{"nvidia.com/gpu", "0"}}, {{"volcano.sh/vgpu-number", "0"}}}) {
+    absl::StatusOr<PodRequest> r = ParsePodRequest(Pod(zero));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->wants_gpu());
+    EXPECT_TRUE(TranslateToTessera(zero).ok());
+  }
+}
+
+TEST(ForeignNamesTest, ConflictsNameTheKeysWritten) {
+  EXPECT_THAT(Error(Pod({{"nvidia.com/gpu", "1"}},
+                        {{"nvidia.com/use-gputype", "T4"}, {"nvidia.com/nouse-gputype", "T4"}})),
+              HasSubstr("both in nvidia.com/use-gputype and in nvidia.com/nouse-gputype"));
 }
 
 TEST(ForeignNamesTest, GpuManager) {

@@ -80,6 +80,8 @@ TEST(ClusterFileTest, ErrorsNameFileLineAndWhatToWrite) {
   EXPECT_THAT(ClusterError("kind: Pod\nnodes: []\n"), HasSubstr("a cluster file has kind: Cluster"));
   EXPECT_THAT(ClusterError("nodes: []\nquotas:\n  - {namespace: a, model: T4, gpus: lots}\n"),
               HasSubstr("gpus must be a number of GPUs"));
+  EXPECT_THAT(ClusterError("nodes: []\nquotas:\n  - {namespace: a, model: T4, gpus: .nan}\n"),
+              HasSubstr("gpus must be a number of GPUs between 0 and 1000000"));
 }
 
 TEST(WorkloadFileTest, BundledExample) {

@@ -41,6 +41,7 @@ CompiledRequest::CompiledRequest(const Cluster& cluster, const PodRequest& reque
   starts_.push_back(0);
   min_cores_ = kWholeGpu;
   for (const ContainerRequest& c : request.containers) {
+    max_container_vgpus_ = std::max(max_container_vgpus_, static_cast<int>(c.vgpus.size()));
     for (const VGpuDemand& v : c.vgpus) {
       vgpus_.push_back(v);
       if (v.exclusive()) ++exclusive_;
@@ -115,6 +116,8 @@ RejectCode StaticChecks(const NodeState& node, const CompiledRequest& req) {
   if (node.tracks_host_memory() && r.memory > node.free_host_memory()) return RejectCode::kHostMemory;
   if (!r.wants_gpu()) return RejectCode::kNone;
   if (node.healthy().Empty()) return RejectCode::kNoGpu;
+  // A pod's vGPUs are recorded in fixed arrays of kMaxGpusPerNode (the parser refuses more).
+  if (req.vgpus().size() > static_cast<size_t>(kMaxGpusPerNode)) return RejectCode::kGpuCapacity;
   bool model = false;
   for (int m : node.model_ids()) model = model || req.ModelAllowed(m);
   if (!model) return RejectCode::kModel;
@@ -163,6 +166,71 @@ std::string DescribeShortfall(const NodeScratch& s, const VGpuDemand& d, int g) 
   return StrCat("GPU ", g, " has ", StrJoin(parts, " and "));
 }
 
+// Whether GPU g, empty, could hold demand d at all.
+bool RealizeOnEmpty(const NodeState& node, const VGpuDemand& d, int g, const PlacementOptions& options) {
+  return Realize(d, node.memory(g), options).memory_limit <= node.memory(g);
+}
+
+std::string GpuList(GpuMask gpus) {
+  std::vector<std::string> names;
+  for (int g : gpus) names.push_back(StrCat(g));
+  return StrCat(gpus.Count() == 1 ? "GPU " : "GPUs ", StrJoin(names, ", "));
+}
+
+// Why one container's vGPUs find no room among `eligible`: what it needs, what has room, and what the GPU
+// that comes closest lacks.
+std::string DescribeContainer(const NodeScratch& scratch, const std::string& name,
+                              std::span<const VGpuDemand> demands, GpuMask eligible) {
+  int whole = 0;
+  const VGpuDemand* share = nullptr;
+  for (const VGpuDemand& d : demands) {
+    if (d.exclusive()) {
+      ++whole;
+    } else if (share == nullptr) {
+      share = &d;
+    }
+  }
+  const int shares = static_cast<int>(demands.size()) - whole;
+  std::vector<std::string> parts;
+  if (whole > 0) parts.push_back(whole == 1 ? std::string("a whole GPU") : StrCat(whole, " whole GPUs"));
+  if (shares > 0) {
+    const int any = eligible.Empty() ? 0 : *eligible.begin();
+    parts.push_back(
+        StrCat(shares == 1 ? std::string(whole > 0 ? "another GPU" : "a GPU") : StrCat(shares, " GPUs"),
+               " with ", DescribeDemand(scratch, *share, any), shares == 1 ? " free" : " free each"));
+  }
+  std::string out = StrCat("container ", name, " needs ", StrJoin(parts, " and "), "; ");
+
+  GpuMask wholly_free;
+  for (int g : eligible) {
+    if (scratch.free_cores(g) >= kWholeGpu) wholly_free.Add(g);
+  }
+  const VGpuDemand& lacking =
+      (whole > 0 && wholly_free.Count() < whole) || share == nullptr ? demands.front() : *share;
+  const GpuMask fitting = scratch.Fitting(lacking, eligible);
+  if (lacking.exclusive()) {
+    StrAppend(&out, wholly_free.Empty()
+                        ? std::string("no GPU is wholly free")
+                        : StrCat("only ", wholly_free.Count(), " wholly free (", GpuList(wholly_free), ")"));
+  } else {
+    StrAppend(&out, fitting.Empty() ? std::string("no GPU has room")
+                                    : StrCat(fitting.Count(), " ", fitting.Count() == 1 ? "has" : "have",
+                                             " room (", GpuList(fitting), ")"));
+  }
+  // The GPU that comes closest: most free compute, then memory, among those that lack room.
+  int closest = -1;
+  for (int g : eligible) {
+    if (fitting.Has(g)) continue;
+    if (closest < 0 || scratch.free_cores(g) > scratch.free_cores(closest) ||
+        (scratch.free_cores(g) == scratch.free_cores(closest) &&
+         scratch.free_memory(g) > scratch.free_memory(closest))) {
+      closest = g;
+    }
+  }
+  if (closest >= 0) StrAppend(&out, "; ", DescribeShortfall(scratch, lacking, closest));
+  return out;
+}
+
 }  // namespace
 
 NodeFit Placer::Evaluate(const Cluster& cluster, const NodeState& node, const PodRequest& request,
@@ -183,8 +251,7 @@ NodeFit Placer::Evaluate(const NodeState& node, const CompiledRequest& req, Rng&
     return fit;
   }
   // Quick refusals from the node's summaries.
-  const int vgpus = static_cast<int>(req.vgpus().size());
-  if (vgpus > node.healthy().Count() || req.exclusive_count() > node.whole_free_gpus() ||
+  if (req.max_container_vgpus() > node.healthy().Count() || req.exclusive_count() > node.whole_free_gpus() ||
       req.min_cores() > node.max_free_cores()) {
     fit.reject = RejectCode::kGpuCapacity;
     return fit;
@@ -263,7 +330,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
                                   numa_cost)) {
             placed = true;
             cost += numa_cost;
-            fit.numa_of_container[c] = static_cast<int8_t>(order[i].second);
+            fit.numa_of_container[c] = static_cast<int16_t>(order[i].second);
           }
         }
         if (!placed) {
@@ -293,7 +360,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
     if (ok) {
       fit.tier = 1;  // high priority on idle GPUs: first
     } else {
-      scratch = NodeScratch(node, options_);
+      scratch.Reset();
       fit.numa_of_container.fill(-1);
     }
   }
@@ -429,7 +496,7 @@ std::optional<Placement> Placer::PlanCompression(const CompiledRequest& req,
   if (!cuts) return std::nullopt;
   NodeFit fit;
   fit.numa_of_container.fill(-1);
-  if (r.numa_bind) fit.numa_of_container[0] = static_cast<int8_t>(node.gpu(g).numa_node);
+  if (r.numa_bind) fit.numa_of_container[0] = static_cast<int16_t>(node.gpu(g).numa_node);
   fit.choice.gpus[0] = static_cast<int8_t>(g);
   fit.choice.count = 1;
   Placement p = Materialize(node, req, fit);
@@ -482,6 +549,7 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
   for (int model : node.model_ids()) {
     if (!req.ModelAllowed(model)) continue;
     const GpuMask eligible = uuid_ok & ModelMask(node, model);
+    if (eligible.Empty()) continue;
     NodeFit fit;
     if (EvaluateModel(node, req, model, eligible, rng, fit)) return {StrCat(who, "fits"), false};
     if (fit.reject == RejectCode::kQuota) {
@@ -512,41 +580,15 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
         for (size_t k = 0; k < demands.size(); ++k) scratch.Take(demands[k], out[k]);
         continue;
       }
-      // Describe the first distinct demand of this container that lacks room.
-      GpuMask fitting;
-      for (const VGpuDemand& d : demands) fitting = fitting | scratch.Fitting(d, eligible);
-      const VGpuDemand& d = demands.back();  // shares (if any) come after whole GPUs
-      const int first = eligible.Empty() ? 0 : *eligible.begin();
-      const size_t n = demands.size();
-      std::string what = d.exclusive()
-                             ? (n == 1 ? std::string("a whole GPU") : StrCat(n, " whole GPUs"))
-                             : StrCat(n == 1 ? std::string("a GPU") : StrCat(n, " GPUs"), " with ",
-                                      DescribeDemand(scratch, d, first), n == 1 ? " free" : " free each");
-      std::string ask = StrCat("container ", request.containers[c].name, " needs ", what);
-      std::vector<std::string> has_room;
-      for (int g : fitting) has_room.push_back(StrCat(g));
-      std::string room = fitting.Empty() ? "no GPU has room"
-                                         : StrCat(fitting.Count(), " ", fitting.Count() == 1 ? "has" : "have",
-                                                  " room (GPU ", StrJoin(has_room, ", "), ")");
-      // The GPU that comes closest: most free compute among those that lack room.
-      int closest = -1;
-      for (int g : eligible) {
-        if (fitting.Has(g)) continue;
-        if (closest < 0 || scratch.free_cores(g) > scratch.free_cores(closest) ||
-            (scratch.free_cores(g) == scratch.free_cores(closest) &&
-             scratch.free_memory(g) > scratch.free_memory(closest))) {
-          closest = g;
-        }
-      }
-      std::string detail = closest >= 0 ? StrCat("; ", DescribeShortfall(scratch, d, closest)) : "";
-      reasons.push_back(StrCat(ask, "; ", room, detail));
-      // Could it fit if the node were empty? Count GPUs whose size can hold each demand.
+      reasons.push_back(DescribeContainer(scratch, request.containers[c].name, demands, eligible));
+      // Could it fit if the node were empty? Enough GPUs of this model large enough for each vGPU.
       int big_enough = 0;
       for (int g : eligible) {
-        Realized real = Realize(d, node.gpu(g).memory, options_);
-        if (real.memory_limit <= node.gpu(g).memory) ++big_enough;
+        bool holds_all = true;
+        for (const VGpuDemand& d : demands) holds_all = holds_all && RealizeOnEmpty(node, d, g, options_);
+        if (holds_all) ++big_enough;
       }
-      if (big_enough >= static_cast<int>(req.vgpus().size())) unresolvable = false;
+      if (big_enough >= static_cast<int>(demands.size())) unresolvable = false;
       break;
     }
   }

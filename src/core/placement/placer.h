@@ -60,6 +60,8 @@ class CompiledRequest {
   // The GPUs of `node` the UUID constraints allow.
   GpuMask UuidAllowed(const NodeState& node) const;
   int exclusive_count() const { return exclusive_; }
+  // The most vGPUs any one container asks for (each of a container's vGPUs needs a GPU of its own).
+  int max_container_vgpus() const { return max_container_vgpus_; }
   // Smallest compute share any vGPU needs, known before a GPU is chosen (proportional shares count as 1).
   MilliGpu min_cores() const { return min_cores_; }
   // Share of GPUs of this model the pod's namespace may still take; nullopt: no quota.
@@ -72,6 +74,7 @@ class CompiledRequest {
   std::vector<size_t> starts_;
   std::vector<char> allowed_models_;  // by model id; empty: all allowed
   int exclusive_ = 0;
+  int max_container_vgpus_ = 0;
   MilliGpu min_cores_{0};
 };
 
@@ -82,7 +85,7 @@ struct NodeFit {
   double score = 0;  // the policy's score, within a tier
   int model_id = -1;
   PodChoice choice;
-  std::array<int8_t, kMaxGpusPerNode> numa_of_container{};  // -1 when not bound
+  std::array<int16_t, kMaxGpusPerNode> numa_of_container{};  // -1 when not bound
 
   bool fits() const { return reject == RejectCode::kNone; }
 };

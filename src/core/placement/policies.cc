@@ -35,10 +35,16 @@ Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOption
 // NOLINTNEXTLINE: the arrays are filled for the node's GPUs only, on purpose.
 NodeScratch::NodeScratch(const NodeState& node, const PlacementOptions& options)
     : node_(&node), options_(&options), n_(node.gpu_count()) {
+  Reset();
+}
+
+void NodeScratch::Reset() {
   for (int g = 0; g < n_; ++g) {
-    free_cores_[g] = node.free_cores(g);
-    free_memory_[g] = node.free_memory(g);
+    free_cores_[g] = node_->free_cores(g);
+    free_memory_[g] = node_->free_memory(g);
   }
+  taken_cores_ = MilliGpu(0);
+  taken_memory_ = MiB(0);
 }
 
 GpuMask NodeScratch::Fitting(const VGpuDemand& demand, GpuMask eligible) const {
@@ -194,7 +200,9 @@ class GaiaPolicy : public Policy {
       if (vgpus[i].exclusive()) continue;
       const GpuMask candidates = node.Fitting(vgpus[i], eligible & ~taken);
       if (candidates.Empty()) return false;
-      const MilliGpu m = node.RealizeOn(vgpus[i], *candidates.begin()).cores;
+      // Every candidate fits its own realized share; Fragment's "m <= free" must not exclude any of them.
+      MilliGpu m = kWholeGpu;
+      for (int g : candidates) m = std::min(m, node.RealizeOn(vgpus[i], g).cores);
       std::optional<int> g = tree.ScheduleFragment(free, candidates, m, rng);
       if (!g) return false;
       out[i] = static_cast<int8_t>(*g);

@@ -56,6 +56,10 @@ Realized Realize(const VGpuDemand& demand, MiB gpu_memory, const PlacementOption
 class NodeScratch {
  public:
   NodeScratch(const NodeState& node, const PlacementOptions& options);
+  NodeScratch(const NodeScratch&) = delete;
+  NodeScratch& operator=(const NodeScratch&) = delete;
+  // Back to the node's state, forgetting what was taken.
+  void Reset();
 
   const NodeState& node() const { return *node_; }
   const PlacementOptions& options() const { return *options_; }
