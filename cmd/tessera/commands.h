@@ -16,6 +16,18 @@ struct PlaceOptions {
 };
 int RunPlace(const PlaceOptions& options);
 
+struct SimulateOptions {
+  std::string nodes_file;  // both empty: the bundled example
+  std::string pods_file;
+  std::string policies;  // empty: "tessera" (files) or a few side by side (bundled example)
+  std::string seeds;     // empty: "42" (files) or "42-46" (bundled example)
+  double inflate = 1.3;
+  bool json = false;
+  std::string plot_file;
+  int threads = 0;  // 0: one per core
+};
+int RunSimulate(const SimulateOptions& options);
+
 struct TopoOptions {
   std::string file = "-";  // `nvidia-smi topo -m` output; "-" reads standard input
 };

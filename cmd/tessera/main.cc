@@ -28,6 +28,33 @@ int main(int argc, char** argv) {
   place_cmd->add_option("--policy", place.policy, "Placement policy: " + policies)->capture_default_str();
   place_cmd->add_option("--seed", place.seed, "Seed for random tie-breaking")->capture_default_str();
 
+  tessera::cli::SimulateOptions sim;
+  CLI::App* sim_cmd = app.add_subcommand(
+      "simulate",
+      "Replay a workload on a modelled cluster, as the FGD study does: scale it to --inflate x the GPU "
+      "capacity, "
+      "shuffle it with each seed, place pods one at a time, and report how much GPU each policy leaves "
+      "unallocated. With no files, runs a few policies on the bundled example.");
+  sim_cmd
+      ->add_option("--nodes", sim.nodes_file,
+                   "Cluster: the trace's node CSV (sn,cpu_milli,memory_mib,gpu,model) or a cluster file")
+      ->check(CLI::ExistingFile);
+  sim_cmd
+      ->add_option(
+          "--pods", sim.pods_file,
+          "Workload: the trace's pod CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...) or "
+          "a workload file")
+      ->check(CLI::ExistingFile);
+  sim_cmd->add_option("--policies", sim.policies,
+                      "Comma-separated policies: " + policies + " (default: tessera)");
+  sim_cmd->add_option("--seeds", sim.seeds, "Seeds: 42, 42-51 or 42,43,50 (default: 42)");
+  sim_cmd->add_option("--inflate", sim.inflate, "Scale the workload to this multiple of GPU capacity")
+      ->capture_default_str();
+  sim_cmd->add_flag("--json", sim.json, "Print JSON instead of the table");
+  sim_cmd->add_option("--plot", sim.plot_file,
+                      "Write the allocation curves of all policies to this SVG file");
+  sim_cmd->add_option("--threads", sim.threads, "Runs in parallel (default: one per core)");
+
   tessera::cli::TopoOptions topo;
   CLI::App* topo_cmd = app.add_subcommand(
       "topo", "Read the matrix `nvidia-smi topo -m` prints and show Gaia's access-cost tree of those GPUs.");
@@ -45,6 +72,7 @@ int main(int argc, char** argv) {
   tessera::log::Init("tessera", verbose ? tessera::log::Level::kInfo : tessera::log::Level::kWarn);
 
   if (*place_cmd) return tessera::cli::RunPlace(place);
+  if (*sim_cmd) return tessera::cli::RunSimulate(sim);
   if (*topo_cmd) return tessera::cli::RunTopo(topo);
   if (*version_cmd) {
     std::cout << "tessera " << TESSERA_VERSION << "\n";

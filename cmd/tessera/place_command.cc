@@ -144,7 +144,14 @@ int RunPlace(const PlaceOptions& options) {
     std::cerr << "tessera place: " << pods.status().message() << "\n";
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(options.policy);
+  // Policies that weigh fragmentation learn the workload's typical pods from the pods to place.
+  std::vector<core::PodRequest> workload;
+  for (const core::PodSpec& spec : *pods) {
+    absl::StatusOr<core::PodRequest> r = core::ParsePodRequest(spec);
+    if (r.ok()) workload.push_back(*std::move(r));
+  }
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy =
+      core::MakePolicy(options.policy, core::MakePolicyContext(*cluster, workload));
   if (!policy.ok()) {
     std::cerr << "tessera place: " << policy.status().message() << "\n";
     return 2;

@@ -51,9 +51,14 @@ void NodeState::Recompute() {
 }
 
 bool NodeState::operator==(const NodeState& o) const {
+  auto sorted = [](std::vector<std::pair<int, int>> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
   return info_ == o.info_ && schedulable_ == o.schedulable_ && free_cores_ == o.free_cores_ &&
          free_memory_ == o.free_memory_ && tenants_ == o.tenants_ && healthy_ == o.healthy_ &&
-         cpu_used_ == o.cpu_used_ && memory_used_ == o.memory_used_;
+         cpu_used_ == o.cpu_used_ && memory_used_ == o.memory_used_ &&
+         sorted(pod_shapes_) == sorted(o.pod_shapes_);
 }
 
 int Cluster::InternModel(const std::string& model) {
@@ -151,6 +156,7 @@ absl::Status Cluster::AddNode(NodeInfo info) {
   state.tenants_.resize(static_cast<size_t>(n));
   state.info_ = std::move(info);
   state.Recompute();
+  Touch(state);
   node_index_[state.info_.name] = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(state));
   return absl::OkStatus();
@@ -191,6 +197,7 @@ absl::Status Cluster::SetGpuHealth(const NodeName& node, const GpuUuid& gpu, Gpu
         state.healthy_.Remove(info.index);
       }
       state.Recompute();
+      Touch(state);
       return absl::OkStatus();
     }
   }
@@ -202,6 +209,7 @@ absl::Status Cluster::SetSchedulable(const NodeName& node, bool schedulable) {
   if (i < 0) return absl::NotFoundError(StrCat("no node ", node.value()));
   nodes_[static_cast<size_t>(i)].info_.schedulable = schedulable;
   nodes_[static_cast<size_t>(i)].schedulable_ = schedulable;
+  Touch(nodes_[static_cast<size_t>(i)]);
   return absl::OkStatus();
 }
 
@@ -329,9 +337,21 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
   }
   node.cpu_used_ += request.cpu;
   node.memory_used_ += request.memory;
+  const int shape = PodShapeTag(request);
+  if (shape != kNoGpuShape) {
+    auto it = std::find_if(node.pod_shapes_.begin(), node.pod_shapes_.end(),
+                           [&](const auto& p) { return p.first == shape; });
+    if (it == node.pod_shapes_.end()) {
+      node.pod_shapes_.emplace_back(shape, 1);
+    } else {
+      ++it->second;
+    }
+  }
   node.Recompute();
+  Touch(node);
   PodRecord record;
   record.node = ni;
+  record.shape = shape;
   record.ns = request.ns;
   record.placement = placement;
   record.placement.compressions.clear();  // applied; what stays is the pod's own shares
@@ -363,6 +383,11 @@ absl::StatusOr<std::vector<ShareChange>> Cluster::Release(const PodUid& pod) {
   }
   node.cpu_used_ -= record.cpu;
   node.memory_used_ -= record.memory;
+  if (record.shape != kNoGpuShape) {
+    auto shape = std::find_if(node.pod_shapes_.begin(), node.pod_shapes_.end(),
+                              [&](const auto& p) { return p.first == record.shape; });
+    if (shape != node.pod_shapes_.end() && --shape->second == 0) node.pod_shapes_.erase(shape);
+  }
 
   // Give compressed tenants their share back, largest shortfall first.
   std::vector<ShareChange> changes;
@@ -394,6 +419,7 @@ absl::StatusOr<std::vector<ShareChange>> Cluster::Release(const PodUid& pod) {
     }
   }
   node.Recompute();
+  Touch(node);
   return changes;
 }
 

@@ -90,6 +90,12 @@ class NodeState {
   int tenant_count() const { return tenant_count_; }
   int high_priority_tenants() const { return high_tenants_; }
 
+  // The number of pods of each shape on the node (PodShapeTag -> count), pods without GPU left out.
+  std::span<const std::pair<int, int>> pod_shapes() const { return pod_shapes_; }
+  // Changes with every change of the node, and is never reused within one Cluster: a key for caches of
+  // anything computed from the node's state.
+  uint64_t version() const { return version_; }
+
   bool operator==(const NodeState&) const;
 
  private:
@@ -115,6 +121,7 @@ class NodeState {
   int whole_free_ = 0;
   int tenant_count_ = 0;
   int high_tenants_ = 0;
+  uint64_t version_ = 0;
   std::array<MilliGpu, kMaxGpusPerNode> free_cores_{};
   std::array<MiB, kMaxGpusPerNode> free_memory_{};
   std::array<MiB, kMaxGpusPerNode> memory_{};
@@ -126,6 +133,7 @@ class NodeState {
   std::vector<int> distinct_models_;
   std::vector<std::pair<int, GpuMask>> numa_masks_;
   std::vector<int> numa_list_;
+  std::vector<std::pair<int, int>> pod_shapes_;
 };
 
 // A tenant whose share changed as a side effect (restored after a high-priority pod left).
@@ -173,6 +181,7 @@ class Cluster {
  private:
   struct PodRecord {
     int node = -1;
+    int shape = kNoGpuShape;
     Namespace ns;
     Placement placement;
     MilliCpu cpu{0};
@@ -180,8 +189,10 @@ class Cluster {
   };
   int InternModel(const std::string& model);
   int NodeIndex(const NodeName& name) const;
+  void Touch(NodeState& node) { node.version_ = ++last_version_; }
 
   std::vector<NodeState> nodes_;
+  uint64_t last_version_ = 0;
   std::unordered_map<NodeName, int> node_index_;
   std::vector<std::string> models_;
   std::unordered_map<std::string, int> model_index_;

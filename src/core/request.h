@@ -80,6 +80,11 @@ struct PodRequest {
   bool operator==(const PodRequest&) const = default;
 };
 
+// A pod's shape, as GPU clustering groups pods: 0 for one share of a GPU, k for k whole GPUs, 1000 + n for
+// anything else with n vGPUs (several shares, or whole GPUs and a share), kNoGpuShape for a pod without GPU.
+inline constexpr int kNoGpuShape = -1;
+int PodShapeTag(const PodRequest& request);
+
 // One vGPU as given: which GPU, what share, what memory limit.
 struct VGpuAssignment {
   int gpu_index = -1;

@@ -558,6 +558,18 @@ int PodRequest::VGpuCount() const {
   return n;
 }
 
+int PodShapeTag(const PodRequest& request) {
+  const int n = request.VGpuCount();
+  if (n == 0) return kNoGpuShape;
+  bool all_whole = true;
+  for (const ContainerRequest& c : request.containers) {
+    for (const VGpuDemand& v : c.vgpus) all_whole = all_whole && v.exclusive();
+  }
+  if (all_whole) return n;
+  if (n == 1) return 0;
+  return 1000 + n;
+}
+
 std::string PodRequest::FullName() const {
   return StrCat(ns.value(), "/", name);
 }

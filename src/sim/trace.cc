@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "core/gpu_mask.h"
 #include "core/strings.h"
 
 namespace tessera::sim {

@@ -41,7 +41,7 @@ std::string TempFile(const std::string& name, const std::string& content) {
 }
 
 TEST(TesseraCliTest, HelpForEveryCommand) {
-  for (const char* cmd : {"--help", "place --help", "topo --help", "version --help"}) {
+  for (const char* cmd : {"--help", "place --help", "simulate --help", "topo --help", "version --help"}) {
     Result r = Tessera(cmd);
     EXPECT_EQ(r.status, 0) << cmd;
     EXPECT_THAT(r.output, HasSubstr("Usage")) << cmd;
@@ -64,14 +64,14 @@ TEST(TesseraCliTest, PlaceRunsTheBundledExample) {
 }
 
 TEST(TesseraCliTest, PlaceWithEveryPolicy) {
-  for (const char* policy : {"gaia", "binpack", "spread", "gpushare"}) {
+  for (const char* policy : {"gaia", "binpack", "spread", "gpushare", "tessera", "fgd", "bestfit"}) {
     Result r = Tessera(std::string("place --policy ") + policy);
     EXPECT_EQ(r.status, 0) << policy << r.output;
     EXPECT_THAT(r.output, HasSubstr("Placed ")) << policy;
   }
   Result bad = Tessera("place --policy fastest");
   EXPECT_EQ(bad.status, 2);
-  EXPECT_THAT(bad.output, HasSubstr("unknown placement policy \"fastest\"; choose one of: gaia"));
+  EXPECT_THAT(bad.output, HasSubstr("unknown placement policy \"fastest\"; choose one of: tessera, gaia"));
 }
 
 TEST(TesseraCliTest, PlaceReportsBadFiles) {
@@ -89,6 +89,54 @@ TEST(TesseraCliTest, PlaceReportsBadFiles) {
   Result p = Tessera("place --pods " + bad_pod);
   EXPECT_EQ(p.status, 0);  // a refused pod is a decision, not a failure
   EXPECT_THAT(p.output, HasSubstr("default/p: container \"main\": tessera.dev/gpu-cores is 150"));
+}
+
+TEST(TesseraCliTest, SimulateRunsTheBundledExample) {
+  Result r = Tessera("simulate");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Cluster:  bundled example"));
+  for (const char* policy : {"tessera", "fgd", "bestfit", "packing", "random"})
+    EXPECT_THAT(r.output, HasSubstr(policy));
+  EXPECT_THAT(r.output, HasSubstr("UNALLOCATED@100%"));
+}
+
+TEST(TesseraCliTest, SimulateJsonAndPlot) {
+  const std::string plot = ::testing::TempDir() + "curves.svg";
+  Result r = Tessera("simulate --nodes " + Data("examples/sim/nodes.csv") + " --pods " +
+                     Data("examples/sim/pods.csv") +
+                     " --policies tessera,fgd --seeds 1-2 --inflate 1.2 --json --plot " + plot);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"unallocated_pct_at_100\""));
+  EXPECT_THAT(r.output, HasSubstr("\"unallocated_pct_at_130\""));
+  EXPECT_THAT(r.output, HasSubstr("\"inflate\": 1.2"));
+  std::ifstream svg(plot);
+  std::string head;
+  std::getline(svg, head);
+  EXPECT_THAT(head, HasSubstr("<svg"));
+}
+
+TEST(TesseraCliTest, SimulateRefusesBadInput) {
+  const std::string nodes = Data("examples/sim/nodes.csv");
+  const std::string pods = Data("examples/sim/pods.csv");
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"simulate --nodes " + nodes, "give both --nodes and --pods"},
+           {"simulate --policies fastest", "unknown policy \"fastest\""},
+           {"simulate --seeds 9-3", "write a seed (42), a range (42-51)"},
+           {"simulate --inflate 0", "--inflate 0 is outside"},
+           {"simulate --plot out.png", "give a file name ending in .svg"},
+           {"simulate --nodes " +
+                TempFile("bad-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,two,T4\n") + " --pods " +
+                pods,
+            "bad-nodes.csv line 2: gpu is \"two\""},
+       }) {
+    Result r = Tessera(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.says)) << c.args;
+  }
 }
 
 TEST(TesseraCliTest, TopoDrawsTheTree) {

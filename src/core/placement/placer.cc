@@ -1,9 +1,11 @@
 #include "core/placement/placer.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "core/placement/compression.h"
+#include "core/placement/evaluation_cache.h"
 #include "core/strings.h"
 
 namespace tessera::core {
@@ -32,64 +34,6 @@ const char* ToString(RejectCode code) {
       return "numa";
   }
   return "unknown";
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// CompiledRequest
-
-CompiledRequest::CompiledRequest(const Cluster& cluster, const PodRequest& request) : request_(&request) {
-  starts_.push_back(0);
-  min_cores_ = kWholeGpu;
-  for (const ContainerRequest& c : request.containers) {
-    max_container_vgpus_ = std::max(max_container_vgpus_, static_cast<int>(c.vgpus.size()));
-    for (const VGpuDemand& v : c.vgpus) {
-      vgpus_.push_back(v);
-      if (v.exclusive()) ++exclusive_;
-      min_cores_ = std::min(min_cores_, v.cores.value() > 0 ? v.cores : MilliGpu(1));
-    }
-    starts_.push_back(vgpus_.size());
-  }
-  if (vgpus_.empty()) min_cores_ = MilliGpu(0);
-  if (!request.model_include.empty() || !request.model_exclude.empty()) {
-    allowed_models_.assign(static_cast<size_t>(cluster.model_count()), request.model_include.empty() ? 1 : 0);
-    for (const std::string& m : request.model_include) {
-      int id = cluster.ModelId(m);
-      if (id >= 0) allowed_models_[static_cast<size_t>(id)] = 1;
-    }
-    for (const std::string& m : request.model_exclude) {
-      int id = cluster.ModelId(m);
-      if (id >= 0) allowed_models_[static_cast<size_t>(id)] = 0;
-    }
-  }
-  quota_left_.resize(static_cast<size_t>(cluster.model_count()));
-  for (int m = 0; m < cluster.model_count(); ++m) {
-    std::optional<MilliGpu> limit = cluster.Quota(request.ns, m);
-    if (limit) quota_left_[static_cast<size_t>(m)] = *limit - cluster.QuotaUsed(request.ns, m);
-  }
-}
-
-bool CompiledRequest::ModelAllowed(int model_id) const {
-  if (allowed_models_.empty()) return true;
-  return model_id >= 0 && static_cast<size_t>(model_id) < allowed_models_.size() &&
-         allowed_models_[static_cast<size_t>(model_id)] != 0;
-}
-
-std::optional<MilliGpu> CompiledRequest::QuotaLeft(int model_id) const {
-  if (model_id < 0 || static_cast<size_t>(model_id) >= quota_left_.size()) return std::nullopt;
-  return quota_left_[static_cast<size_t>(model_id)];
-}
-
-GpuMask CompiledRequest::UuidAllowed(const NodeState& node) const {
-  const PodRequest& r = *request_;
-  GpuMask all = GpuMask::All(node.gpu_count());
-  if (r.uuid_include.empty() && r.uuid_exclude.empty()) return all;
-  GpuMask out = r.uuid_include.empty() ? all : GpuMask();
-  for (int g = 0; g < node.gpu_count(); ++g) {
-    const GpuUuid& u = node.gpu(g).uuid;
-    if (std::find(r.uuid_include.begin(), r.uuid_include.end(), u) != r.uuid_include.end()) out.Add(g);
-    if (std::find(r.uuid_exclude.begin(), r.uuid_exclude.end(), u) != r.uuid_exclude.end()) out.Remove(g);
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -246,7 +190,7 @@ NodeFit Placer::Evaluate(const NodeState& node, const CompiledRequest& req, Rng&
   const PodRequest& r = req.request();
   if (!r.wants_gpu()) {
     NodeScratch scratch(node, options_);
-    fit.score = policy_->Score(scratch, fit.choice);
+    fit.score = policy_->Score(scratch, req, fit.choice, rng);
     fit.tier = node.high_priority_tenants() == 0 ? 1 : 0;
     return fit;
   }
@@ -311,7 +255,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
       }
       bool placed = false;
       if (!r.numa_bind) {
-        placed = policy_->SelectGpus(scratch, demands, mask, rng, out, cost);
+        placed = policy_->SelectGpus(scratch, req, demands, mask, rng, out, cost);
       } else {
         // The NUMA node with the least free compute that takes the container (best fit), so that roomier NUMA
         // nodes stay free for bigger asks.
@@ -326,7 +270,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
         std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count));
         for (size_t i = 0; i < count && !placed; ++i) {
           double numa_cost = 0;
-          if (policy_->SelectGpus(scratch, demands, mask & node.GpusOnNuma(order[i].second), rng, out,
+          if (policy_->SelectGpus(scratch, req, demands, mask & node.GpusOnNuma(order[i].second), rng, out,
                                   numa_cost)) {
             placed = true;
             cost += numa_cost;
@@ -334,8 +278,9 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
           }
         }
         if (!placed) {
-          reject = policy_->SelectGpus(scratch, demands, mask, rng, out, cost) ? RejectCode::kNuma
-                                                                               : RejectCode::kGpuCapacity;
+          reject = policy_->SelectGpus(scratch, req, demands, mask, rng, out, cost)
+                       ? RejectCode::kNuma
+                       : RejectCode::kGpuCapacity;
           return false;
         }
       }
@@ -380,7 +325,7 @@ bool Placer::EvaluateModel(const NodeState& node, const CompiledRequest& req, in
       return false;
     }
   }
-  fit.score = policy_->Score(scratch, choice);
+  fit.score = policy_->Score(scratch, req, choice, rng);
   fit.reject = RejectCode::kNone;
   return true;
 }
@@ -409,7 +354,8 @@ Placement Placer::Materialize(const NodeState& node, const CompiledRequest& req,
 }
 
 absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest& request, Rng& rng,
-                                        std::span<const NodeName> candidates) const {
+                                        std::span<const NodeName> candidates,
+                                        std::span<const uint32_t> node_rank, EvaluationCache* cache) const {
   CompiledRequest req(cluster, request);
   std::vector<const NodeState*> nodes;
   if (candidates.empty()) {
@@ -420,14 +366,46 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
       if (const NodeState* n = cluster.FindNode(name)) nodes.push_back(n);
     }
   }
-  // The best node: highest tier, then highest score; ties random.
-  TieBreaker<const NodeState*, std::pair<int, double>> best(rng);
+  if (!policy_->deterministic()) cache = nullptr;
+  const uint64_t fingerprint = req.fingerprint();
+  // One node's answer, from the cache when the node has not changed.
+  NodeFit fresh;
+  auto evaluate = [&](const NodeState& node) -> const NodeFit& {
+    if (cache == nullptr) {
+      fresh = Evaluate(node, req, rng);
+      return fresh;
+    }
+    const size_t index = static_cast<size_t>(&node - cluster.nodes().data());
+    if (const NodeFit* hit = cache->Find(index, node.version(), fingerprint)) return *hit;
+    fresh = Evaluate(node, req, rng);
+    cache->Store(index, node.version(), fingerprint, fresh);
+    return fresh;
+  };
+  // The best node: highest tier, then highest score; ties random, or by rank.
   NodeFit best_fit;
-  for (const NodeState* node : nodes) {
-    NodeFit fit = Evaluate(*node, req, rng);
-    if (fit.fits() && best.Offer({-fit.tier, -fit.score}, node)) best_fit = fit;
+  const NodeState* chosen = nullptr;
+  if (node_rank.empty()) {
+    TieBreaker<const NodeState*, std::pair<int, double>> best(rng);
+    for (const NodeState* node : nodes) {
+      const NodeFit& fit = evaluate(*node);
+      if (fit.fits() && best.Offer({-fit.tier, -fit.score}, node)) best_fit = fit;
+    }
+    if (best.has_value()) chosen = best.value();
+  } else {
+    std::tuple<int, double, uint32_t> best_key;
+    for (const NodeState* node : nodes) {
+      const NodeFit& fit = evaluate(*node);
+      if (!fit.fits()) continue;
+      const uint32_t rank = node_rank[static_cast<size_t>(node - cluster.nodes().data())];
+      std::tuple<int, double, uint32_t> key{-fit.tier, -fit.score, rank};
+      if (chosen == nullptr || key < best_key) {
+        best_key = key;
+        chosen = node;
+        best_fit = fit;
+      }
+    }
   }
-  if (best.has_value()) return Materialize(*best.value(), req, best_fit);
+  if (chosen != nullptr) return Materialize(*chosen, req, best_fit);
 
   if (std::optional<Placement> compressed = PlanCompression(req, nodes, rng)) return *compressed;
 
@@ -575,8 +553,8 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
       std::span<const VGpuDemand> demands = req.vgpus().subspan(begin, req.container_start(c + 1) - begin);
       std::array<int8_t, kMaxGpusPerNode> out{};
       double cost = 0;
-      if (policy_->SelectGpus(scratch, demands, eligible, rng, std::span<int8_t>(out.data(), demands.size()),
-                              cost)) {
+      if (policy_->SelectGpus(scratch, req, demands, eligible, rng,
+                              std::span<int8_t>(out.data(), demands.size()), cost)) {
         for (size_t k = 0; k < demands.size(); ++k) scratch.Take(demands[k], out[k]);
         continue;
       }

@@ -25,11 +25,14 @@
 
 #include "absl/status/statusor.h"
 #include "core/cluster.h"
+#include "core/placement/compiled_request.h"
 #include "core/placement/policy.h"
 #include "core/random.h"
 #include "core/request.h"
 
 namespace tessera::core {
+
+class EvaluationCache;
 
 // Why a node cannot take a pod (the detail is in Placer::Explain).
 enum class RejectCode {
@@ -45,38 +48,6 @@ enum class RejectCode {
   kNuma,         // fits, but not within one NUMA node
 };
 const char* ToString(RejectCode code);
-
-// A request compiled against one cluster, once per pod: models resolved to ids, vGPUs flattened.
-class CompiledRequest {
- public:
-  CompiledRequest(const Cluster& cluster, const PodRequest& request);
-
-  const PodRequest& request() const { return *request_; }
-  std::span<const VGpuDemand> vgpus() const { return vgpus_; }
-  // vGPUs of container i are vgpus()[container_start(i) .. container_start(i + 1)).
-  size_t container_start(size_t i) const { return starts_[i]; }
-  size_t container_count() const { return starts_.size() - 1; }
-  bool ModelAllowed(int model_id) const;
-  // The GPUs of `node` the UUID constraints allow.
-  GpuMask UuidAllowed(const NodeState& node) const;
-  int exclusive_count() const { return exclusive_; }
-  // The most vGPUs any one container asks for (each of a container's vGPUs needs a GPU of its own).
-  int max_container_vgpus() const { return max_container_vgpus_; }
-  // Smallest compute share any vGPU needs, known before a GPU is chosen (proportional shares count as 1).
-  MilliGpu min_cores() const { return min_cores_; }
-  // Share of GPUs of this model the pod's namespace may still take; nullopt: no quota.
-  std::optional<MilliGpu> QuotaLeft(int model_id) const;
-
- private:
-  const PodRequest* request_;
-  std::vector<std::optional<MilliGpu>> quota_left_;  // by model id
-  std::vector<VGpuDemand> vgpus_;
-  std::vector<size_t> starts_;
-  std::vector<char> allowed_models_;  // by model id; empty: all allowed
-  int exclusive_ = 0;
-  int max_container_vgpus_ = 0;
-  MilliGpu min_cores_{0};
-};
 
 // One node's answer for one pod: whether it fits, how it ranks, and the GPUs chosen.
 struct NodeFit {
@@ -111,8 +82,13 @@ class Placer {
 
   // The best node among `candidates` (all nodes when empty), with its GPUs, or an error that explains every
   // node's refusal. A high-priority pod that fits nowhere may compress low-priority tenants (SharedGPU).
+  // Nodes of equal rank and score are chosen between at random, or, when `node_rank` is given (one number per
+  // node of `cluster.nodes()`), the node of lowest rank wins, as in the FGD study's simulator.
+  // `cache`, when given, remembers answers of unchanged nodes between calls (see EvaluationCache).
   absl::StatusOr<Placement> Place(const Cluster& cluster, const PodRequest& request, Rng& rng,
-                                  std::span<const NodeName> candidates = {}) const;
+                                  std::span<const NodeName> candidates = {},
+                                  std::span<const uint32_t> node_rank = {},
+                                  EvaluationCache* cache = nullptr) const;
 
   // Turns a fitting NodeFit into a Placement (GPU UUIDs, shares, memory limits, NUMA CPUs).
   Placement Materialize(const NodeState& node, const CompiledRequest& request, const NodeFit& fit) const;

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "core/placement/policy.h"
+#include "core/placement/policies_internal.h"
 #include "core/strings.h"
 
 namespace tessera::core {
@@ -109,15 +109,16 @@ bool GreedySelect(const NodeScratch& node, std::span<const VGpuDemand> vgpus, Gp
 class BinpackPolicy : public Policy {
  public:
   std::string_view name() const override { return "binpack"; }
-  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
-                  std::span<int8_t> out, double& cost) const override {
+  bool deterministic() const override { return false; }  // random ties
+  bool SelectGpus(const NodeScratch& node, const CompiledRequest&, std::span<const VGpuDemand> vgpus,
+                  GpuMask eligible, Rng& rng, std::span<int8_t> out, double& cost) const override {
     return GreedySelect(node, vgpus, eligible, rng, out, cost,
                         [](const NodeScratch& s, const Realized& r, int g) {
                           return static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
                                  static_cast<double>((s.free_memory(g) - r.memory_accounted).value());
                         });
   }
-  double Score(const NodeScratch& after, const PodChoice&) const override {
+  double Score(const NodeScratch& after, const CompiledRequest&, const PodChoice&, Rng&) const override {
     auto [cores, memory] = Utilization(after);
     return cores + memory;
   }
@@ -127,15 +128,16 @@ class BinpackPolicy : public Policy {
 class SpreadPolicy : public Policy {
  public:
   std::string_view name() const override { return "spread"; }
-  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
-                  std::span<int8_t> out, double& cost) const override {
+  bool deterministic() const override { return false; }  // random ties
+  bool SelectGpus(const NodeScratch& node, const CompiledRequest&, std::span<const VGpuDemand> vgpus,
+                  GpuMask eligible, Rng& rng, std::span<int8_t> out, double& cost) const override {
     return GreedySelect(node, vgpus, eligible, rng, out, cost,
                         [](const NodeScratch& s, const Realized& r, int g) {
                           return -(static_cast<double>((s.free_cores(g) - r.cores).value()) * 1e6 +
                                    static_cast<double>((s.free_memory(g) - r.memory_accounted).value()));
                         });
   }
-  double Score(const NodeScratch& after, const PodChoice&) const override {
+  double Score(const NodeScratch& after, const CompiledRequest&, const PodChoice&, Rng&) const override {
     auto [cores, memory] = Utilization(after);
     return -(cores + memory);
   }
@@ -147,14 +149,15 @@ class SpreadPolicy : public Policy {
 class GpusharePolicy : public Policy {
  public:
   std::string_view name() const override { return "gpushare"; }
-  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
-                  std::span<int8_t> out, double& cost) const override {
+  bool deterministic() const override { return false; }  // random ties
+  bool SelectGpus(const NodeScratch& node, const CompiledRequest&, std::span<const VGpuDemand> vgpus,
+                  GpuMask eligible, Rng& rng, std::span<int8_t> out, double& cost) const override {
     return GreedySelect(node, vgpus, eligible, rng, out, cost,
                         [](const NodeScratch& s, const Realized&, int g) {
                           return static_cast<double>(s.free_memory(g).value());
                         });
   }
-  double Score(const NodeScratch& after, const PodChoice&) const override {
+  double Score(const NodeScratch& after, const CompiledRequest&, const PodChoice&, Rng&) const override {
     return Utilization(after).second;
   }
 };
@@ -166,9 +169,10 @@ class GpusharePolicy : public Policy {
 class GaiaPolicy : public Policy {
  public:
   std::string_view name() const override { return "gaia"; }
+  bool deterministic() const override { return false; }  // random ties
 
-  bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
-                  std::span<int8_t> out, double& cost) const override {
+  bool SelectGpus(const NodeScratch& node, const CompiledRequest&, std::span<const VGpuDemand> vgpus,
+                  GpuMask eligible, Rng& rng, std::span<int8_t> out, double& cost) const override {
     const AccessCostTree& tree = node.node().tree();
     std::span<const MilliGpu> free = node.free_cores();
     GpuMask taken;
@@ -213,7 +217,9 @@ class GaiaPolicy : public Policy {
     return true;
   }
 
-  double Score(const NodeScratch&, const PodChoice& choice) const override { return -choice.selection_cost; }
+  double Score(const NodeScratch&, const CompiledRequest&, const PodChoice& choice, Rng&) const override {
+    return -choice.selection_cost;
+  }
 
  private:
   // Singular's ranking of its choice: a GPU that breaks no intact group ranks by access cost; one that does,
@@ -233,17 +239,17 @@ class GaiaPolicy : public Policy {
 
 }  // namespace
 
-std::vector<std::string> PolicyNames() {
-  return {"gaia", "binpack", "spread", "gpushare"};
+std::unique_ptr<Policy> NewBinpackPolicy() {
+  return std::make_unique<BinpackPolicy>();
 }
-
-absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name) {
-  if (name == "gaia") return std::make_unique<GaiaPolicy>();
-  if (name == "binpack") return std::make_unique<BinpackPolicy>();
-  if (name == "spread") return std::make_unique<SpreadPolicy>();
-  if (name == "gpushare") return std::make_unique<GpusharePolicy>();
-  return absl::InvalidArgumentError(
-      StrCat("unknown placement policy \"", name, "\"; choose one of: ", StrJoin(PolicyNames(), ", ")));
+std::unique_ptr<Policy> NewSpreadPolicy() {
+  return std::make_unique<SpreadPolicy>();
+}
+std::unique_ptr<Policy> NewGpusharePolicy() {
+  return std::make_unique<GpusharePolicy>();
+}
+std::unique_ptr<Policy> NewGaiaPolicy() {
+  return std::make_unique<GaiaPolicy>();
 }
 
 }  // namespace tessera::core

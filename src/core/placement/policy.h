@@ -25,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "core/cluster.h"
 #include "core/gpu_mask.h"
+#include "core/placement/compiled_request.h"
+#include "core/placement/fragmentation.h"
 #include "core/random.h"
 #include "core/request.h"
 #include "core/units.h"
@@ -108,19 +110,46 @@ class Policy {
   virtual ~Policy() = default;
   virtual std::string_view name() const = 0;
 
-  // Picks a distinct GPU among `eligible` for each vGPU of one container, writing the indices into `out`
-  // (same order as `vgpus`). Adds its view of the choice's quality to `cost` (lower is better). Returns false
-  // when the container does not fit.
-  virtual bool SelectGpus(const NodeScratch& node, std::span<const VGpuDemand> vgpus, GpuMask eligible,
-                          Rng& rng, std::span<int8_t> out, double& cost) const = 0;
+  // Picks a distinct GPU among `eligible` for each vGPU of one container of `pod`, writing the indices into
+  // `out` (same order as `vgpus`). Adds its view of the choice's quality to `cost` (lower is better). Returns
+  // false when the container does not fit.
+  virtual bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod,
+                          std::span<const VGpuDemand> vgpus, GpuMask eligible, Rng& rng,
+                          std::span<int8_t> out, double& cost) const = 0;
 
-  // Scores a node that fits the pod: `after` is the node with the pod placed. Higher is better.
-  virtual double Score(const NodeScratch& after, const PodChoice& choice) const = 0;
+  // Scores a node that fits the pod: `after` is the node with the pod placed (a pod without GPU has an empty
+  // `choice`). Higher is better.
+  virtual double Score(const NodeScratch& after, const CompiledRequest& pod, const PodChoice& choice,
+                       Rng& rng) const = 0;
+
+  // Whether a node's answer depends only on the node's state and the pod (not on the Rng), so that it may be
+  // reused while neither changes (EvaluationCache).
+  virtual bool deterministic() const { return true; }
 };
 
-// The policies this build knows, by name.
-absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name);
+// What some policies need to know beyond one node.
+struct PolicyContext {
+  // The workload's typical pods and FGD's fragmentation measure over them: needed by fgd and tessera.
+  std::shared_ptr<const FragmentationModel> fragmentation;
+  // The largest node's CPU and GPU count, which bestfit and dotprod normalize by (the FGD study's constants
+  // for the Alibaba trace: 128 cores, 8 GPUs).
+  MilliCpu max_node_cpu{128000};
+  int max_node_gpus = 8;
+  // What the workload's GPU pods ask of the host per GPU they use (GPU-weighted means), for tessera's
+  // estimate of GPUs stranded by a node's CPU or memory running out first.
+  MilliCpu cpu_per_gpu{10000};
+  MiB memory_per_gpu{40960};
+  // Per GPU model id, 0..1: how much of that model's GPUs the workload's model-constrained pods need,
+  // relative to the most needed model.
+  std::vector<double> model_pressure;
+};
+
+// A policy by name. Policies that keep caches (fgd, tessera) must not be shared between threads.
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyContext& context = {});
 std::vector<std::string> PolicyNames();
+// The context the policies need for a cluster and a workload (its pods, e.g. a trace or the pods seen so
+// far).
+PolicyContext MakePolicyContext(const Cluster& cluster, std::span<const PodRequest> workload);
 
 }  // namespace tessera::core
 

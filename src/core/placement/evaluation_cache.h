@@ -1,0 +1,50 @@
+// Remembers nodes' answers for pods, so that a node that has not changed is not evaluated again for a pod
+// that every node answers like the last one of its kind (same CompiledRequest::fingerprint). Replaying a
+// trace, most pods share a handful of shapes and one node changes per pod: nearly every evaluation is a hit.
+//
+//   EvaluationCache cache;
+//   for (...) placer.Place(cluster, pod, rng, {}, ranks, &cache);
+//
+// Only deterministic policies' answers are kept (Policy::deterministic). Entries are keyed by the node's
+// version, which changes with every change to the node, so a stale answer is never used.
+//
+// Thread-safety: not thread-safe; one per thread (and per Cluster).
+#ifndef TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
+#define TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/placement/placer.h"
+
+namespace tessera::core {
+
+class EvaluationCache {
+ public:
+  // The answer remembered for this node (by position in the cluster) and pod, or nullptr.
+  const NodeFit* Find(size_t node, uint64_t node_version, uint64_t fingerprint) const {
+    if (node >= slots_.size()) return nullptr;
+    const Slot& s = slots_[node][fingerprint % kWays];
+    return s.version == node_version && s.fingerprint == fingerprint ? &s.fit : nullptr;
+  }
+  void Store(size_t node, uint64_t node_version, uint64_t fingerprint, const NodeFit& fit) {
+    if (node >= slots_.size()) slots_.resize(node + 1);
+    Slot& s = slots_[node][fingerprint % kWays];
+    s.version = node_version;
+    s.fingerprint = fingerprint;
+    s.fit = fit;
+  }
+
+ private:
+  static constexpr size_t kWays = 32;  // distinct pod shapes remembered per node
+  struct Slot {
+    uint64_t version = 0;  // 0: empty (node versions start at 1)
+    uint64_t fingerprint = 0;
+    NodeFit fit;
+  };
+  std::vector<std::array<Slot, kWays>> slots_;
+};
+
+}  // namespace tessera::core
+
+#endif  // TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_

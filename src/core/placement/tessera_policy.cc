@@ -1,0 +1,151 @@
+// Tessera's own placement policy. See docs/placement.md ("tessera") for the reasoning and the measurements.
+//
+// It keeps FGD's decision (Weng et al., ATC '23): the node and GPU where the cluster's expected fragmentation
+// grows least, at FGD's resolution (the study's int(100 * sigmoid(-growth / 1000))). That resolution is
+// coarse on purpose: comparing the exact growth instead loses placement quality (on the Alibaba trace, 5.8%
+// of the GPUs unallocated at 100% arrived instead of 4.7%), because placements that are as good as each other
+// then stop falling onto the same nodes.
+//
+// Within FGD's equally good placements it chooses by what FGD does not see:
+//   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. Near saturation, most pods of the
+//     Alibaba trace fail not for want of GPU but because the nodes whose GPUs are free have run out of CPU or
+//     memory. Tessera prefers the placement that least grows the GPUs a node strands that way: its free GPUs
+//     beyond what its free CPU and memory can feed, at the CPU and memory per GPU the workload's GPU pods
+//     ask.
+//   - GPU models others need. A pod that may use several models is steered away from the models that
+//     model-constrained pods of the workload need: each GPU it takes there counts as that model's pressure
+//     (constrained demand over supply, at most 1) of a GPU stranded.
+// Both are in GPUs, added, and compared through tanh so that they never outweigh FGD's decision. What still
+// ties goes to the Placer's tie-break (random, or a fixed node order).
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "core/placement/policies_internal.h"
+
+namespace tessera::core {
+
+namespace {
+
+double StudyScore(double growth) {
+  return std::floor(100.0 / (1.0 + std::exp(growth / 1000.0)));
+}
+
+class TesseraPolicy : public Policy {
+ public:
+  explicit TesseraPolicy(const PolicyContext& c)
+      : model_(c.fragmentation),
+        cpu_per_gpu_(static_cast<double>(c.cpu_per_gpu.value())),
+        memory_per_gpu_(static_cast<double>(c.memory_per_gpu.value())),
+        pressure_(c.model_pressure) {}
+  std::string_view name() const override { return "tessera"; }
+
+  bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod, std::span<const VGpuDemand> vgpus,
+                  GpuMask eligible, Rng&, std::span<int8_t> out, double& cost) const override {
+    const Entry& e = View(node.node());
+    // Earlier containers of this pod already changed some GPUs: start from there.
+    std::array<std::pair<MilliGpu, MilliGpu>, kMaxGpusPerNode + 1> changes;
+    size_t n = 0;
+    for (int g = 0; g < node.gpu_count(); ++g) {
+      if (node.free_cores(g) != node.node().free_cores(g))
+        changes[n++] = {node.node().free_cores(g), node.free_cores(g)};
+    }
+    const double before =
+        n == 0 ? e.fragment : model_->FragmentAfter(e.view, MilliCpu(0), {changes.data(), n});
+    const MilliCpu cpu = pod.request().cpu;
+    // Each vGPU in turn: the GPU where fragmentation grows least; among equals the one with the least free
+    // share (best fit), then the lowest index. GPUs with the same free share are the same candidate.
+    GpuMask taken;
+    double after = before;
+    for (size_t i = 0; i < vgpus.size(); ++i) {
+      double best = 0;
+      int best_gpu = -1;
+      MilliGpu best_free(0);
+      std::array<MilliGpu, kMaxGpusPerNode> seen;
+      size_t seen_count = 0;
+      for (int g : node.Fitting(vgpus[i], eligible & ~taken)) {
+        const MilliGpu free = node.free_cores(g);
+        if (std::find(seen.begin(), seen.begin() + static_cast<std::ptrdiff_t>(seen_count), free) !=
+            seen.begin() + static_cast<std::ptrdiff_t>(seen_count)) {
+          continue;
+        }
+        seen[seen_count++] = free;
+        changes[n] = {free, free - node.RealizeOn(vgpus[i], g).cores};
+        const double f = model_->FragmentAfter(e.view, cpu, {changes.data(), n + 1});
+        if (best_gpu < 0 || f < best - 1e-9 || (f < best + 1e-9 && free < best_free)) {
+          best = f;
+          best_gpu = g;
+          best_free = free;
+        }
+      }
+      if (best_gpu < 0) return false;
+      out[i] = static_cast<int8_t>(best_gpu);
+      taken.Add(best_gpu);
+      changes[n++] = {best_free, best_free - node.RealizeOn(vgpus[i], best_gpu).cores};
+      after = best;
+    }
+    cost += after - before;
+    return true;
+  }
+
+  double Score(const NodeScratch& after, const CompiledRequest& pod, const PodChoice& choice,
+               Rng&) const override {
+    const NodeState& node = after.node();
+    double growth = choice.selection_cost;
+    if (choice.count == 0) {
+      const Entry& e = View(node);
+      growth = model_->FragmentAfter(e.view, pod.request().cpu, {}) - e.fragment;
+    }
+    // GPUs stranded by host resources: free GPUs beyond what the free CPU and memory can feed.
+    auto stranded = [this](double gpus, double cpu, double memory) {
+      return gpus - std::clamp(std::min(cpu / cpu_per_gpu_, memory / memory_per_gpu_), 0.0, gpus);
+    };
+    const double gpus = node.total_free_cores().value() / 1000.0;
+    const double taken = after.taken_cores().value() / 1000.0;
+    const double cpu = static_cast<double>(node.free_cpu().value());
+    const double memory =
+        node.tracks_host_memory() ? static_cast<double>(node.free_host_memory().value()) : 1e18;
+    const double cpu_asked = node.tracks_cpu() ? static_cast<double>(pod.request().cpu.value()) : 0.0;
+    const double memory_asked = static_cast<double>(pod.request().memory.value());
+    const double strands =
+        stranded(gpus - taken, node.tracks_cpu() ? cpu - cpu_asked : 1e18, memory - memory_asked) -
+        stranded(gpus, node.tracks_cpu() ? cpu : 1e18, memory);
+    // GPUs of a model that model-constrained pods need.
+    double pressure = 0;
+    if (node.gpu_count() > 0 && static_cast<size_t>(node.model_id(0)) < pressure_.size()) {
+      pressure = pressure_[static_cast<size_t>(node.model_id(0))] * taken;
+    }
+    return 10 * StudyScore(growth) - std::tanh(strands + pressure);
+  }
+
+ private:
+  struct Entry {
+    uint64_t version = 0;
+    FragmentationModel::NodeView view;
+    double fragment = 0;
+  };
+  // The node's prepared view, recomputed only when the node changed.
+  const Entry& View(const NodeState& node) const {
+    Entry& e = cache_[&node];
+    if (e.version != node.version()) {
+      e.version = node.version();
+      e.view = model_->Prepare(node);
+      e.fragment = model_->Fragment(e.view);
+    }
+    return e;
+  }
+
+  std::shared_ptr<const FragmentationModel> model_;
+  double cpu_per_gpu_;
+  double memory_per_gpu_;
+  std::vector<double> pressure_;
+  mutable std::unordered_map<const NodeState*, Entry> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> NewTesseraPolicy(const PolicyContext& context) {
+  return std::make_unique<TesseraPolicy>(context);
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,181 @@
+#include "sim/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "core/placement/evaluation_cache.h"
+#include "core/placement/fragmentation.h"
+#include "core/placement/placer.h"
+#include "core/random.h"
+#include "core/strings.h"
+
+namespace tessera::sim {
+
+using core::PodRequest;
+
+int64_t GpuMilli(const PodRequest& pod) {
+  int64_t total = 0;
+  for (const core::ContainerRequest& c : pod.containers) {
+    for (const core::VGpuDemand& v : c.vgpus) total += v.cores.value();
+  }
+  return total;
+}
+
+std::string ShapeLabel(const PodRequest& pod) {
+  const int tag = core::PodShapeTag(pod);
+  if (tag == core::kNoGpuShape) return "cpu";
+  if (tag == 0) return "share";
+  if (tag < 1000) return StrCat(tag, "-gpu");
+  return "other";
+}
+
+std::string FailureCause(const core::Cluster& cluster, const core::PodRequest& pod) {
+  if (!pod.wants_gpu()) return "cpu-memory";
+  bool room_any_model = false;
+  bool room_allowed = false;
+  for (const core::NodeState& n : cluster.nodes()) {
+    const bool allowed = pod.model_include.empty() ||
+                         std::find(pod.model_include.begin(), pod.model_include.end(),
+                                   n.gpu_count() > 0 ? n.gpu(0).model : "") != pod.model_include.end();
+    // GPU room for each container: enough GPUs with its share free.
+    bool room = n.gpu_count() > 0;
+    for (const core::ContainerRequest& c : pod.containers) {
+      int fitting = 0;
+      for (int g = 0; g < n.gpu_count(); ++g) {
+        if (n.healthy().Has(g) && n.free_cores(g) >= c.vgpus.front().cores) ++fitting;
+      }
+      room = room && fitting >= static_cast<int>(c.vgpus.size());
+    }
+    if (!room) continue;
+    room_any_model = true;
+    if (!allowed) continue;
+    room_allowed = true;
+    break;
+  }
+  if (room_allowed) return "cpu-memory";
+  return room_any_model ? "gpu-model" : "gpu";
+}
+
+ReplayInput ReplayInput::Make(core::Cluster cluster, std::vector<core::PodRequest> pods) {
+  ReplayInput in;
+  in.context = core::MakePolicyContext(cluster, pods);
+  in.fragmentation = in.context.fragmentation;
+  for (const core::NodeState& n : cluster.nodes()) in.capacity_milli += 1000 * n.gpu_count();
+  in.cluster = std::move(cluster);
+  in.pods = std::move(pods);
+  return in;
+}
+
+std::vector<const PodRequest*> ArrivalOrder(const std::vector<PodRequest>& pods, int64_t capacity_milli,
+                                            double inflate, uint64_t seed, std::vector<PodRequest>& clones) {
+  core::Rng rng(seed);
+  // 1. By name, then shuffled (Fisher-Yates).
+  std::vector<const PodRequest*> by_name;
+  for (const PodRequest& p : pods) by_name.push_back(&p);
+  std::stable_sort(by_name.begin(), by_name.end(),
+                   [](const PodRequest* a, const PodRequest* b) { return a->name < b->name; });
+  std::vector<const PodRequest*> order = by_name;
+  for (size_t i = order.size(); i > 1; --i)
+    std::swap(order[i - 1], order[rng.Uniform(static_cast<uint32_t>(i))]);
+
+  // 2. Scale to the target.
+  int64_t total = 0;
+  for (const PodRequest* p : order) total += GpuMilli(*p);
+  const auto target = static_cast<int64_t>(inflate * static_cast<double>(capacity_milli));
+  if (total < target && total > 0 && !by_name.empty()) {
+    // Clones are made first and pointed to afterwards: `clones` must not move while it grows.
+    std::vector<size_t> picks;
+    int64_t grown = total;
+    while (true) {
+      const size_t i = rng.Uniform(static_cast<uint32_t>(by_name.size()));
+      const int64_t add = GpuMilli(*by_name[i]);
+      if (grown + add > target) break;
+      grown += add;
+      picks.push_back(i);
+    }
+    clones.clear();
+    clones.reserve(picks.size());
+    for (size_t k = 0; k < picks.size(); ++k) {
+      PodRequest c = *by_name[picks[k]];
+      c.name = StrCat(c.name, "-clone-", k);
+      c.uid = core::PodUid(StrCat(c.uid.value(), "-clone-", k));
+      clones.push_back(std::move(c));
+    }
+    for (const PodRequest& c : clones) order.push_back(&c);
+  } else {
+    while (total > target && !order.empty()) {
+      const size_t i = rng.Uniform(static_cast<uint32_t>(order.size()));
+      total -= GpuMilli(*order[i]);
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return order;
+}
+
+absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& policy_name, uint64_t seed,
+                                 double inflate, std::atomic<int64_t>* progress,
+                                 const ReplayOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(policy_name, input.context);
+  if (!policy.ok()) return policy.status();
+  core::Placer placer(**policy);
+  core::Cluster cluster = input.cluster;
+
+  std::vector<PodRequest> clones;
+  const std::vector<const PodRequest*> order =
+      ArrivalOrder(input.pods, input.capacity_milli, inflate, seed, clones);
+
+  // The tie-break ranking of the nodes, once per run.
+  core::Rng rng(seed * 0x9e3779b97f4a7c15ULL + 1);
+  std::vector<uint32_t> rank(static_cast<size_t>(cluster.node_count()));
+  std::iota(rank.begin(), rank.end(), 0u);
+  for (size_t i = rank.size(); i > 1; --i)
+    std::swap(rank[i - 1], rank[rng.Uniform(static_cast<uint32_t>(i))]);
+
+  // The cluster's fragmentation, kept per node and updated where a pod lands.
+  std::vector<double> node_frag(rank.size());
+  double frag = 0;
+  int64_t used = 0;
+  for (size_t i = 0; i < rank.size(); ++i) {
+    const core::NodeState& n = cluster.nodes()[i];
+    node_frag[i] = input.fragmentation->NodeFragment(n);
+    frag += node_frag[i];
+    used += 1000 * n.gpu_count() - n.total_free_cores().value();
+  }
+
+  core::EvaluationCache cache;
+  RunResult result;
+  result.policy = policy_name;
+  result.seed = seed;
+  result.capacity_milli = input.capacity_milli;
+  result.pods = order.size();
+  result.events.reserve(order.size());
+  int64_t arrived = 0;
+  for (const PodRequest* pod : order) {
+    if (options.max_pods > 0 && result.events.size() >= options.max_pods) break;
+    arrived += GpuMilli(*pod);
+    absl::StatusOr<core::Placement> p =
+        placer.Place(cluster, *pod, rng, {}, rank, options.evaluation_cache ? &cache : nullptr);
+    if (p.ok() && cluster.Commit(*pod, *p).ok()) {
+      ++result.placed;
+      const core::NodeState* n = cluster.FindNode(p->node);
+      const size_t i = static_cast<size_t>(n - cluster.nodes().data());
+      for (const core::ContainerAssignment& c : p->containers) {
+        for (const core::VGpuAssignment& v : c.vgpus) used += v.cores.value();
+      }
+      const double f = input.fragmentation->NodeFragment(*n);
+      frag += f - node_frag[i];
+      node_frag[i] = f;
+    } else {
+      ++result.failed_by_shape[ShapeLabel(*pod)];
+      ++result.failed_by_cause[FailureCause(cluster, *pod)];
+    }
+    result.events.push_back({arrived, used, frag, input.capacity_milli - used});
+    if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,242 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/strings.h"
+
+namespace tessera::sim {
+
+namespace {
+
+std::string Fixed(double v, int digits) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string SeedList(const std::vector<uint64_t>& seeds) {
+  if (seeds.empty()) return "";
+  bool consecutive = true;
+  for (size_t i = 1; i < seeds.size(); ++i) consecutive = consecutive && seeds[i] == seeds[i - 1] + 1;
+  if (consecutive && seeds.size() > 2) return StrCat(seeds.front(), "-", seeds.back());
+  std::vector<std::string> s;
+  for (uint64_t x : seeds) s.push_back(StrCat(x));
+  return StrJoin(s, ",");
+}
+
+void AppendRow(std::string& out, const std::vector<std::string>& cells, const std::vector<size_t>& width) {
+  for (size_t c = 0; c < cells.size(); ++c) {
+    out += cells[c];
+    if (c + 1 < cells.size()) out.append(width[c] - std::min(width[c], cells[c].size()) + 2, ' ');
+  }
+  out += "\n";
+}
+
+}  // namespace
+
+std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
+  std::string out =
+      StrCat("Cluster:  ", info.nodes, " (", info.node_count, " nodes, ", info.gpu_count, " GPUs)\n",
+             "Workload: ", info.pods, " (", info.pod_count, " pods), scaled to ",
+             Fixed(100 * info.inflate, 0), "% of GPU capacity\n", "Seeds:    ", SeedList(info.seeds), "\n\n");
+  std::vector<std::vector<std::string>> rows = {{"POLICY", "UNALLOCATED@100%", "UNALLOCATED@130%",
+                                                 "FRAG@100%", "PLACED", "FAILED BY SHAPE", "FAILED BY CAUSE",
+                                                 "SEC/RUN"}};
+  for (const PolicySummary& s : summaries) {
+    std::vector<std::string> failed;
+    for (const auto& [shape, n] : s.failed_by_shape) failed.push_back(StrCat(shape, " ", Fixed(n, 0)));
+    std::vector<std::string> causes;
+    for (const auto& [cause, n] : s.failed_by_cause) causes.push_back(StrCat(cause, " ", Fixed(n, 0)));
+    const double frag100 = s.mean.frag_ratio_pct.size() > 100 ? s.mean.frag_ratio_pct[100] : NAN;
+    rows.push_back(
+        {s.policy,
+         StrCat(Fixed(s.Mean100(), 2), s.seeds.size() > 1 ? StrCat(" ± ", Fixed(s.Std100(), 2)) : ""),
+         Fixed(s.Mean130(), 2), StrCat(Fixed(frag100, 1), "%"),
+         StrCat(Fixed(s.placed, 0), "/", Fixed(s.pods, 0)), failed.empty() ? "-" : StrJoin(failed, ", "),
+         causes.empty() ? "-" : StrJoin(causes, ", "), Fixed(s.seconds, 2)});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  for (const auto& r : rows) AppendRow(out, r, width);
+  out +=
+      "\nUNALLOCATED@N%: GPU capacity left unallocated when the pods arrived so far ask for N% of it (mean "
+      "of the "
+      "seeds, ± their standard deviation). FRAG: the share of idle GPU that is fragmented (FGD's measure). "
+      "FAILED BY CAUSE: gpu = no GPU with room on a model the pod may use; gpu-model = room only on other "
+      "models; cpu-memory = room only on nodes without the CPU or memory. Failures are per run, all "
+      "arrivals.\n";
+  return out;
+}
+
+std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
+  using nlohmann::json;
+  auto curve = [](const std::vector<double>& v) {
+    json a = json::array();
+    for (double x : v) a.push_back(std::isnan(x) ? json(nullptr) : json(std::round(x * 1000) / 1000));
+    return a;
+  };
+  json j;
+  j["nodes"] = info.nodes;
+  j["pods"] = info.pods;
+  j["node_count"] = info.node_count;
+  j["gpu_count"] = info.gpu_count;
+  j["pod_count"] = info.pod_count;
+  j["inflate"] = info.inflate;
+  j["seeds"] = info.seeds;
+  json policies = json::object();
+  for (const PolicySummary& s : summaries) {
+    json p;
+    p["unallocated_pct_at_100"] = s.Mean100();
+    p["unallocated_pct_at_130"] = s.Mean130();
+    p["unallocated_pct_at_100_std"] = s.Std100();
+    p["per_seed"] = json::array();
+    for (size_t i = 0; i < s.seeds.size(); ++i) {
+      p["per_seed"].push_back({{"seed", s.seeds[i]},
+                               {"unallocated_pct_at_100", s.unallocated_at_100[i]},
+                               {"unallocated_pct_at_130", s.unallocated_at_130[i]}});
+    }
+    p["placed"] = s.placed;
+    p["pods"] = s.pods;
+    p["failed_pods_by_shape"] = s.failed_by_shape;
+    p["failed_pods_by_cause"] = s.failed_by_cause;
+    p["seconds_per_run"] = s.seconds;
+    p["curve"] = {{"arrived_pct_step", 1},
+                  {"allocated_pct", curve(s.mean.allocated_pct)},
+                  {"fragmentation_gpus", curve(s.mean.frag_gpus)},
+                  {"fragmentation_ratio_pct", curve(s.mean.frag_ratio_pct)}};
+    policies[s.policy] = p;
+  }
+  j["policies"] = policies;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+// Colour-blind-safe palette (Okabe-Ito, then Tableau's), one colour per policy.
+constexpr const char* kColours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
+                                    "#000000", "#F0E442", "#8C564B", "#7F7F7F", "#BCBD22"};
+
+struct Panel {
+  double x0, y0, w, h;            // pixels
+  double xmin, xmax, ymin, ymax;  // data
+  double X(double x) const { return x0 + (x - xmin) / (xmax - xmin) * w; }
+  double Y(double y) const { return y0 + h - (y - ymin) / (ymax - ymin) * h; }
+};
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void Axes(std::string& svg, const Panel& p, double xstep, double ystep, const std::string& xlabel,
+          const std::string& ylabel, const std::string& title) {
+  StrAppend(&svg, "<rect x='", Fixed(p.x0, 1), "' y='", Fixed(p.y0, 1), "' width='", Fixed(p.w, 1),
+            "' height='", Fixed(p.h, 1), "' fill='none' stroke='#444'/>\n");
+  for (double x = std::ceil(p.xmin / xstep) * xstep; x <= p.xmax + 1e-9; x += xstep) {
+    StrAppend(&svg, "<line x1='", Fixed(p.X(x), 1), "' y1='", Fixed(p.y0, 1), "' x2='", Fixed(p.X(x), 1),
+              "' y2='", Fixed(p.y0 + p.h, 1), "' stroke='#e4e4e4'/>\n");
+    StrAppend(&svg, "<text x='", Fixed(p.X(x), 1), "' y='", Fixed(p.y0 + p.h + 16, 1),
+              "' text-anchor='middle' font-size='11'>", Fixed(x, 0), "</text>\n");
+  }
+  for (double y = std::ceil(p.ymin / ystep) * ystep; y <= p.ymax + 1e-9; y += ystep) {
+    StrAppend(&svg, "<line x1='", Fixed(p.x0, 1), "' y1='", Fixed(p.Y(y), 1), "' x2='", Fixed(p.x0 + p.w, 1),
+              "' y2='", Fixed(p.Y(y), 1), "' stroke='#e4e4e4'/>\n");
+    StrAppend(&svg, "<text x='", Fixed(p.x0 - 6, 1), "' y='", Fixed(p.Y(y) + 4, 1),
+              "' text-anchor='end' font-size='11'>", Fixed(y, ystep < 1 ? 1 : 0), "</text>\n");
+  }
+  StrAppend(&svg, "<text x='", Fixed(p.x0 + p.w / 2, 1), "' y='", Fixed(p.y0 + p.h + 36, 1),
+            "' text-anchor='middle' font-size='12'>", Escape(xlabel), "</text>\n");
+  StrAppend(&svg, "<text transform='translate(", Fixed(p.x0 - 40, 1), ",", Fixed(p.y0 + p.h / 2, 1),
+            ") rotate(-90)' text-anchor='middle' font-size='12'>", Escape(ylabel), "</text>\n");
+  StrAppend(&svg, "<text x='", Fixed(p.x0 + p.w / 2, 1), "' y='", Fixed(p.y0 - 10, 1),
+            "' text-anchor='middle' font-size='13' font-weight='bold'>", Escape(title), "</text>\n");
+}
+
+void Line(std::string& svg, const Panel& p, const std::vector<double>& ys, int from, int to, bool invert,
+          const char* colour) {
+  std::string path;
+  bool pen = false;
+  for (int x = from; x <= to && x < static_cast<int>(ys.size()); ++x) {
+    double y = ys[static_cast<size_t>(x)];
+    if (std::isnan(y)) {
+      pen = false;
+      continue;
+    }
+    if (invert) y = 100.0 - y;
+    y = std::clamp(y, p.ymin, p.ymax);
+    StrAppend(&path, pen ? " L" : " M", Fixed(p.X(x), 1), " ", Fixed(p.Y(y), 1));
+    pen = true;
+  }
+  StrAppend(&svg, "<path d='", path, "' fill='none' stroke='", colour, "' stroke-width='1.8'/>\n");
+}
+
+}  // namespace
+
+std::string PlotSvg(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
+  const int max_pct = static_cast<int>(std::ceil(info.inflate * 100 - 1e-9));
+  const double width = 1000, height = 470;
+  std::string svg = StrCat("<svg xmlns='http://www.w3.org/2000/svg' width='", Fixed(width, 0), "' height='",
+                           Fixed(height, 0), "' viewBox='0 0 ", Fixed(width, 0), " ", Fixed(height, 0),
+                           "' font-family='Helvetica, Arial, sans-serif'>\n<rect width='100%' height='100%' "
+                           "fill='white'/>\n");
+  StrAppend(
+      &svg, "<text x='", Fixed(width / 2, 0), "' y='24' text-anchor='middle' font-size='15'>",
+      Escape(StrCat("GPU allocation by policy: ", info.pods, " on ", info.nodes, " (", info.gpu_count,
+                    " GPUs), mean of ", info.seeds.size(), info.seeds.size() == 1 ? " seed" : " seeds")),
+      "</text>\n");
+  // Left: allocation over the whole run.
+  Panel left{70, 60, 380, 330, 0, static_cast<double>(max_pct), 0, 100};
+  Axes(svg, left, 10, 10, "arrived workload (% of GPU capacity)", "GPU allocated (% of capacity)",
+       "GPU allocation ratio");
+  StrAppend(&svg, "<line x1='", Fixed(left.X(0), 1), "' y1='", Fixed(left.Y(0), 1), "' x2='",
+            Fixed(left.X(100), 1), "' y2='", Fixed(left.Y(100), 1),
+            "' stroke='#999' stroke-dasharray='4 3'/>\n");
+  // Right: unallocated GPU near saturation, zoomed.
+  const int from = std::max(0, std::min(80, max_pct - 10));
+  double ymax = 1;
+  for (const PolicySummary& s : summaries) {
+    for (int x = std::max(from, 100); x <= max_pct && x < static_cast<int>(s.mean.allocated_pct.size());
+         ++x) {
+      if (!std::isnan(s.mean.allocated_pct[static_cast<size_t>(x)])) {
+        ymax = std::max(ymax, 100.0 - s.mean.allocated_pct[static_cast<size_t>(x)]);
+      }
+    }
+  }
+  ymax = std::ceil(ymax * 1.15 / 2.0) * 2.0;
+  Panel right{560, 60, 380, 330, static_cast<double>(from), static_cast<double>(max_pct), 0, ymax};
+  Axes(svg, right, 10, ymax > 10 ? 5 : 1, "arrived workload (% of GPU capacity)",
+       "GPU unallocated (% of capacity)", "Unallocated GPU near saturation (lower is better)");
+  for (size_t i = 0; i < summaries.size(); ++i) {
+    const char* colour = kColours[i % (sizeof(kColours) / sizeof(kColours[0]))];
+    Line(svg, left, summaries[i].mean.allocated_pct, 0, max_pct, false, colour);
+    Line(svg, right, summaries[i].mean.allocated_pct, from, max_pct, true, colour);
+    // Legend, under the right panel's title.
+    const double lx = right.x0 + 12, ly = right.y0 + 18 + 16.0 * static_cast<double>(i);
+    StrAppend(&svg, "<line x1='", Fixed(lx, 1), "' y1='", Fixed(ly - 4, 1), "' x2='", Fixed(lx + 22, 1),
+              "' y2='", Fixed(ly - 4, 1), "' stroke='", colour, "' stroke-width='2.5'/>\n");
+    StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='11'>",
+              Escape(StrCat(summaries[i].policy, "  ", Fixed(summaries[i].Mean100(), 2), "% at 100%")),
+              "</text>\n");
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,139 @@
+// The FGD study's baselines score nodes as its simulator does (pkg/simulator/plugin/*_score.go of
+// hkust-adsl/kubernetes-scheduler-simulator, read for the formulas), checked on small cases worked by hand.
+#include <gtest/gtest.h>
+
+#include "core/placement/evaluation_cache.h"
+#include "core/placement/placer.h"
+#include "test_util.h"
+
+namespace tessera::core {
+namespace {
+
+using ::tessera::testing::MakeNode;
+using ::tessera::testing::MakePod;
+using ::tessera::testing::Milli;
+using ::tessera::testing::PlacementOn;
+
+class StudyPoliciesTest : public ::testing::Test {
+ protected:
+  void AddNode(const std::string& name, int gpus, int64_t cpu = 96000) {
+    NodeInfo n = MakeNode(name, gpus, MiB(16384), "G2");
+    n.cpu = MilliCpu(cpu);
+    n.memory = MiB(393216);
+    ASSERT_TRUE(cluster_.AddNode(n).ok());
+  }
+  void Hold(const std::string& node, int gpu, int milli, const std::string& uid, int gpus = 1) {
+    PodRequest p = MakePod(uid, std::vector<VGpuDemand>(static_cast<size_t>(gpus), Milli(milli)));
+    std::vector<VGpuAssignment> v;
+    for (int i = 0; i < gpus; ++i) v.push_back({gpu + i, GpuUuid(), MilliGpu(milli), MiB(100)});
+    ASSERT_TRUE(cluster_.Commit(p, PlacementOn(node, v)).ok());
+  }
+  double Score(const std::string& policy, const std::string& node, const PodRequest& pod) {
+    std::unique_ptr<Policy> p = *MakePolicy(policy, MakePolicyContext(cluster_, {}));
+    Placer placer(*p);
+    Rng rng(1);
+    NodeFit fit = placer.Evaluate(cluster_, *cluster_.FindNode(NodeName(node)), pod, rng);
+    EXPECT_TRUE(fit.fits());
+    return fit.score;
+  }
+  Cluster cluster_;
+};
+
+TEST_F(StudyPoliciesTest, PackingCases) {
+  AddNode("idle", 8);
+  AddNode("partly", 8);
+  Hold("partly", 0, 700, "a");  // GPU0 has 300 free
+  Hold("partly", 1, 1000, "b");
+  // An idle node: max(33 - free GPUs, free GPUs) = 25 for 8 GPUs.
+  EXPECT_EQ(Score("packing", "idle", MakePod("p", {Milli(200)})), 25);
+  // A share onto a partly used GPU with 300 free: 100 - 300 / 100 = 97.
+  EXPECT_EQ(Score("packing", "partly", MakePod("p", {Milli(200)})), 97);
+  // A share that needs a whole free GPU on a used node: max(50 - 1, 33) = 49.
+  EXPECT_EQ(Score("packing", "partly", MakePod("p", {Milli(500)})), 49);
+}
+
+TEST_F(StudyPoliciesTest, ClusteringPrefersNodesOfTheSameShape) {
+  AddNode("shares", 8);
+  AddNode("mixed", 8);
+  AddNode("empty", 8);
+  Hold("shares", 0, 500, "s");
+  Hold("mixed", 0, 500, "m1");
+  Hold("mixed", 2, 1000, "m2", 2);
+  const PodRequest share = MakePod("p", {Milli(300)});
+  // base = 25 * (8000 - free) / 8000 (integer); +75 only this shape, +50 this and others, +25 no GPU pod.
+  EXPECT_EQ(Score("clustering", "shares", share), 1 + 75);
+  EXPECT_EQ(Score("clustering", "mixed", share), 7 + 50);
+  EXPECT_EQ(Score("clustering", "empty", share), 0 + 25);
+}
+
+TEST_F(StudyPoliciesTest, BestFitAndDotProduct) {
+  AddNode("n", 8, 128000);
+  Hold("n", 0, 1000, "a");
+  PodRequest p = MakePod("p", {Milli(500)});
+  p.cpu = MilliCpu(16000);
+  // Best fit: int(100 * (1 - (0.5 * (128000 - 16000) / 128000 + 0.5 * (7000 - 500) / 8000))) = 15.
+  EXPECT_EQ(Score("bestfit", "n", p), 15);
+  // Dot product: int(100 * (1 - (128000 * 16000 / 128000^2 + 7000 * 500 / 8000^2) / 2)) = 91.
+  EXPECT_EQ(Score("dotprod", "n", p), 91);
+}
+
+TEST_F(StudyPoliciesTest, StudyGpuChoiceIsBestFitLowestIndex) {
+  AddNode("n", 4);
+  Hold("n", 1, 600, "a");
+  Hold("n", 3, 600, "b");
+  std::unique_ptr<Policy> packing = *MakePolicy("packing");
+  Placer placer(*packing);
+  Rng rng(1);
+  absl::StatusOr<Placement> p = placer.Place(cluster_, MakePod("p", {Milli(300)}), rng);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->containers[0].vgpus[0].gpu_index, 1);  // least free (400) that fits; GPU 3 ties, index 1 first
+  absl::StatusOr<Placement> whole = placer.Place(cluster_, MakePod("w", {Milli(1000), Milli(1000)}), rng);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->containers[0].vgpus[0].gpu_index, 0);  // the first free GPUs by index
+  EXPECT_EQ(whole->containers[0].vgpus[1].gpu_index, 2);
+}
+
+TEST_F(StudyPoliciesTest, FragmentationPoliciesNeedTheWorkload) {
+  absl::StatusOr<std::unique_ptr<Policy>> fgd = MakePolicy("fgd");
+  ASSERT_FALSE(fgd.ok());
+  EXPECT_NE(std::string(fgd.status().message()).find("MakePolicyContext"), std::string::npos);
+  EXPECT_TRUE(MakePolicy("tessera", MakePolicyContext(cluster_, {})).ok());
+}
+
+// The cache must never change a decision: the same pods placed with and without it land alike.
+TEST_F(StudyPoliciesTest, EvaluationCacheChangesNothing) {
+  for (int i = 0; i < 6; ++i) AddNode(StrCat("n", i), 1 + i % 4, 32000 + 8000 * i);
+  Rng gen(3);
+  std::vector<PodRequest> pods;
+  for (int i = 0; i < 300; ++i) {
+    PodRequest p = MakePod(
+        StrCat("p", i), {Milli(gen.Uniform(3) == 0 ? 1000 : 100 * (1 + static_cast<int>(gen.Uniform(9))))});
+    p.cpu = MilliCpu(1000 * (1 + gen.Uniform(8)));
+    pods.push_back(p);
+  }
+  const PolicyContext context = MakePolicyContext(cluster_, pods);
+  std::vector<uint32_t> rank = {5, 3, 1, 0, 2, 4};
+  for (const char* name : {"fgd", "tessera", "packing", "bestfit", "clustering", "dotprod"}) {
+    Cluster with = cluster_;
+    Cluster without = cluster_;
+    std::unique_ptr<Policy> a = *MakePolicy(name, context);
+    std::unique_ptr<Policy> b = *MakePolicy(name, context);
+    Placer pa(*a);
+    Placer pb(*b);
+    EvaluationCache cache;
+    Rng ra(1);
+    Rng rb(1);
+    for (const PodRequest& pod : pods) {
+      absl::StatusOr<Placement> x = pa.Place(with, pod, ra, {}, rank, &cache);
+      absl::StatusOr<Placement> y = pb.Place(without, pod, rb, {}, rank);
+      ASSERT_EQ(x.ok(), y.ok()) << name << " " << pod.name;
+      if (!x.ok()) continue;
+      ASSERT_EQ(*x, *y) << name << " " << pod.name;
+      ASSERT_TRUE(with.Commit(pod, *x).ok());
+      ASSERT_TRUE(without.Commit(pod, *y).ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::core
