@@ -141,9 +141,26 @@ PodRequest WholeRequest(int n) {
   return r;
 }
 
+// A workload for the policies that weigh fragmentation: the share sizes and shapes of a GPU cluster's trace.
+std::vector<PodRequest> Workload() {
+  std::vector<PodRequest> pods;
+  Rng rng(7);
+  const int shares[] = {810, 470, 650, 320, 460, 230, 1000, 1000, 1000, 1000};
+  for (int i = 0; i < 2000; ++i) {
+    PodRequest p;
+    p.uid = PodUid(StrCat("w", i));
+    p.cpu = MilliCpu(2000 * (1 + static_cast<int64_t>(rng.Uniform(8))));
+    p.memory = MiB(8192 * (1 + static_cast<int64_t>(rng.Uniform(8))));
+    if (rng.Uniform(8) != 0) p.containers.push_back({"main", {{MilliGpu(shares[rng.Uniform(10)]), {}}}});
+    pods.push_back(std::move(p));
+  }
+  return pods;
+}
+
 void PlaceBench(benchmark::State& state, const std::string& policy_name, const PodRequest& request) {
   World& w = TheWorld();
-  std::unique_ptr<Policy> policy = *MakePolicy(policy_name);
+  static const PolicyContext context = MakePolicyContext(w.cluster, Workload());
+  std::unique_ptr<Policy> policy = *MakePolicy(policy_name, context);
   Placer placer(*policy);
   Rng rng(1);
   for (auto _ : state) {
@@ -309,6 +326,10 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Place/gaia/share-30pct-8GiB", PlaceBench, std::string("gaia"), share)
       ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Place/tessera/share-30pct-8GiB", PlaceBench, std::string("tessera"), share)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("Place/fgd/share-30pct-8GiB", PlaceBench, std::string("fgd"), share)
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Place/gaia/whole-2", PlaceBench, std::string("gaia"), two)
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("Place/gaia/whole-4", PlaceBench, std::string("gaia"), four)
@@ -335,8 +356,16 @@ int main(int argc, char** argv) {
       std::printf("  baseline (recompute per call): %.3f ms; ratio baseline/tessera = %.1fx\n", naive / 1e6,
                   naive / place);
   }
-  for (const char* name : {"Place/gaia/share-30pct-8GiB", "Place/gaia/whole-2", "Place/gaia/whole-4"}) {
+  for (const char* name : {"Place/gaia/share-30pct-8GiB", "Place/gaia/whole-2", "Place/gaia/whole-4",
+                           "Place/tessera/share-30pct-8GiB", "Place/fgd/share-30pct-8GiB"}) {
     if (collector.ns(name) > 0) std::printf("  %-40s %.3f ms\n", name, collector.ns(name) / 1e6);
+  }
+  const double tessera = collector.ns("Place/tessera/share-30pct-8GiB");
+  const double fgd = collector.ns("Place/fgd/share-30pct-8GiB");
+  if (tessera > 0 && fgd > 0) {
+    std::printf(
+        "  tessera policy against FGD, the measure it extends (uncached): ratio tessera/fgd = %.2fx\n",
+        tessera / fgd);
   }
   for (const char* m : {"2", "4"}) {
     const double tree = collector.ns(std::string("Tree/link/") + m);

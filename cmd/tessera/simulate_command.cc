@@ -137,6 +137,11 @@ int RunSimulate(const SimulateOptions& options) {
   info.node_count = cluster->node_count();
   for (const core::NodeState& n : cluster->nodes()) info.gpu_count += n.gpu_count();
   info.pod_count = pods->size();
+  if (info.gpu_count == 0) {
+    std::cerr << "tessera simulate: " << nodes_name
+              << " has no GPU; the simulator measures GPU allocation, so give a cluster with GPU nodes\n";
+    return 2;
+  }
   info.inflate = options.inflate;
   info.seeds = *seeds;
   const sim::ReplayInput input = sim::ReplayInput::Make(*std::move(cluster), *std::move(pods));

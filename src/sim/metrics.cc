@@ -24,6 +24,13 @@ double Mean(const std::vector<double>& v) {
 Curve BinRun(const RunResult& run, int max_pct) {
   const size_t steps = static_cast<size_t>(max_pct) + 1;
   const double capacity = static_cast<double>(run.capacity_milli);
+  if (run.capacity_milli <= 0) {
+    // A cluster without GPUs has no arrived share to bin by.
+    Curve empty;
+    empty.allocated_pct.assign(steps, std::numeric_limits<double>::quiet_NaN());
+    empty.frag_gpus = empty.frag_ratio_pct = empty.allocated_pct;
+    return empty;
+  }
   // Per step: sums and counts of the arrivals that round to it.
   std::vector<double> alloc_sum(steps, 0), frag_sum(steps, 0), ratio_sum(steps, 0);
   std::vector<int> count(steps, 0);

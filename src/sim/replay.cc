@@ -4,6 +4,7 @@
 #include <chrono>
 #include <numeric>
 
+#include "core/placement/compiled_request.h"
 #include "core/placement/evaluation_cache.h"
 #include "core/placement/fragmentation.h"
 #include "core/placement/placer.h"
@@ -32,36 +33,54 @@ std::string ShapeLabel(const PodRequest& pod) {
 
 std::string FailureCause(const core::Cluster& cluster, const core::PodRequest& pod) {
   if (!pod.wants_gpu()) return "cpu-memory";
-  bool room_any_model = false;
+  const core::CompiledRequest req(cluster, pod);
+  const core::PlacementOptions options;
+  // Whether the node's GPUs among `eligible` could take every container's vGPUs (each container's on distinct
+  // GPUs, the least free fitting GPU first), whatever its CPU and memory.
+  auto gpu_room = [&](const core::NodeState& node, core::GpuMask eligible) {
+    core::NodeScratch scratch(node, options);
+    for (size_t c = 0; c < req.container_count(); ++c) {
+      core::GpuMask taken;
+      for (size_t k = req.container_start(c); k < req.container_start(c + 1); ++k) {
+        const core::VGpuDemand& d = req.vgpus()[k];
+        int best = -1;
+        for (int g : scratch.Fitting(d, eligible & ~taken)) {
+          if (best < 0 || scratch.free_cores(g) < scratch.free_cores(best)) best = g;
+        }
+        if (best < 0) return false;
+        taken.Add(best);
+        scratch.Take(d, best);
+      }
+    }
+    return true;
+  };
+  bool room_other_models = false;
   bool room_allowed = false;
   for (const core::NodeState& n : cluster.nodes()) {
-    const bool allowed = pod.model_include.empty() ||
-                         std::find(pod.model_include.begin(), pod.model_include.end(),
-                                   n.gpu_count() > 0 ? n.gpu(0).model : "") != pod.model_include.end();
-    // GPU room for each container: enough GPUs with its share free.
-    bool room = n.gpu_count() > 0;
-    for (const core::ContainerRequest& c : pod.containers) {
-      int fitting = 0;
-      for (int g = 0; g < n.gpu_count(); ++g) {
-        if (n.healthy().Has(g) && n.free_cores(g) >= c.vgpus.front().cores) ++fitting;
-      }
-      room = room && fitting >= static_cast<int>(c.vgpus.size());
+    if (!n.schedulable()) continue;
+    core::GpuMask allowed;
+    for (int g : n.healthy() & req.UuidAllowed(n)) {
+      if (req.ModelAllowed(n.model_id(g))) allowed.Add(g);
     }
-    if (!room) continue;
-    room_any_model = true;
-    if (!allowed) continue;
-    room_allowed = true;
-    break;
+    if (!allowed.Empty() && gpu_room(n, allowed)) {
+      room_allowed = true;
+      const bool cpu = !n.tracks_cpu() || pod.cpu <= n.free_cpu();
+      const bool memory = !n.tracks_host_memory() || pod.memory <= n.free_host_memory();
+      if (cpu && memory) return "other";  // quota or NUMA binding
+    } else if (!room_other_models && gpu_room(n, n.healthy())) {
+      room_other_models = true;
+    }
   }
   if (room_allowed) return "cpu-memory";
-  return room_any_model ? "gpu-model" : "gpu";
+  return room_other_models ? "gpu-model" : "gpu";
 }
 
 ReplayInput ReplayInput::Make(core::Cluster cluster, std::vector<core::PodRequest> pods) {
   ReplayInput in;
   in.context = core::MakePolicyContext(cluster, pods);
   in.fragmentation = in.context.fragmentation;
-  for (const core::NodeState& n : cluster.nodes()) in.capacity_milli += 1000 * n.gpu_count();
+  // The capacity is what can be allocated: healthy GPUs.
+  for (const core::NodeState& n : cluster.nodes()) in.capacity_milli += 1000 * n.healthy().Count();
   in.cluster = std::move(cluster);
   in.pods = std::move(pods);
   return in;
@@ -141,7 +160,7 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
     const core::NodeState& n = cluster.nodes()[i];
     node_frag[i] = input.fragmentation->NodeFragment(n);
     frag += node_frag[i];
-    used += 1000 * n.gpu_count() - n.total_free_cores().value();
+    used += n.healthy_cores().value() - n.total_free_cores().value();
   }
 
   core::EvaluationCache cache;
@@ -157,7 +176,12 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
     arrived += GpuMilli(*pod);
     absl::StatusOr<core::Placement> p =
         placer.Place(cluster, *pod, rng, {}, rank, options.evaluation_cache ? &cache : nullptr);
-    if (p.ok() && cluster.Commit(*pod, *p).ok()) {
+    if (p.ok()) {
+      // The Placer chose it; a refusal here is a bug, not a pod that did not fit.
+      if (absl::Status s = cluster.Commit(*pod, *p); !s.ok()) {
+        return absl::InternalError(
+            StrCat("pod ", pod->name, ": the placement chosen was refused: ", s.message()));
+      }
       ++result.placed;
       const core::NodeState* n = cluster.FindNode(p->node);
       const size_t i = static_cast<size_t>(n - cluster.nodes().data());

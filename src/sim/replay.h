@@ -89,7 +89,8 @@ std::string ShapeLabel(const core::PodRequest& pod);
 // Why a pod fit nowhere, looking at the whole cluster:
 //   "gpu"         no GPU of a model it may use has room for it;
 //   "gpu-model"   GPUs with room exist, but only of models it may not use;
-//   "cpu-memory"  GPUs with room exist on models it may use, but those nodes lack the CPU or memory.
+//   "cpu-memory"  GPUs with room exist on models it may use, but those nodes lack the CPU or memory;
+//   "other"       a node had it all: the namespace's quota or NUMA binding refused it.
 // A pod without GPU fails only for CPU or memory.
 std::string FailureCause(const core::Cluster& cluster, const core::PodRequest& pod);
 // The GPU a pod asks for, in thousandths (a share whose size follows its memory counts as 0).

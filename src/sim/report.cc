@@ -93,7 +93,9 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
   for (const PolicySummary& s : summaries) {
     json p;
     p["unallocated_pct_at_100"] = s.Mean100();
+    // At 130% arrived; the workload's last step when it is scaled to another share.
     p["unallocated_pct_at_130"] = s.Mean130();
+    p["end_pct"] = static_cast<int>(std::ceil(info.inflate * 100 - 1e-9));
     p["unallocated_pct_at_100_std"] = s.Std100();
     p["per_seed"] = json::array();
     for (size_t i = 0; i < s.seeds.size(); ++i) {
@@ -106,8 +108,11 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
     p["failed_pods_by_shape"] = s.failed_by_shape;
     p["failed_pods_by_cause"] = s.failed_by_cause;
     p["seconds_per_run"] = s.seconds;
+    std::vector<double> unallocated = s.mean.allocated_pct;
+    for (double& x : unallocated) x = 100.0 - x;  // NaN stays NaN
     p["curve"] = {{"arrived_pct_step", 1},
                   {"allocated_pct", curve(s.mean.allocated_pct)},
+                  {"unallocated_pct", curve(unallocated)},
                   {"fragmentation_gpus", curve(s.mean.frag_gpus)},
                   {"fragmentation_ratio_pct", curve(s.mean.frag_ratio_pct)}};
     policies[s.policy] = p;
@@ -191,49 +196,62 @@ void Line(std::string& svg, const Panel& p, const std::vector<double>& ys, int f
 
 std::string PlotSvg(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   const int max_pct = static_cast<int>(std::ceil(info.inflate * 100 - 1e-9));
-  const double width = 1000, height = 470;
+  // A file's base name; a described source such as "bundled example (examples/sim/pods.csv)" keeps its
+  // description.
+  auto base = [](const std::string& path) {
+    if (!path.empty() && path.back() == ')') return path.substr(0, path.find(" ("));
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+  };
+  const double width = 1120, height = 470;
   std::string svg = StrCat("<svg xmlns='http://www.w3.org/2000/svg' width='", Fixed(width, 0), "' height='",
                            Fixed(height, 0), "' viewBox='0 0 ", Fixed(width, 0), " ", Fixed(height, 0),
                            "' font-family='Helvetica, Arial, sans-serif'>\n<rect width='100%' height='100%' "
                            "fill='white'/>\n");
   StrAppend(
       &svg, "<text x='", Fixed(width / 2, 0), "' y='24' text-anchor='middle' font-size='15'>",
-      Escape(StrCat("GPU allocation by policy: ", info.pods, " on ", info.nodes, " (", info.gpu_count,
-                    " GPUs), mean of ", info.seeds.size(), info.seeds.size() == 1 ? " seed" : " seeds")),
+      Escape(StrCat("GPU allocation by policy: ",
+                    base(info.pods) == base(info.nodes) ? base(info.pods)
+                                                        : StrCat(base(info.pods), " on ", base(info.nodes)),
+                    " (", info.gpu_count, " GPUs), mean of ", info.seeds.size(),
+                    info.seeds.size() == 1 ? " seed" : " seeds")),
       "</text>\n");
   // Left: allocation over the whole run.
-  Panel left{70, 60, 380, 330, 0, static_cast<double>(max_pct), 0, 100};
+  Panel left{70, 60, 360, 330, 0, static_cast<double>(max_pct), 0, 100};
   Axes(svg, left, 10, 10, "arrived workload (% of GPU capacity)", "GPU allocated (% of capacity)",
        "GPU allocation ratio");
   StrAppend(&svg, "<line x1='", Fixed(left.X(0), 1), "' y1='", Fixed(left.Y(0), 1), "' x2='",
             Fixed(left.X(100), 1), "' y2='", Fixed(left.Y(100), 1),
             "' stroke='#999' stroke-dasharray='4 3'/>\n");
-  // Right: unallocated GPU near saturation, zoomed.
+  // Right: the same near saturation, zoomed to where the policies part.
   const int from = std::max(0, std::min(80, max_pct - 10));
-  double ymax = 1;
+  double ymin = 100;
   for (const PolicySummary& s : summaries) {
-    for (int x = std::max(from, 100); x <= max_pct && x < static_cast<int>(s.mean.allocated_pct.size());
-         ++x) {
-      if (!std::isnan(s.mean.allocated_pct[static_cast<size_t>(x)])) {
-        ymax = std::max(ymax, 100.0 - s.mean.allocated_pct[static_cast<size_t>(x)]);
-      }
+    for (int x = from; x <= max_pct && x < static_cast<int>(s.mean.allocated_pct.size()); ++x) {
+      const double y = s.mean.allocated_pct[static_cast<size_t>(x)];
+      if (!std::isnan(y)) ymin = std::min(ymin, y);
     }
   }
-  ymax = std::ceil(ymax * 1.15 / 2.0) * 2.0;
-  Panel right{560, 60, 380, 330, static_cast<double>(from), static_cast<double>(max_pct), 0, ymax};
-  Axes(svg, right, 10, ymax > 10 ? 5 : 1, "arrived workload (% of GPU capacity)",
-       "GPU unallocated (% of capacity)", "Unallocated GPU near saturation (lower is better)");
+  ymin = std::max(0.0, std::floor((ymin - 1) / 5.0) * 5.0);
+  Panel right{520, 60, 360, 330, static_cast<double>(from), static_cast<double>(max_pct), ymin, 100};
+  Axes(svg, right, 10,
+       (100 - ymin) > 20  ? 5
+       : (100 - ymin) > 8 ? 2
+                          : 1,
+       "arrived workload (% of GPU capacity)", "GPU allocated (% of capacity)",
+       "Near saturation (higher is better)");
+  StrAppend(&svg, "<text x='", Fixed(910, 0), "' y='", Fixed(70, 0), "' font-size='12' font-weight='bold'>",
+            "unallocated at 100%</text>\n");
   for (size_t i = 0; i < summaries.size(); ++i) {
     const char* colour = kColours[i % (sizeof(kColours) / sizeof(kColours[0]))];
     Line(svg, left, summaries[i].mean.allocated_pct, 0, max_pct, false, colour);
-    Line(svg, right, summaries[i].mean.allocated_pct, from, max_pct, true, colour);
-    // Legend, under the right panel's title.
-    const double lx = right.x0 + 12, ly = right.y0 + 18 + 16.0 * static_cast<double>(i);
+    Line(svg, right, summaries[i].mean.allocated_pct, from, max_pct, false, colour);
+    // Legend, right of the panels.
+    const double lx = 910, ly = 92 + 18.0 * static_cast<double>(i);
     StrAppend(&svg, "<line x1='", Fixed(lx, 1), "' y1='", Fixed(ly - 4, 1), "' x2='", Fixed(lx + 22, 1),
               "' y2='", Fixed(ly - 4, 1), "' stroke='", colour, "' stroke-width='2.5'/>\n");
-    StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='11'>",
-              Escape(StrCat(summaries[i].policy, "  ", Fixed(summaries[i].Mean100(), 2), "% at 100%")),
-              "</text>\n");
+    StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='12'>",
+              Escape(StrCat(summaries[i].policy, "  ", Fixed(summaries[i].Mean100(), 2), "%")), "</text>\n");
   }
   svg += "</svg>\n";
   return svg;

@@ -23,7 +23,12 @@ absl::StatusOr<Csv> ReadCsv(std::string_view text, std::string_view source,
   while (!csv.lines.empty() && StripWhitespace(csv.lines.back()).empty()) csv.lines.pop_back();
   if (csv.lines.empty()) return absl::InvalidArgumentError(StrCat(source, ": the file is empty"));
   std::vector<std::string_view> head = StrSplit(StripWhitespace(csv.lines[0]), ',');
-  for (size_t i = 0; i < head.size(); ++i) csv.columns[std::string(StripWhitespace(head[i]))] = i;
+  for (size_t i = 0; i < head.size(); ++i) {
+    if (!csv.columns.emplace(std::string(StripWhitespace(head[i])), i).second) {
+      return absl::InvalidArgumentError(
+          StrCat(source, " line 1: column \"", StripWhitespace(head[i]), "\" appears twice in the header"));
+    }
+  }
   std::vector<std::string> missing;
   for (const char* r : required) {
     if (!csv.columns.contains(r)) missing.emplace_back(r);
@@ -34,6 +39,11 @@ absl::StatusOr<Csv> ReadCsv(std::string_view text, std::string_view source,
                                              ")"));
   }
   return csv;
+}
+
+// Field i of a row, trimmed; empty when the row is short.
+std::string Text(const std::vector<std::string_view>& fields, size_t i) {
+  return i < fields.size() ? std::string(StripWhitespace(fields[i])) : std::string();
 }
 
 absl::Status Field(std::string_view source, size_t line, const std::vector<std::string_view>& fields,
@@ -58,7 +68,7 @@ absl::StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::
     if (line.empty()) continue;
     std::vector<std::string_view> f = StrSplit(line, ',');
     TraceNode n;
-    n.name = std::string(StripWhitespace(f[csv->columns["sn"]]));
+    n.name = Text(f, csv->columns["sn"]);
     int64_t gpus = 0;
     for (absl::Status s : {Field(source, l, f, *csv, "cpu_milli", 0, int64_t{1} << 40, &n.cpu_milli),
                            Field(source, l, f, *csv, "memory_mib", 0, int64_t{1} << 40, &n.memory_mib),
@@ -90,7 +100,9 @@ absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::st
     if (line.empty()) continue;
     std::vector<std::string_view> f = StrSplit(line, ',');
     TracePod p;
-    p.name = std::string(StripWhitespace(f[csv->columns["name"]]));
+    p.name = Text(f, csv->columns["name"]);
+    if (p.name.empty())
+      return absl::InvalidArgumentError(StrCat(source, " line ", l + 1, ": the pod has no name"));
     int64_t num_gpu = 0;
     int64_t gpu_milli = 0;
     for (absl::Status s : {Field(source, l, f, *csv, "cpu_milli", 0, int64_t{1} << 40, &p.cpu_milli),

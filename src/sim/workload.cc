@@ -42,7 +42,8 @@ absl::StatusOr<std::vector<core::PodRequest>> LoadPods(std::string_view text, st
     absl::StatusOr<std::vector<TracePod>> pods = ParsePodCsv(text, source);
     if (!pods.ok()) return pods.status();
     out.reserve(pods->size());
-    for (size_t i = 0; i < pods->size(); ++i) out.push_back(ToPodRequest((*pods)[i], (*pods)[i].name));
+    // The row makes the uid unique even where a file repeats a name.
+    for (size_t i = 0; i < pods->size(); ++i) out.push_back(ToPodRequest((*pods)[i], StrCat("row-", i + 2)));
     return out;
   }
   absl::StatusOr<std::vector<core::PodSpec>> specs = formats::ParseWorkloadFile(text, source);

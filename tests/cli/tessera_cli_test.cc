@@ -132,6 +132,10 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
                 TempFile("bad-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,two,T4\n") + " --pods " +
                 pods,
             "bad-nodes.csv line 2: gpu is \"two\""},
+           {"simulate --nodes " +
+                TempFile("cpu-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,64000,1024,0,\n") +
+                " --pods " + pods,
+            "has no GPU"},
        }) {
     Result r = Tessera(c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;

@@ -76,6 +76,18 @@ TEST_F(FragmentationTest, NodeFragmentByDefinition) {
   EXPECT_DOUBLE_EQ(model.Fragment(poor), idle);
 }
 
+TEST_F(FragmentationTest, NodesThatDoNotAccountCpuHaveEnoughAndUnhealthyGpusAreLeftOut) {
+  Cluster c;
+  NodeInfo n = MakeNode("no-cpu", 2, MiB(16384), "T4");  // cpu 0: not accounted
+  n.gpus[1].health = GpuHealth::kUnhealthy;
+  ASSERT_TRUE(c.AddNode(n).ok());
+  WorkloadProfile profile;
+  profile.pods = {{MilliCpu(4000), MilliGpu(500), 1, {}, 1, 1.0}};
+  FragmentationModel model(profile, c);
+  EXPECT_DOUBLE_EQ(model.NodeFragment(*c.FindNode(NodeName("no-cpu"))),
+                   0);  // fits; the unhealthy GPU is not idle
+}
+
 TEST_F(FragmentationTest, ModelsATypicalPodCannotUseAreAllFragment) {
   WorkloadProfile profile;
   profile.pods = {{MilliCpu(1000), MilliGpu(500), 1, {"V100"}, 1, 1.0}};

@@ -93,6 +93,33 @@ TEST_F(StudyPoliciesTest, StudyGpuChoiceIsBestFitLowestIndex) {
   EXPECT_EQ(whole->containers[0].vgpus[1].gpu_index, 2);
 }
 
+// A pod's CPU changes fragmentation once, however many containers it has: tessera's cost for two containers
+// of half a GPU equals its cost for one container of two half GPUs.
+TEST_F(StudyPoliciesTest, ContainersCountThePodsCpuOnce) {
+  NodeInfo n = MakeNode("n", 4, MiB(16384), "T4");
+  n.cpu = MilliCpu(16000);
+  ASSERT_TRUE(cluster_.AddNode(n).ok());
+  std::vector<PodRequest> workload;
+  for (int i = 0; i < 10; ++i) {
+    PodRequest w = MakePod(StrCat("w", i), {Milli(1000)});
+    w.cpu = MilliCpu(8000);
+    workload.push_back(w);
+  }
+  std::unique_ptr<Policy> tessera = *MakePolicy("tessera", MakePolicyContext(cluster_, workload));
+  Placer placer(*tessera);
+  Rng rng(1);
+  PodRequest one = MakePod("one", {Milli(500), Milli(500)});
+  one.cpu = MilliCpu(10000);
+  PodRequest two = MakePod("two", {Milli(500)});
+  two.containers.push_back({"second", {Milli(500)}});
+  two.cpu = MilliCpu(10000);
+  const NodeState& node = *cluster_.FindNode(NodeName("n"));
+  const double a = placer.Evaluate(cluster_, node, one, rng).choice.selection_cost;
+  const double b = placer.Evaluate(cluster_, node, two, rng).choice.selection_cost;
+  EXPECT_DOUBLE_EQ(a, b);
+  EXPECT_GT(a, 0);
+}
+
 TEST_F(StudyPoliciesTest, FragmentationPoliciesNeedTheWorkload) {
   absl::StatusOr<std::unique_ptr<Policy>> fgd = MakePolicy("fgd");
   ASSERT_FALSE(fgd.ok());

@@ -114,6 +114,57 @@ TEST(ReplayTest, FailureCauses) {
   EXPECT_EQ(FailureCause(c, ToPodRequest({"s", 999999, 1, 0, 0, {}}, "s")), "cpu-memory");
 }
 
+TEST(MetricsTest, NoCapacityNoCurve) {
+  RunResult r;
+  r.capacity_milli = 0;
+  r.events = {{0, 0, 0, 0}};
+  EXPECT_TRUE(std::isnan(BinRun(r, 130).allocated_pct[0]));
+}
+
+TEST(ReplayTest, RepeatedNamesAreStillDistinctPods) {
+  ReplayInput in =
+      ReplayInput::Make(*LoadCluster("sn,cpu_milli,memory_mib,gpu,model\nn,8000,8192,4,T4\n", "n"),
+                        *LoadPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,500\n"
+                                  "p,1,1,1,500\nq,1,1,1,500\n",
+                                  "p"));
+  absl::StatusOr<RunResult> r = Replay(in, "tessera", 1, 0.375);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->placed, 3u);
+}
+
+TEST(ReplayTest, UnhealthyGpusAreNotCapacity) {
+  ReplayInput in = ReplayInput::Make(
+      *LoadCluster("nodes:\n  - name: a\n    gpus:\n      - {model: T4, memoryMiB: 15360}\n"
+                   "      - {model: T4, memoryMiB: 15360, healthy: false}\n",
+                   "c.yaml"),
+      *LoadPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\nb,1,1,1,500\nc,1,1,1,500\n"
+                "d,1,1,1,500\n",
+                "p"));
+  EXPECT_EQ(in.capacity_milli, 1000);
+  absl::StatusOr<RunResult> r = Replay(in, "fgd", 1, 2.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->placed, 2u);
+  EXPECT_EQ(r->events.back().used_milli, 1000);
+  EXPECT_EQ(r->events.back().idle_milli, 0);
+}
+
+TEST(ReplayTest, FailureCausesSeeModelsTwoAndAHalfAndQuota) {
+  core::Cluster c = *LoadCluster("sn,cpu_milli,memory_mib,gpu,model\nv,64000,65536,4,V100M32\n", "n");
+  // Excluded model: room exists only on a model the pod may not use.
+  core::PodRequest no_v100 = ToPodRequest({"x", 1000, 1024, 1, 500, {}}, "x");
+  no_v100.model_exclude = {"V100M32"};
+  EXPECT_EQ(FailureCause(c, no_v100), "gpu-model");
+  // "2.5 GPUs" on a node with four free GPUs has room.
+  core::PodRequest two_and_half = ToPodRequest({"y", 1000, 1024, 1, 500, {}}, "y");
+  two_and_half.containers[0].vgpus = {
+      {core::kWholeGpu, {}}, {core::kWholeGpu, {}}, {core::MilliGpu(500), {}}};
+  EXPECT_EQ(FailureCause(c, two_and_half), "other");
+  // A quota that refuses it.
+  c.SetQuota(core::Namespace("default"), "V100M32", core::MilliGpu(100));
+  core::PodRequest quota = ToPodRequest({"z", 1000, 1024, 1, 500, {}}, "z");
+  EXPECT_EQ(FailureCause(c, quota), "other");
+}
+
 TEST(MetricsTest, BinsByRoundedArrivedShareAndFallsBackToNeighbours) {
   RunResult r;
   r.policy = "p";

@@ -57,6 +57,9 @@ TEST(TraceTest, ErrorsNameTheLine) {
   EXPECT_THAT(pod_error("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,0\n"), HasSubstr("both are 0"));
   EXPECT_THAT(pod_error("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,2000\n"),
               HasSubstr("0 to 1000"));
+  EXPECT_THAT(pod_error("name,cpu_milli,memory_mib,num_gpu,gpu_milli,name\np,1,1,1,100\n"),
+              HasSubstr("column \"name\" appears twice"));
+  EXPECT_THAT(pod_error("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n,1,1,1,100\n"), HasSubstr("no name"));
   absl::StatusOr<std::vector<TraceNode>> n =
       ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,4,\n", "n.csv");
   ASSERT_FALSE(n.ok());

@@ -8,7 +8,8 @@
 // Only deterministic policies' answers are kept (Policy::deterministic). Entries are keyed by the node's
 // version, which changes with every change to the node, so a stale answer is never used.
 //
-// Thread-safety: not thread-safe; one per thread (and per Cluster).
+// Thread-safety: not thread-safe. One cache per Placer and per Cluster: its keys carry neither the policy nor
+// the cluster, and a copied Cluster reissues node versions.
 #ifndef TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
 #define TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
 

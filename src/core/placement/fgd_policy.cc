@@ -2,7 +2,6 @@
 // fragmentation (fragmentation.h) grows least, scored as the FGD study's simulator scores it.
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "core/placement/policies_internal.h"
 
@@ -17,22 +16,19 @@ double StudyScore(double decrease) {
 
 class FgdPolicy : public Policy {
  public:
-  explicit FgdPolicy(std::shared_ptr<const FragmentationModel> model) : model_(std::move(model)) {}
+  explicit FgdPolicy(std::shared_ptr<const FragmentationModel> model)
+      : model_(model), views_(std::move(model)) {}
   std::string_view name() const override { return "fgd"; }
 
   bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod, std::span<const VGpuDemand> vgpus,
                   GpuMask eligible, Rng&, std::span<int8_t> out, double& cost) const override {
-    const Entry& e = View(node.node());
-    // Earlier containers of this pod already changed some GPUs: start from there.
-    std::array<std::pair<MilliGpu, MilliGpu>, kMaxGpusPerNode + 1> changes;
-    size_t n = 0;
-    for (int g = 0; g < node.gpu_count(); ++g) {
-      if (node.free_cores(g) != node.node().free_cores(g))
-        changes[n++] = {node.node().free_cores(g), node.free_cores(g)};
-    }
-    const double before =
-        n == 0 ? e.fragment : model_->FragmentAfter(e.view, MilliCpu(0), {changes.data(), n});
+    const FragmentationViews::View& e = views_.Get(node.node());
+    // Earlier containers of this pod already changed some GPUs: start from there. The pod's CPU is taken
+    // once: in the first container's change, and already in the others' "before".
+    FragmentationViews::Changes changes;
+    size_t n = FragmentationViews::EarlierChanges(node, changes);
     const MilliCpu cpu = pod.request().cpu;
+    const double before = n == 0 ? e.fragment : model_->FragmentAfter(e.node, cpu, {changes.data(), n});
     if (vgpus.size() == 1 && !vgpus[0].exclusive()) {
       // A share: the GPU whose use grows fragmentation least; the first such GPU on ties, as in the study.
       double best = -1;
@@ -49,7 +45,7 @@ class FgdPolicy : public Policy {
         }
         seen[seen_count++] = free;
         changes[n] = {free, free - node.RealizeOn(vgpus[0], g).cores};
-        const double s = StudyScore(before - model_->FragmentAfter(e.view, cpu, {changes.data(), n + 1}));
+        const double s = StudyScore(before - model_->FragmentAfter(e.node, cpu, {changes.data(), n + 1}));
         if (s > best) {
           best = s;
           best_gpu = g;
@@ -65,7 +61,7 @@ class FgdPolicy : public Policy {
       const MilliGpu free = node.free_cores(out[i]);
       changes[n++] = {free, free - node.RealizeOn(vgpus[i], out[i]).cores};
     }
-    cost -= StudyScore(before - model_->FragmentAfter(e.view, cpu, {changes.data(), n}));
+    cost -= StudyScore(before - model_->FragmentAfter(e.node, cpu, {changes.data(), n}));
     return true;
   }
 
@@ -73,32 +69,35 @@ class FgdPolicy : public Policy {
                Rng&) const override {
     if (choice.count > 0) return -choice.selection_cost;
     // A pod without GPU: its CPU changes which typical pods still fit.
-    const Entry& e = View(after.node());
-    return StudyScore(e.fragment - model_->FragmentAfter(e.view, pod.request().cpu, {}));
+    const FragmentationViews::View& e = views_.Get(after.node());
+    return StudyScore(e.fragment - model_->FragmentAfter(e.node, pod.request().cpu, {}));
   }
 
  private:
-  struct Entry {
-    uint64_t version = 0;
-    FragmentationModel::NodeView view;
-    double fragment = 0;
-  };
-  // The node's prepared view, recomputed only when the node changed.
-  const Entry& View(const NodeState& node) const {
-    Entry& e = cache_[&node];
-    if (e.version != node.version()) {
-      e.version = node.version();
-      e.view = model_->Prepare(node);
-      e.fragment = model_->Fragment(e.view);
-    }
-    return e;
-  }
-
   std::shared_ptr<const FragmentationModel> model_;
-  mutable std::unordered_map<const NodeState*, Entry> cache_;
+  FragmentationViews views_;
 };
 
 }  // namespace
+
+const FragmentationViews::View& FragmentationViews::Get(const NodeState& node) const {
+  View& v = views_[&node];
+  if (v.version != node.version()) {
+    v.version = node.version();
+    v.node = model_->Prepare(node);
+    v.fragment = model_->Fragment(v.node);
+  }
+  return v;
+}
+
+size_t FragmentationViews::EarlierChanges(const NodeScratch& scratch, Changes& out) {
+  size_t n = 0;
+  for (int g = 0; g < scratch.gpu_count(); ++g) {
+    const MilliGpu before = scratch.node().free_cores(g);
+    if (scratch.free_cores(g) != before) out[n++] = {before, scratch.free_cores(g)};
+  }
+  return n;
+}
 
 std::unique_ptr<Policy> NewFgdPolicy(const PolicyContext& context) {
   return std::make_unique<FgdPolicy>(context.fragmentation);

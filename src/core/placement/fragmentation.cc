@@ -1,6 +1,7 @@
 #include "core/placement/fragmentation.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -86,7 +87,12 @@ bool FragmentationModel::Allowed(size_t typical, int model_id) const {
 FragmentationModel::NodeView FragmentationModel::Prepare(const NodeState& node) const {
   // A node of several models is rare; take its first GPU's model, as the trace's nodes have one.
   const int model = node.gpu_count() > 0 ? node.model_id(0) : -1;
-  return Prepare(model, node.free_cpu(), node.free_cores());
+  // A node that does not account CPU has all the CPU any pod asks for; unhealthy GPUs take no pods.
+  const MilliCpu cpu = node.tracks_cpu() ? node.free_cpu() : MilliCpu(int64_t{1} << 50);
+  std::array<MilliGpu, kMaxGpusPerNode> free{};
+  size_t n = 0;
+  for (int g : node.healthy()) free[n++] = node.free_cores(g);
+  return Prepare(model, cpu, {free.data(), n});
 }
 
 FragmentationModel::NodeView FragmentationModel::Prepare(int model_id, MilliCpu cpu,

@@ -15,7 +15,8 @@
 // For the extender's filter and prioritize verbs, Evaluate ranks one node without building a Placement, and
 // Explain turns a rejection into words a user can act on ("node a: GPU 3 has 2048 MiB free, 4096 needed").
 //
-// Thread-safety: immutable after construction; const methods may run concurrently given their own Rng.
+// Thread-safety: immutable after construction; const methods may run concurrently given their own Rng, except
+// with the policies that keep caches (fgd, tessera): give each thread its own Placer and Policy then.
 #ifndef TESSERA_CORE_PLACEMENT_PLACER_H_
 #define TESSERA_CORE_PLACEMENT_PLACER_H_
 

@@ -3,7 +3,10 @@
 #ifndef TESSERA_CORE_PLACEMENT_POLICIES_INTERNAL_H_
 #define TESSERA_CORE_PLACEMENT_POLICIES_INTERNAL_H_
 
+#include <array>
 #include <memory>
+#include <unordered_map>
+#include <utility>
 
 #include "core/placement/policy.h"
 
@@ -25,6 +28,29 @@ std::unique_ptr<Policy> NewClusteringPolicy(const PolicyContext& context);
 // Fragmentation-aware (fgd_policy.cc, tessera_policy.cc).
 std::unique_ptr<Policy> NewFgdPolicy(const PolicyContext& context);
 std::unique_ptr<Policy> NewTesseraPolicy(const PolicyContext& context);
+
+// Nodes' prepared fragmentation views (FGD's measure), each recomputed only when its node changes, for the
+// policies that weigh fragmentation. Not thread-safe (a cache behind const policies: one per policy
+// instance).
+class FragmentationViews {
+ public:
+  struct View {
+    uint64_t version = 0;
+    FragmentationModel::NodeView node;
+    double fragment = 0;
+  };
+  explicit FragmentationViews(std::shared_ptr<const FragmentationModel> model) : model_(std::move(model)) {}
+  const FragmentationModel& model() const { return *model_; }
+  const View& Get(const NodeState& node) const;
+
+  // The GPU changes (free share before -> after) that earlier containers of the pod made on `scratch`.
+  using Changes = std::array<std::pair<MilliGpu, MilliGpu>, kMaxGpusPerNode + 1>;
+  static size_t EarlierChanges(const NodeScratch& scratch, Changes& out);
+
+ private:
+  std::shared_ptr<const FragmentationModel> model_;
+  mutable std::unordered_map<const NodeState*, View> views_;
+};
 
 // The FGD study's GPU choice ("best"): each share goes to the fitting GPU with the least free share (the
 // lowest index on ties); whole GPUs are the first fitting ones by index. Deterministic.

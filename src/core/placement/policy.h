@@ -10,8 +10,8 @@
 //
 //   absl::StatusOr<std::unique_ptr<Policy>> p = MakePolicy("gaia");
 //
-// Thread-safety: policies are immutable; their methods are const and may run concurrently, each call with
-// its own Rng and NodeScratch.
+// Thread-safety: policies' methods are const; they may run concurrently, each call with its own Rng and
+// NodeScratch, except fgd's and tessera's, which keep a per-node cache: one instance per thread for those.
 #ifndef TESSERA_CORE_PLACEMENT_POLICY_H_
 #define TESSERA_CORE_PLACEMENT_POLICY_H_
 

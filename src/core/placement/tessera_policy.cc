@@ -19,7 +19,6 @@
 // ties goes to the Placer's tie-break (random, or a fixed node order).
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "core/placement/policies_internal.h"
 
@@ -37,22 +36,19 @@ class TesseraPolicy : public Policy {
       : model_(c.fragmentation),
         cpu_per_gpu_(static_cast<double>(c.cpu_per_gpu.value())),
         memory_per_gpu_(static_cast<double>(c.memory_per_gpu.value())),
-        pressure_(c.model_pressure) {}
+        pressure_(c.model_pressure),
+        views_(c.fragmentation) {}
   std::string_view name() const override { return "tessera"; }
 
   bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod, std::span<const VGpuDemand> vgpus,
                   GpuMask eligible, Rng&, std::span<int8_t> out, double& cost) const override {
-    const Entry& e = View(node.node());
-    // Earlier containers of this pod already changed some GPUs: start from there.
-    std::array<std::pair<MilliGpu, MilliGpu>, kMaxGpusPerNode + 1> changes;
-    size_t n = 0;
-    for (int g = 0; g < node.gpu_count(); ++g) {
-      if (node.free_cores(g) != node.node().free_cores(g))
-        changes[n++] = {node.node().free_cores(g), node.free_cores(g)};
-    }
-    const double before =
-        n == 0 ? e.fragment : model_->FragmentAfter(e.view, MilliCpu(0), {changes.data(), n});
+    const FragmentationViews::View& e = views_.Get(node.node());
+    // Earlier containers of this pod already changed some GPUs: start from there. The pod's CPU is taken
+    // once: in the first container's change, and already in the others' "before".
+    FragmentationViews::Changes changes;
+    size_t n = FragmentationViews::EarlierChanges(node, changes);
     const MilliCpu cpu = pod.request().cpu;
+    const double before = n == 0 ? e.fragment : model_->FragmentAfter(e.node, cpu, {changes.data(), n});
     // Each vGPU in turn: the GPU where fragmentation grows least; among equals the one with the least free
     // share (best fit), then the lowest index. GPUs with the same free share are the same candidate.
     GpuMask taken;
@@ -71,7 +67,7 @@ class TesseraPolicy : public Policy {
         }
         seen[seen_count++] = free;
         changes[n] = {free, free - node.RealizeOn(vgpus[i], g).cores};
-        const double f = model_->FragmentAfter(e.view, cpu, {changes.data(), n + 1});
+        const double f = model_->FragmentAfter(e.node, cpu, {changes.data(), n + 1});
         if (best_gpu < 0 || f < best - 1e-9 || (f < best + 1e-9 && free < best_free)) {
           best = f;
           best_gpu = g;
@@ -93,12 +89,15 @@ class TesseraPolicy : public Policy {
     const NodeState& node = after.node();
     double growth = choice.selection_cost;
     if (choice.count == 0) {
-      const Entry& e = View(node);
-      growth = model_->FragmentAfter(e.view, pod.request().cpu, {}) - e.fragment;
+      const FragmentationViews::View& e = views_.Get(node);
+      growth = model_->FragmentAfter(e.node, pod.request().cpu, {}) - e.fragment;
     }
     // GPUs stranded by host resources: free GPUs beyond what the free CPU and memory can feed.
+    // (Per-GPU demands of 0, a workload whose GPU pods ask no CPU or memory, constrain nothing.)
     auto stranded = [this](double gpus, double cpu, double memory) {
-      return gpus - std::clamp(std::min(cpu / cpu_per_gpu_, memory / memory_per_gpu_), 0.0, gpus);
+      const double by_cpu = cpu_per_gpu_ > 0 ? cpu / cpu_per_gpu_ : gpus;
+      const double by_memory = memory_per_gpu_ > 0 ? memory / memory_per_gpu_ : gpus;
+      return gpus - std::clamp(std::min(by_cpu, by_memory), 0.0, gpus);
     };
     const double gpus = node.total_free_cores().value() / 1000.0;
     const double taken = after.taken_cores().value() / 1000.0;
@@ -119,27 +118,11 @@ class TesseraPolicy : public Policy {
   }
 
  private:
-  struct Entry {
-    uint64_t version = 0;
-    FragmentationModel::NodeView view;
-    double fragment = 0;
-  };
-  // The node's prepared view, recomputed only when the node changed.
-  const Entry& View(const NodeState& node) const {
-    Entry& e = cache_[&node];
-    if (e.version != node.version()) {
-      e.version = node.version();
-      e.view = model_->Prepare(node);
-      e.fragment = model_->Fragment(e.view);
-    }
-    return e;
-  }
-
   std::shared_ptr<const FragmentationModel> model_;
   double cpu_per_gpu_;
   double memory_per_gpu_;
   std::vector<double> pressure_;
-  mutable std::unordered_map<const NodeState*, Entry> cache_;
+  FragmentationViews views_;
 };
 
 }  // namespace
