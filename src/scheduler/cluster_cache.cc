@@ -72,7 +72,7 @@ void ClusterCache::MaybeRebuildPolicyLocked() {
 
 void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
   State& s = *state_;
-  if (s.in_workload.contains(request.uid)) return;
+  if (!request.wants_gpu() || s.in_workload.contains(request.uid)) return;
   s.workload.push_back(request);
   s.in_workload[request.uid] = 1;
   if (s.workload.size() > options_.workload_window) {
