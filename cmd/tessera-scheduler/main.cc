@@ -1,6 +1,7 @@
 // tessera-scheduler: the kube-scheduler extender (filter, prioritize, bind, preempt) and the admission
 // webhook. See docs/scheduler.md.
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -13,7 +14,10 @@
 #include "core/placement/policy.h"
 #include "core/strings.h"
 #include "formats/cluster_file.h"
+#include "k8s/config.h"
+#include "k8s/kube_api.h"
 #include "scheduler/admission.h"
+#include "scheduler/api_backend.h"
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
 #include "scheduler/http_server.h"
@@ -25,6 +29,14 @@ using namespace tessera;
 
 struct Options {
   std::string cluster_file;
+  std::string kubeconfig;
+  std::string context;
+  bool in_cluster = false;
+  std::string lease_name;
+  std::string lease_namespace = "tessera-system";
+  std::string identity;
+  int heartbeat_timeout_s = 60;
+  int sync_timeout_s = 60;
   std::string listen = "0.0.0.0:8888";
   std::string policy = "tessera";
   std::string scheduler_name = "tessera-scheduler";
@@ -40,6 +52,12 @@ struct Options {
 int Fail(const std::string& message) {
   std::cerr << "tessera-scheduler: " << message << "\n";
   return 2;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "tessera-scheduler";
+  return name;
 }
 
 int Run(const Options& o) {
@@ -60,25 +78,66 @@ int Run(const Options& o) {
     return Fail("--gpushare-memory-unit must be GiB or MiB");
   }
   scheduler::ClusterCache cache(cache_options);
-
-  if (o.cluster_file.empty()) {
-    return Fail("give --cluster-file FILE (standalone mode; e.g. examples/cluster-small.yaml)");
+  if (!o.cluster_file.empty() && (!o.kubeconfig.empty() || o.in_cluster)) {
+    return Fail(
+        "give either --cluster-file (standalone) or --kubeconfig / --in-cluster (a cluster), not both");
   }
-  absl::StatusOr<std::string> text = ReadTextFile(o.cluster_file);
-  if (!text.ok()) return Fail(Message(text.status()));
-  absl::StatusOr<formats::ClusterFile> file = formats::ParseClusterFile(*text, o.cluster_file);
-  if (!file.ok()) return Fail(Message(file.status()));
-  for (core::NodeInfo& node : file->nodes) {
-    if (absl::Status st = cache.UpsertNode(std::move(node)); !st.ok()) return Fail(Message(st));
-  }
-  for (const formats::QuotaEntry& q : file->quotas) cache.SetQuota(q.ns, q.model, q.limit);
 
-  scheduler::StandaloneBinder binder;
-  scheduler::Extender extender(cache, binder, nullptr, cache_options.parse);
+  // Standalone: nodes from a file, binds in memory. Otherwise: a cluster through its API server.
+  scheduler::StandaloneBinder standalone;
+  std::unique_ptr<k8s::KubeApi> api;
+  std::unique_ptr<scheduler::ApiBackend> backend;
+  scheduler::Binder* binder = &standalone;
+  scheduler::PodSource* pods = nullptr;
+  std::string mode;
+  if (!o.cluster_file.empty()) {
+    absl::StatusOr<std::string> text = ReadTextFile(o.cluster_file);
+    if (!text.ok()) return Fail(Message(text.status()));
+    absl::StatusOr<formats::ClusterFile> file = formats::ParseClusterFile(*text, o.cluster_file);
+    if (!file.ok()) return Fail(Message(file.status()));
+    for (core::NodeInfo& node : file->nodes) {
+      if (absl::Status st = cache.UpsertNode(std::move(node)); !st.ok()) return Fail(Message(st));
+    }
+    for (const formats::QuotaEntry& q : file->quotas) cache.SetQuota(q.ns, q.model, q.limit);
+    mode = StrCat("standalone: ", cache.node_count(), " nodes from ", o.cluster_file);
+  } else {
+    absl::StatusOr<k8s::ClientConfig> config =
+        o.in_cluster ? k8s::LoadInClusterConfig()
+        : o.kubeconfig.empty() && k8s::InCluster()
+            ? k8s::LoadInClusterConfig()
+            : k8s::LoadKubeconfig({.paths = o.kubeconfig, .context = o.context});
+    if (!config.ok()) {
+      return Fail(StrCat(Message(config.status()),
+                         " (or run with --cluster-file FILE for the standalone mode, e.g. "
+                         "examples/cluster-small.yaml)"));
+    }
+    config->user_agent = "tessera-scheduler";
+    absl::StatusOr<std::unique_ptr<k8s::KubeApi>> made = k8s::NewKubeApi(*config);
+    if (!made.ok()) return Fail(Message(made.status()));
+    api = *std::move(made);
+    scheduler::ApiBackendOptions backend_options;
+    backend_options.sync.heartbeat_timeout = std::chrono::seconds(o.heartbeat_timeout_s);
+    backend_options.sync_timeout = std::chrono::seconds(o.sync_timeout_s);
+    backend_options.lease_name = o.lease_name;
+    backend_options.lease_namespace = o.lease_namespace;
+    backend_options.identity = o.identity.empty() ? HostName() : o.identity;
+    backend = std::make_unique<scheduler::ApiBackend>(*api, cache, backend_options);
+    if (absl::Status st = backend->Start(); !st.ok()) return Fail(Message(st));
+    binder = backend.get();
+    pods = backend.get();
+    mode = StrCat("API server ", config->server, ": ", cache.node_count(), " GPU nodes, ", cache.pod_count(),
+                  " pods holding GPUs", o.lease_name.empty() ? "" : ", leader election on");
+  }
+
+  scheduler::Extender extender(cache, *binder, pods, cache_options.parse);
   scheduler::Admission admission({o.scheduler_name, cache_options.parse});
   scheduler::ExtenderServer server(extender, &admission, cache);
-  server.AddPost("/standalone/release",
-                 [&](std::string_view body) { return scheduler::ReleaseStandalone(cache, binder, body); });
+  if (backend == nullptr) {
+    server.AddPost("/standalone/release", [&](std::string_view body) {
+      return scheduler::ReleaseStandalone(cache, standalone, body);
+    });
+  }
+  server.SetReadiness([&] { return backend == nullptr || backend->Ready(); });
 
   // Block the stop signals here so that every thread inherits the mask; the main thread waits for them.
   sigset_t signals;
@@ -95,8 +154,7 @@ int Run(const Options& o) {
   server_options.tls_key = o.tls_key;
   if (absl::Status st = server.Start(server_options); !st.ok()) return Fail(Message(st));
   std::cout << "tessera-scheduler: extender at http://" << scheduler::ParseListen(o.listen)->first << ":"
-            << server.port() << "/scheduler (standalone: " << cache.node_count() << " nodes from "
-            << o.cluster_file << ", policy " << cache.policy_name() << ")";
+            << server.port() << "/scheduler (" << mode << "; policy " << cache.policy_name() << ")";
   if (server.webhook_port() > 0) std::cout << "; webhook at https://...:" << server.webhook_port();
   std::cout << std::endl;
 
@@ -109,6 +167,7 @@ int Run(const Options& o) {
       }
       for (const std::string& f : extender.SyncChangedShares())
         log::Warn("share update failed", {{"pod", f}});
+      if (backend != nullptr) backend->Housekeeping();
     }
   });
   int sig = 0;
@@ -117,6 +176,7 @@ int Run(const Options& o) {
   stop = true;
   housekeeping.join();
   server.Stop();
+  if (backend != nullptr) backend->Stop();
   return 0;
 }
 
@@ -133,6 +193,23 @@ int main(int argc, char** argv) {
          "Standalone mode: nodes and GPUs from this cluster file (YAML/JSON, docs/file-formats.md), no "
          "API server")
       ->check(CLI::ExistingFile);
+  app.add_option("--kubeconfig", o.kubeconfig,
+                 "Kubeconfig of the cluster (default: in a pod its service account, else $KUBECONFIG or "
+                 "~/.kube/config)");
+  app.add_option("--context", o.context, "Kubeconfig context (default: its current-context)");
+  app.add_flag("--in-cluster", o.in_cluster, "Use the pod's service account (the default when run in a pod)");
+  app.add_option("--leader-elect-lease", o.lease_name,
+                 "Run several replicas: the one holding this Lease binds (empty: no leader election)");
+  app.add_option("--leader-elect-namespace", o.lease_namespace, "Namespace of the Lease")
+      ->capture_default_str();
+  app.add_option("--identity", o.identity, "This replica's name in the Lease (default: the host name)");
+  app.add_option("--heartbeat-timeout", o.heartbeat_timeout_s,
+                 "Seconds without a node agent heartbeat after which a node gets no new GPU pods")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sync-timeout", o.sync_timeout_s, "Seconds to wait for the first list of nodes and pods")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--listen", o.listen,
                  "HOST:PORT of the extender (kube-scheduler's urlPrefix is http://HOST:PORT/scheduler)")
       ->capture_default_str();

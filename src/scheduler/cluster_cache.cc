@@ -221,9 +221,10 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   auto annotation = pod.spec.annotations.find(formats::kAnnotationAssignment);
   const bool holds = !pod.node_name.empty() && !pod.terminated() && annotation != pod.spec.annotations.end();
   if (!holds) {
-    // Finished, or not bound (yet): a reservation of ours stays until its bind settles.
+    // A pod we hold, seen unbound and not finished: an event from before our bind, delivered after it (a pod
+    // never loses its node once bound). Our reservation or record stays; the bound state follows.
     auto it = s.pods.find(uid);
-    if (it != s.pods.end() && it->second.reserved && !pod.terminated()) return absl::OkStatus();
+    if (it != s.pods.end() && pod.node_name.empty() && !pod.terminated()) return absl::OkStatus();
     ReleaseLocked(uid);
     return absl::OkStatus();
   }

@@ -142,6 +142,12 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
     auto h = handler;
     http_->Post(path, [h](const httplib::Request& req, httplib::Response& res) { Send(res, h(req.body)); });
   }
+  http_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = !ready_ || ready_();
+    res.status = ready ? 200 : 503;
+    res.set_content(ready ? "ok\n" : "not ready: still listing the cluster, or not the leader\n",
+                    "text/plain");
+  });
   http_->Get("/healthz",
              [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   http_->Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {

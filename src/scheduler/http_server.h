@@ -8,7 +8,7 @@
 //
 // Routes (kube-scheduler's urlPrefix is http://HOST:PORT/scheduler):
 //   POST /scheduler/filter, /scheduler/prioritize, /scheduler/bind, /scheduler/preempt
-//   GET  /healthz, /metrics (Prometheus text), /inspect (the cluster as the scheduler sees it, JSON)
+//   GET  /healthz, /readyz, /metrics (Prometheus text), /inspect (the cluster as the scheduler sees it, JSON)
 //   POST /mutate, /validate on the webhook listener (HTTPS)
 //
 // Thread-safety: Start and Stop from one thread; requests are served by a pool of threads.
@@ -72,6 +72,9 @@ class ExtenderServer {
 
   // Extra routes (the standalone mode adds its own).
   void AddPost(const std::string& path, std::function<Response(std::string_view)> handler);
+  // GET /readyz answers 200 while `ready` says so, else 503 (with API mode: synced, and the leader). Set
+  // before Start.
+  void SetReadiness(std::function<bool()> ready) { ready_ = std::move(ready); }
 
  private:
   Extender& extender_;
@@ -85,6 +88,7 @@ class ExtenderServer {
   int webhook_port_ = 0;
   std::array<LatencyHistogram, 4> latency_;  // filter, prioritize, bind, preempt
   std::vector<std::pair<std::string, std::function<Response(std::string_view)>>> extra_;
+  std::function<bool()> ready_;
 };
 
 // The cluster as the cache holds it, as JSON: per node and GPU, model, memory, share and memory committed,

@@ -171,6 +171,30 @@ TEST(ClusterCacheTest, AReservationSurvivesAWatchEventThatPredatesTheBind) {
   EXPECT_FALSE(cache.FindPod(a.uid)->reserved);
 }
 
+// Found by the soak (soak_test.cc): the bind is confirmed before the watch delivers the pod's pre-bind state.
+// Releasing the share then would let another pod take it while this one holds it.
+TEST(ClusterCacheTest, AConfirmedBindSurvivesALateEventFromBeforeIt) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  core::PodRequest a = MakePod("a", {Share(80, 2048)});
+  ASSERT_TRUE(cache.Reserve(a, core::NodeName("n1")).ok());
+  cache.Confirm(a.uid);
+  formats::PodObject pending;
+  pending.spec.name = "a";
+  pending.spec.uid = "a";
+  pending.spec.containers.push_back(
+      {"main", {{"tessera.dev/gpu-cores", "80"}, {"tessera.dev/gpu-memory", "2048"}}, {}, false});
+  pending.phase = "Pending";
+  ASSERT_TRUE(cache.ObservePod(pending).ok());
+  EXPECT_EQ(cache.pod_count(), 1);
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 200);
+  EXPECT_FALSE(cache.Reserve(MakePod("b", {Share(80, 2048)}), core::NodeName("n1")).ok());
+  // A pod that finished does give its share back.
+  pending.phase = "Succeeded";
+  ASSERT_TRUE(cache.ObservePod(pending).ok());
+  EXPECT_EQ(cache.pod_count(), 0);
+}
+
 TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
   ClusterCache cache(Options());
   ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());

@@ -1,0 +1,19 @@
+#include "k8s/clock.h"
+
+namespace tessera::k8s {
+
+namespace {
+
+class SystemClock final : public Clock {
+ public:
+  std::chrono::system_clock::time_point Now() const override { return std::chrono::system_clock::now(); }
+};
+
+}  // namespace
+
+const Clock& RealClock() {
+  static const SystemClock clock;
+  return clock;
+}
+
+}  // namespace tessera::k8s

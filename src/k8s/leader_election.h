@@ -1,0 +1,105 @@
+// Leader election with a coordination.k8s.io/v1 Lease, as client-go's leaderelection package does it.
+//
+// Each candidate reads the Lease every retry_period. A candidate takes it when it has no holder or when its
+// record has not changed for lease_duration (measured on the candidate's own clock from when it first saw
+// that record, so clock skew between machines does not matter). The leader renews it every retry_period; it
+// stops leading when it has not renewed for renew_deadline (< lease_duration, so an old leader has stepped
+// down before anyone may take over) or when it sees another holder. Writes are conditional on the Lease's
+// resourceVersion: a 409 Conflict means another candidate wrote first. On Stop the leader gives the Lease up
+// (holderIdentity ""), so another candidate takes over at its next try instead of after lease_duration.
+//
+//   LeaderElectionConfig c;
+//   c.lease_namespace = "tessera-system"; c.lease_name = "tessera-scheduler"; c.identity = hostname;
+//   c.on_started_leading = [] { ... };  c.on_stopped_leading = [] { ... };
+//   absl::StatusOr<std::unique_ptr<LeaderElector>> e = LeaderElector::Create(*api, c);
+//   (*e)->Start();
+//   if ((*e)->IsLeader()) ...   // check before acting as the leader
+//   (*e)->Stop();               // releases the Lease if held
+//
+// Tests drive TryAcquireOrRenew() by hand with a FakeClock instead of Start().
+//
+// Thread-safety: IsLeader, leader and the accessors are safe from any thread. Callbacks run on the elector's
+// thread (or the thread that calls TryAcquireOrRenew/Release/Stop), never two at once.
+#ifndef TESSERA_K8S_LEADER_ELECTION_H_
+#define TESSERA_K8S_LEADER_ELECTION_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "k8s/clock.h"
+#include "k8s/kube_api.h"
+
+namespace tessera::k8s {
+
+struct LeaderElectionConfig {
+  std::string lease_namespace = "default";
+  std::string lease_name;
+  std::string identity;  // unique per candidate: the pod name, or host name + a random suffix
+  std::chrono::milliseconds lease_duration{15000};
+  std::chrono::milliseconds renew_deadline{10000};
+  std::chrono::milliseconds retry_period{2000};
+  bool release_on_stop = true;
+  std::function<void()> on_started_leading;
+  std::function<void()> on_stopped_leading;
+  std::function<void(const std::string& leader)> on_new_leader;  // whenever the observed holder changes
+  const Clock* clock = nullptr;                                  // null: the real clock
+};
+
+class LeaderElector {
+ public:
+  // Checks the configuration (names set; lease_duration > renew_deadline > 1.2 x retry_period).
+  static absl::StatusOr<std::unique_ptr<LeaderElector>> Create(KubeApi& api, LeaderElectionConfig config);
+  ~LeaderElector();  // Stop()
+
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  // Starts the loop on its own thread.
+  void Start();
+  // Ends the loop; releases the Lease when leading and release_on_stop; calls on_stopped_leading if leading.
+  void Stop();
+
+  // True while this candidate holds the Lease and renewed it less than renew_deadline ago.
+  bool IsLeader() const;
+  // The holder last observed ("" when none).
+  std::string leader() const;
+  const LeaderElectionConfig& config() const { return config_; }
+
+  // One round: reads the Lease, then takes or renews it when allowed. True when this candidate leads after
+  // it.
+  absl::StatusOr<bool> TryAcquireOrRenew();
+  // Gives the Lease up when this candidate holds it.
+  absl::Status Release();
+
+ private:
+  LeaderElector(KubeApi& api, LeaderElectionConfig config);
+  void Run(std::stop_token stop);
+  void SetLeading(bool leading);
+  void Observe(const Json& spec);
+  Json Spec(const std::string& holder, int64_t duration_seconds, const std::string& acquire,
+            int64_t transitions, std::chrono::system_clock::time_point now) const;
+
+  KubeApi& api_;
+  const LeaderElectionConfig config_;
+  const Clock& clock_;
+
+  std::mutex round_mu_;  // one round (or release) at a time
+
+  mutable std::mutex mu_;
+  bool leading_ = false;                               // guarded by mu_
+  std::chrono::system_clock::time_point renewed_at_;   // guarded by mu_
+  Json observed_spec_;                                 // guarded by mu_
+  std::chrono::system_clock::time_point observed_at_;  // guarded by mu_
+  std::string leader_;                                 // guarded by mu_
+
+  std::jthread thread_;
+};
+
+}  // namespace tessera::k8s
+
+#endif  // TESSERA_K8S_LEADER_ELECTION_H_

@@ -1,0 +1,150 @@
+#include "scheduler/api_backend.h"
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "formats/assignment.h"
+#include "formats/inventory.h"
+#include "formats/pod_object.h"
+#include "k8s/api_status.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::scheduler {
+
+namespace {
+
+std::string Now() {
+  return formats::FormatHeartbeat(std::chrono::system_clock::now());
+}
+
+}  // namespace
+
+ApiBackend::ApiBackend(k8s::KubeApi& api, ClusterCache& cache, ApiBackendOptions options)
+    : api_(api), cache_(cache), options_(std::move(options)), sync_(cache, options_.sync) {}
+
+ApiBackend::~ApiBackend() {
+  Stop();
+}
+
+absl::Status ApiBackend::Start() {
+  if (started_.exchange(true)) return absl::OkStatus();
+  nodes_ = std::make_unique<k8s::Informer>(
+      api_, k8s::kNodes, k8s::InformerOptions{},
+      k8s::InformerHandlers{.on_add = [this](const k8s::Json& n) { sync_.OnNode(n); },
+                            .on_update = [this](const k8s::Json&, const k8s::Json& n) { sync_.OnNode(n); },
+                            .on_delete = [this](const k8s::Json& n, bool) { sync_.OnNodeDeleted(n); },
+                            .on_synced = nullptr});
+  pods_ = std::make_unique<k8s::Informer>(
+      api_, k8s::kPods, k8s::InformerOptions{},
+      k8s::InformerHandlers{.on_add = [this](const k8s::Json& p) { sync_.OnPod(p); },
+                            .on_update = [this](const k8s::Json&, const k8s::Json& p) { sync_.OnPod(p); },
+                            .on_delete = [this](const k8s::Json& p, bool) { sync_.OnPodDeleted(p); },
+                            .on_synced = nullptr});
+  // Nodes first, so that the pods find their nodes (pods of unknown nodes wait for them anyway).
+  nodes_->Start();
+  pods_->Start();
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.sync_timeout);
+  if (!nodes_->WaitForSync(timeout) || !pods_->WaitForSync(timeout)) {
+    absl::Status why = nodes_->HasSynced() ? pods_->last_error() : nodes_->last_error();
+    return absl::UnavailableError(StrCat("could not list nodes and pods within ",
+                                         options_.sync_timeout.count(), " s (", Message(why),
+                                         "); check the API server address, credentials and RBAC"));
+  }
+  if (!options_.lease_name.empty()) {
+    k8s::LeaderElectionConfig c;
+    c.lease_namespace = options_.lease_namespace;
+    c.lease_name = options_.lease_name;
+    c.identity = options_.identity;
+    c.on_started_leading = [this] { log::Info("leading", {{"identity", options_.identity}}); };
+    c.on_stopped_leading = [this] { log::Info("no longer leading", {{"identity", options_.identity}}); };
+    absl::StatusOr<std::unique_ptr<k8s::LeaderElector>> elector =
+        k8s::LeaderElector::Create(api_, std::move(c));
+    if (!elector.ok()) return elector.status();
+    elector_ = *std::move(elector);
+    elector_->Start();
+  }
+  return absl::OkStatus();
+}
+
+void ApiBackend::Stop() {
+  if (elector_) elector_->Stop();
+  if (pods_) pods_->Stop();
+  if (nodes_) nodes_->Stop();
+}
+
+bool ApiBackend::IsLeader() const {
+  return elector_ == nullptr || elector_->IsLeader();
+}
+
+bool ApiBackend::Ready() const {
+  return nodes_ && pods_ && nodes_->HasSynced() && pods_->HasSynced() && IsLeader();
+}
+
+void ApiBackend::Housekeeping() {
+  sync_.CheckHeartbeats(std::chrono::system_clock::now());
+  for (const Problem& p : sync_.TakeProblems()) {
+    k8s::EventSpec e;
+    e.involved_object.kind = p.kind;
+    e.involved_object.api_version = "v1";
+    e.involved_object.ns = p.ns;
+    e.involved_object.name = p.name;
+    e.involved_object.uid = p.uid;
+    e.type = "Warning";
+    e.reason = p.reason;
+    e.message = p.message;
+    e.component = options_.component;
+    e.reporting_instance = options_.identity;
+    if (absl::StatusOr<k8s::Json> st = api_.CreateEvent(e); !st.ok()) {
+      log::Warn("could not post an event", {{"object", p.name}, {"error", Message(st.status())}});
+    }
+  }
+}
+
+absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& placement) {
+  if (!IsLeader()) {
+    return absl::UnavailableError(
+        "this tessera-scheduler replica is not the leader; retry (the leader binds)");
+  }
+  k8s::BindOptions options;
+  options.pod_uid = pod.uid;
+  if (!placement.containers.empty()) {
+    options.annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
+                           {formats::kAnnotationAssignedAt, Now()},
+                           {formats::kAnnotationPhase, formats::kPhaseBound}};
+  }
+  absl::Status st = api_.Bind(pod.ns, pod.name, pod.node, options);
+  const bool conflict = absl::IsAlreadyExists(st) || absl::IsFailedPrecondition(st) || k8s::IsConflict(st);
+  if (st.ok() || !conflict) return st;
+  // 409: bound already. A retried bind (kube-scheduler timed out waiting for the first) is fine when the pod
+  // is on this node with this decision.
+  absl::StatusOr<k8s::Json> now = api_.Get(k8s::kPods, pod.ns, pod.name);
+  if (!now.ok()) return st;
+  if (k8s::Uid(*now) != pod.uid) return absl::NotFoundError("the pod was replaced (its UID changed)");
+  if (k8s::NodeName(*now) != pod.node) {
+    return absl::AlreadyExistsError(StrCat("the pod is bound to node ", k8s::NodeName(*now), " already"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApiBackend::UpdateAssignment(const BindTarget& pod, const core::Placement& placement) {
+  k8s::Json patch = {
+      {"metadata",
+       {
+           {"annotations", {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)}}},
+       }}};
+  absl::StatusOr<k8s::Json> st = api_.Patch(k8s::kPods, pod.ns, pod.name, k8s::PatchType::kMerge, patch);
+  if (!st.ok() && absl::IsNotFound(st.status())) return absl::OkStatus();  // gone: nothing to tell it
+  return st.status();
+}
+
+absl::StatusOr<formats::PodObject> ApiBackend::GetPod(const std::string& ns, const std::string& name) {
+  if (pods_) {
+    if (std::shared_ptr<const k8s::Json> cached = pods_->Get(StrCat(ns, "/", name))) {
+      return formats::ParsePodObject(*cached);
+    }
+  }
+  absl::StatusOr<k8s::Json> pod = api_.Get(k8s::kPods, ns, name);
+  if (!pod.ok()) return pod.status();
+  return formats::ParsePodObject(*pod);
+}
+
+}  // namespace tessera::scheduler

@@ -1,0 +1,75 @@
+// tessera-scheduler against a real API server: informers on nodes and pods feed the cluster cache (ApiSync),
+// binds are written through the API, pods the extender has not seen are fetched, problems become Events, and
+// with several replicas a Lease elects the one that binds.
+//
+//   ApiBackend backend(api, cache, options);
+//   backend.Start();                       // informers; returns when both have listed once (or the timeout)
+//   Extender extender(cache, backend, &backend);
+//   every few seconds: backend.Housekeeping();
+//   GET /readyz -> backend.Ready()         // synced, and the leader when leader election is on
+//
+// Bind is one write: the v1 Binding carries the assignment annotations, and the API server sets them on the
+// pod together with spec.nodeName (DESIGN.md section 4's "annotations, then the binding", made atomic). A
+// replica that is not the leader refuses binds, so that two replicas never decide on the same GPUs; with a
+// Service whose readiness follows Ready(), kube-scheduler only reaches the leader anyway.
+//
+// Thread-safety: thread-safe.
+#ifndef TESSERA_SCHEDULER_API_BACKEND_H_
+#define TESSERA_SCHEDULER_API_BACKEND_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "k8s/informer.h"
+#include "k8s/kube_api.h"
+#include "k8s/leader_election.h"
+#include "scheduler/api_sync.h"
+#include "scheduler/extender.h"
+
+namespace tessera::scheduler {
+
+struct ApiBackendOptions {
+  SyncOptions sync;
+  std::chrono::seconds sync_timeout{60};
+  // Leader election: off when lease_name is empty.
+  std::string lease_namespace = "tessera-system";
+  std::string lease_name;
+  std::string identity;  // this replica (the pod name)
+  std::string component = "tessera-scheduler";
+};
+
+class ApiBackend : public Binder, public PodSource {
+ public:
+  ApiBackend(k8s::KubeApi& api, ClusterCache& cache, ApiBackendOptions options);
+  ~ApiBackend() override;
+
+  // Starts the informers (and the election) and waits until nodes and pods have been listed once.
+  absl::Status Start();
+  void Stop();
+
+  // Stale heartbeats, and the problems found since the last call posted as Events.
+  void Housekeeping();
+  bool Ready() const;
+  bool IsLeader() const;
+  ApiSync& sync() { return sync_; }
+
+  absl::Status Bind(const BindTarget& pod, const core::Placement& placement) override;
+  absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override;
+  absl::StatusOr<formats::PodObject> GetPod(const std::string& ns, const std::string& name) override;
+
+ private:
+  k8s::KubeApi& api_;
+  ClusterCache& cache_;
+  const ApiBackendOptions options_;
+  ApiSync sync_;
+  std::unique_ptr<k8s::Informer> nodes_;
+  std::unique_ptr<k8s::Informer> pods_;
+  std::unique_ptr<k8s::LeaderElector> elector_;
+  std::atomic<bool> started_{false};
+};
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_API_BACKEND_H_
