@@ -33,6 +33,18 @@ struct TopoOptions {
 };
 int RunTopo(const TopoOptions& options);
 
+struct InspectOptions {
+  std::string kubeconfig;  // empty: in a pod its service account, else $KUBECONFIG or ~/.kube/config
+  std::string context;
+  std::string ns;         // pods of this namespace only; empty: all
+  std::string scheduler;  // ask a running tessera-scheduler (http://HOST:PORT) instead of the API server
+  std::string file;       // or read a saved /inspect JSON
+  std::string node;       // one node only
+  bool json = false;
+  bool summary_only = false;
+};
+int RunInspect(const InspectOptions& options);
+
 }  // namespace tessera::cli
 
 #endif  // TESSERA_CMD_TESSERA_COMMANDS_H_

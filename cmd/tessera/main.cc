@@ -62,6 +62,28 @@ int main(int argc, char** argv) {
       ->add_option("file", topo.file, "File with the output of `nvidia-smi topo -m`; - for standard input")
       ->capture_default_str();
 
+  tessera::cli::InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect",
+      "Who holds what: per node and GPU the model, compute and memory committed and the tenants, and a "
+      "cluster "
+      "summary. Reads the cluster's API server (as the scheduler would rebuild it), a running "
+      "tessera-scheduler (--scheduler), or a saved /inspect JSON (--file). As a kubectl plugin: kubectl "
+      "tessera "
+      "inspect.");
+  inspect_cmd->add_option(
+      "--kubeconfig", inspect.kubeconfig,
+      "Kubeconfig (default: in a pod its service account, else $KUBECONFIG or ~/.kube/config)");
+  inspect_cmd->add_option("--context", inspect.context, "Kubeconfig context");
+  inspect_cmd->add_option("-n,--namespace", inspect.ns, "Only pods of this namespace");
+  inspect_cmd->add_option("--scheduler", inspect.scheduler,
+                          "Ask a running tessera-scheduler instead, e.g. http://localhost:8888");
+  inspect_cmd->add_option("--file", inspect.file, "Read a saved /inspect JSON instead")
+      ->check(CLI::ExistingFile);
+  inspect_cmd->add_option("--node", inspect.node, "Only this node");
+  inspect_cmd->add_flag("--json", inspect.json, "Print the JSON");
+  inspect_cmd->add_flag("--summary", inspect.summary_only, "Print only the cluster summary");
+
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
   try {
@@ -74,6 +96,7 @@ int main(int argc, char** argv) {
   if (*place_cmd) return tessera::cli::RunPlace(place);
   if (*sim_cmd) return tessera::cli::RunSimulate(sim);
   if (*topo_cmd) return tessera::cli::RunTopo(topo);
+  if (*inspect_cmd) return tessera::cli::RunInspect(inspect);
   if (*version_cmd) {
     std::cout << "tessera " << TESSERA_VERSION << "\n";
     return 0;

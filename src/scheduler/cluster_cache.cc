@@ -483,6 +483,13 @@ core::Cluster ClusterCache::Snapshot() const {
   return state_->cluster;
 }
 
+std::map<std::string, std::string> ClusterCache::PodNames() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::string> out;
+  for (const auto& [uid, entry] : state_->pods) out[uid.value()] = entry.request.FullName();
+  return out;
+}
+
 std::vector<std::string> ClusterCache::Orphans() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;

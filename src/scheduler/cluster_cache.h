@@ -131,6 +131,8 @@ class ClusterCache {
   // A copy of the cluster, for inspection and tests.
   core::Cluster Snapshot() const;
   std::vector<std::string> Orphans() const;
+  // Pod UID -> "namespace/name" of every pod holding or reserving GPUs.
+  std::map<std::string, std::string> PodNames() const;
   int pod_count() const;
   int node_count() const;
   std::string policy_name() const;

@@ -59,7 +59,7 @@ absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen)
   return std::pair{host, port};
 }
 
-std::string InspectJson(const core::Cluster& cluster) {
+std::string InspectJson(const core::Cluster& cluster, const std::map<std::string, std::string>& pod_names) {
   json nodes = json::array();
   for (const core::NodeState& n : cluster.nodes()) {
     json gpus = json::array();
@@ -67,7 +67,9 @@ std::string InspectJson(const core::Cluster& cluster) {
       const core::GpuInfo& info = n.gpu(g);
       json tenants = json::array();
       for (const core::Tenant& t : n.tenants(g)) {
+        auto name = pod_names.find(t.id.pod.value());
         tenants.push_back({{"podUID", t.id.pod.value()},
+                           {"pod", name != pod_names.end() ? name->second : ""},
                            {"namespace", t.ns.value()},
                            {"container", t.id.container},
                            {"cores", static_cast<double>(t.cores.value()) / 10.0},
@@ -151,7 +153,7 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
   http_->Get("/healthz",
              [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   http_->Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(InspectJson(cache_.Snapshot()), "application/json");
+    res.set_content(InspectJson(cache_.Snapshot(), cache_.PodNames()), "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const Extender::Counters c = extender_.counters();

@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -93,7 +94,9 @@ class ExtenderServer {
 
 // The cluster as the cache holds it, as JSON: per node and GPU, model, memory, share and memory committed,
 // tenants (pod, container, share, memory limit). What `tessera inspect` prints.
-std::string InspectJson(const core::Cluster& cluster);
+// `pod_names` (pod UID -> "namespace/name") adds each tenant's pod name.
+std::string InspectJson(const core::Cluster& cluster,
+                        const std::map<std::string, std::string>& pod_names = {});
 
 }  // namespace tessera::scheduler
 

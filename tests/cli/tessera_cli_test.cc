@@ -154,3 +154,31 @@ TEST(TesseraCliTest, TopoDrawsTheTree) {
 }
 
 }  // namespace
+
+// tessera inspect on a saved /inspect answer of tessera-scheduler (tests/testdata/inspect/t4-box.json: three
+// tenants on a 4 x T4 node, GPU 3 marked unhealthy).
+TEST(TesseraCliTest, InspectShowsTenantsPerGpuAndASummary) {
+  Result r = Tessera("inspect --file " + Data("tests/testdata/inspect/t4-box.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("team-a/web-1"));
+  EXPECT_THAT(r.output, HasSubstr("UNHEALTHY"));
+  // 30% + 50% + 100% of 4 GPUs; 4 + 6 + 15 GiB of 60.
+  EXPECT_THAT(r.output, HasSubstr("1 nodes, 4 GPUs (1 unhealthy): 1 whole GPUs free"));
+  EXPECT_THAT(r.output, HasSubstr("compute committed 1.8 GPUs (45%), memory 25.0 of 60.0 GiB"));
+  Result json = Tessera("inspect --json --file " + Data("tests/testdata/inspect/t4-box.json"));
+  EXPECT_THAT(json.output, HasSubstr("\"podUID\""));
+  Result other = Tessera("inspect --node nowhere --file " + Data("tests/testdata/inspect/t4-box.json"));
+  EXPECT_THAT(other.output, HasSubstr("0 nodes, 0 GPUs"));
+}
+
+TEST(TesseraCliTest, InspectExplainsWhatItCannotRead) {
+  Result bad = Tessera("inspect --file " + TempFile("not-inspect.json", R"({"items": []})"));
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.output, HasSubstr("not tessera-scheduler's /inspect JSON"));
+  Result down = Tessera("inspect --scheduler http://127.0.0.1:1");
+  EXPECT_EQ(down.status, 2);
+  EXPECT_THAT(down.output, HasSubstr("cannot reach tessera-scheduler"));
+  Result no_config = Tessera("inspect --kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(no_config.status, 2);
+  EXPECT_THAT(no_config.output, HasSubstr("--scheduler"));
+}
