@@ -1,0 +1,169 @@
+// ApiBackend against the fake API server (tools/fake-apiserver, over real HTTP): the cache rebuilt from the
+// API, binds written as Bindings with the assignment, a retried bind, problems posted as Events, and leader
+// election between two replicas.
+#include "scheduler/api_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/strings.h"
+#include "fake_apiserver.h"
+#include "formats/assignment.h"
+#include "formats/inventory.h"
+#include "nlohmann/json.hpp"
+#include "test_util.h"
+
+namespace tessera::scheduler {
+namespace {
+
+using ::nlohmann::json;
+using ::testing::HasSubstr;
+
+json NodeObject(const std::string& name, int gpus, const std::string& inventory_override = "") {
+  formats::GpuInventory inv;
+  core::NodeInfo info = testing::MakeNode(name, gpus);
+  for (const core::GpuInfo& g : info.gpus) inv.gpus.push_back({g, "", "", ""});
+  inv.links = core::LinkMatrix(gpus);
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", name},
+        {"annotations",
+         {{formats::kGpuInventoryAnnotation,
+           inventory_override.empty() ? formats::SerializeGpuInventory(inv) : inventory_override},
+          {formats::kHeartbeatAnnotation, formats::FormatHeartbeat(std::chrono::system_clock::now())}}}}}};
+}
+
+json PodObject(const std::string& name, int cores) {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", "default"}}},
+      {"spec",
+       {{"containers",
+         {{{"name", "main"},
+           {"resources",
+            {{"limits",
+              {{"tessera.dev/gpu-cores", std::to_string(cores)}, {"tessera.dev/gpu-memory", "1024"}}}}}}}}}},
+      {"status", {{"phase", "Pending"}}}};
+}
+
+CacheOptions Options() {
+  CacheOptions o;
+  o.policy = "binpack";
+  o.seed = 3;
+  return o;
+}
+
+class ApiBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> s = fake::FakeApiServer::Start();
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    k8s::ClientConfig config;
+    config.server = server_->url();
+    absl::StatusOr<std::unique_ptr<k8s::KubeApi>> api = k8s::NewKubeApi(config);
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = *std::move(api);
+  }
+  // Waits for the informers to deliver what the test wrote.
+  template <typename F>
+  bool Eventually(F done) {
+    for (int i = 0; i < 1500; ++i) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::unique_ptr<fake::FakeApiServer> server_;
+  std::unique_ptr<k8s::KubeApi> api_;
+};
+
+TEST_F(ApiBackendTest, RebuildsFromTheApiAndBindsWithTheAssignment) {
+  ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
+  absl::StatusOr<json> a = server_->Create("pods", "default", PodObject("a", 60));
+  ASSERT_TRUE(a.ok());
+  ClusterCache cache(Options());
+  ApiBackend backend(*api_, cache, {});
+  ASSERT_TRUE(backend.Start().ok());
+  EXPECT_TRUE(backend.Ready());
+  EXPECT_EQ(cache.node_count(), 1);
+
+  Extender extender(cache, backend, &backend);
+  // Bind without a filter first: the pod is fetched from the API.
+  const std::string uid = (*a)["metadata"]["uid"];
+  Response r = extender.Bind(
+      json{{"PodName", "a"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
+  absl::StatusOr<json> bound = server_->Get("pods", "default", "a");
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ((*bound)["spec"]["nodeName"], "n1");
+  const json& annotations = (*bound)["metadata"]["annotations"];
+  EXPECT_EQ(annotations[formats::kAnnotationPhase], formats::kPhaseBound);
+  absl::StatusOr<formats::Assignment> assignment =
+      formats::ParseAssignment(annotations[formats::kAnnotationAssignment].get<std::string>());
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  EXPECT_EQ(assignment->containers[0].vgpus[0].uuid.value(), "GPU-n1-0");
+  // A retried bind (kube-scheduler timed out on the first) succeeds and takes nothing more.
+  r = extender.Bind(
+      json{{"PodName", "a"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  EXPECT_EQ(json::parse(r.body)["Error"], "") << r.body;
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
+
+  // A second scheduler started now sees the same, from the API alone.
+  ClusterCache fresh(Options());
+  ApiBackend again(*api_, fresh, {});
+  ASSERT_TRUE(again.Start().ok());
+  EXPECT_EQ(fresh.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
+  // The pod goes: both give the share back.
+  ASSERT_TRUE(server_->Delete("pods", "default", "a").ok());
+  EXPECT_TRUE(Eventually([&] { return fresh.pod_count() == 0 && cache.pod_count() == 0; }));
+}
+
+TEST_F(ApiBackendTest, ProblemsBecomeEventsOnTheirObjects) {
+  ASSERT_TRUE(server_->Create("nodes", "", NodeObject("broken", 1, R"({"version":7})")).ok());
+  ClusterCache cache(Options());
+  ApiBackend backend(*api_, cache, {});
+  ASSERT_TRUE(backend.Start().ok());
+  backend.Housekeeping();
+  std::vector<json> events = server_->List("events", "default");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["reason"], "TesseraBadInventory");
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "broken");
+  EXPECT_THAT(events[0]["message"].get<std::string>(), HasSubstr("version 7"));
+  EXPECT_EQ(cache.node_count(), 0);
+}
+
+TEST_F(ApiBackendTest, OnlyTheLeaderBinds) {
+  ASSERT_TRUE(server_->Create("namespaces", "", json{{"metadata", {{"name", "tessera-system"}}}}).ok());
+  ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
+  ASSERT_TRUE(server_->Create("pods", "default", PodObject("a", 10)).ok());
+  ClusterCache cache_a(Options()), cache_b(Options());
+  ApiBackendOptions options;
+  options.lease_name = "tessera-scheduler";
+  options.identity = "replica-a";
+  ApiBackend a(*api_, cache_a, options);
+  options.identity = "replica-b";
+  ApiBackend b(*api_, cache_b, options);
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }));
+  ASSERT_TRUE(b.Start().ok());
+  EXPECT_FALSE(b.IsLeader());
+  EXPECT_FALSE(b.Ready());
+  EXPECT_TRUE(a.Ready());
+  core::Placement p;
+  absl::Status refused = b.Bind({"default", "a", "", "n1"}, p);
+  EXPECT_TRUE(absl::IsUnavailable(refused));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("not the leader"));
+  // The leader steps down (it stops and gives the Lease up): the other takes over.
+  a.Stop();
+  EXPECT_TRUE(Eventually([&] { return b.IsLeader(); }));
+}
+
+}  // namespace
+}  // namespace tessera::scheduler
