@@ -3,19 +3,18 @@
 // nanoseconds is the first kernel parameter (a uint64_t); they occupy the simulated GPU for that long.
 // Every versioned entry point the hook intercepts exists under its own name, and cuGetProcAddress (both
 // signatures) resolves names by version and per-thread-stream flag as the real driver does.
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "fake_state.h"
+#include "hook/cuda/cuda_api.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -27,9 +26,11 @@ using fakecuda::Shared;
 using fakecuda::State;
 using fakecuda::Unlock;
 
+struct Graph;
 struct Stream {
   int gpu = 0;
   uint64_t last_end = 0;
+  Graph* capture = nullptr;  // the graph being captured (launches go into it instead of running)
 };
 struct Ctx {
   int gpu = 0;
@@ -150,10 +151,13 @@ int CurrentGpu() {
   return t_ctx != nullptr ? t_ctx->gpu : -1;
 }
 
+CUresult Capture(Stream* st, uint64_t ns);
+
 // Puts a kernel of `ns` on the stream's GPU timeline.
 CUresult Submit(CUstream hs, uint64_t ns) {
   Stream* st = StreamOf(hs);
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (st->capture != nullptr) return Capture(st, ns);
   State* s = Shared();
   fakecuda::Gpu& g = s->gpus[g_visible[st->gpu]];
   const uint64_t now = NowNs();
@@ -203,7 +207,8 @@ void DeleteContext(Ctx* c) {
 
 }  // namespace
 
-// --- Initialization, devices -------------------------------------------------------------------------------------
+// --- Initialization, devices
+// -------------------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuInit(unsigned int) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -270,7 +275,8 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice
   return CUDA_SUCCESS;
 }
 
-// --- Contexts ------------------------------------------------------------------------------------------------------
+// --- Contexts
+// ------------------------------------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -311,7 +317,8 @@ FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int, CUdevice dev)
 FAKE_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   return cuCtxCreate_v2(pctx, flags, dev);
 }
-FAKE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int, unsigned int flags, CUdevice dev) {
+FAKE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int, unsigned int flags,
+                                    CUdevice dev) {
   return cuCtxCreate_v2(pctx, flags, dev);
 }
 FAKE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int flags, CUdevice dev) {
@@ -360,7 +367,8 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
   return CUDA_SUCCESS;
 }
 
-// --- Memory ----------------------------------------------------------------------------------------------------------
+// --- Memory
+// ----------------------------------------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
@@ -399,8 +407,8 @@ FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t
   *pitch = (w + 511) / 512 * 512;
   return cuMemAlloc_v2(dptr, *pitch * h);
 }
-FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsigned int w, unsigned int h,
-                                     unsigned int e) {
+FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsigned int w,
+                                     unsigned int h, unsigned int e) {
   size_t p = 0;
   CUdeviceptr d = 0;
   const CUresult r = cuMemAllocPitch_v2(&d, &p, w, h, e);
@@ -459,9 +467,11 @@ FAKE_EXPORT CUresult cuArray3DCreate(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR_v
 FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
   return FreeDevice(reinterpret_cast<uint64_t>(a));
 }
-FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int n) {
+FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                            unsigned int n) {
   uint64_t h = 0;
-  const CUresult r = NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels) * 2 * (n > 0 ? 1 : 1), &h);
+  const CUresult r =
+      NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels) * 2 * (n > 0 ? 1 : 1), &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUmipmappedArray>(h);
   return r;
 }
@@ -475,8 +485,8 @@ FAKE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocat
   *g = 2ull << 20;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop,
-                                 unsigned long long) {
+FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size,
+                                 const CUmemAllocationProp* prop, unsigned long long) {
   if (prop == nullptr || size == 0 || size % (2ull << 20) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     *h = reinterpret_cast<CUmemGenericAllocationHandle>(malloc(1));
@@ -491,7 +501,8 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, c
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return FreeDevice(h) == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr, unsigned long long) {
+FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr,
+                                         unsigned long long) {
   std::lock_guard<std::mutex> lock(g_mu);
   *p = g_next_va;
   g_next_va += size + (2ull << 20);
@@ -536,7 +547,8 @@ FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CU
   if (r == CUDA_SUCCESS) *dptr = p;
   return r;
 }
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                                  CUstream s) {
   return cuMemAllocFromPoolAsync(dptr, bytes, pool, s);
 }
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
@@ -546,7 +558,8 @@ FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   return cuMemFreeAsync(p, s);
 }
 
-// --- Modules, streams, events, launches ----------------------------------------------------------------------------
+// --- Modules, streams, events, launches
+// ----------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void*) {
   *m = reinterpret_cast<CUmodule>(new int(1));
@@ -579,8 +592,10 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
   SleepUntil(st->last_end);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  Stream* st = StreamOf(s);
+  *status = st != nullptr && st->capture != nullptr ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                    : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int) {
@@ -619,12 +634,13 @@ FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
 FAKE_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   return cuEventElapsedTime_v2(ms, a, b);
 }
-FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                    CUstream s, void** params, void**) {
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, CUstream s, void** params, void**) {
   return Submit(s, KernelNs(params));
 }
-FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e,
-                                         unsigned g, unsigned h, CUstream s, void** params, void** x) {
+FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d,
+                                         unsigned e, unsigned g, unsigned h, CUstream s, void** params,
+                                         void** x) {
   return cuLaunchKernel(f, a, b, c, d, e, g, h, s, params, x);
 }
 FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** params, void**) {
@@ -633,16 +649,18 @@ FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void*
 FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** p, void** x) {
   return cuLaunchKernelEx(c, f, p, x);
 }
-FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                               unsigned, CUstream s, void** params) {
+FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                               unsigned, unsigned, CUstream s, void** params) {
   return Submit(s, KernelNs(params));
 }
-FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d,
-                                                    unsigned e, unsigned g, unsigned h, CUstream s, void** p) {
+FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c,
+                                                    unsigned d, unsigned e, unsigned g, unsigned h,
+                                                    CUstream s, void** p) {
   return cuLaunchCooperativeKernel(f, a, b, c, d, e, g, h, s, p);
 }
 
-// --- Graphs: a graph runs its kernels back to back -------------------------------------------------------------------
+// --- Graphs: a graph runs its kernels back to back
+// -------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuGraphCreate(CUgraph* g, unsigned int) {
   Graph* gr = new Graph();
@@ -691,16 +709,62 @@ FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g) {
   return CUDA_SUCCESS;
 }
 
+// --- Stream capture: launches on a capturing stream become the captured graph's kernels
+// ------------------------------
+
+namespace {
+CUresult Capture(Stream* st, uint64_t ns) {
+  st->capture->duration_ns += ns;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode) {
+  Stream* st = StreamOf(s);
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (st->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  st->capture = new Graph();
+  st->capture->gpu = st->gpu;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return cuStreamBeginCapture_v2(s, mode);
+}
+FAKE_EXPORT CUresult cuStreamBeginCapture(CUstream s) {
+  return cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKE_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  return cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  Stream* st = StreamOf(s);
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (st->capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  *graph = reinterpret_cast<CUgraph>(st->capture);
+  st->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
+  return cuStreamEndCapture(s, graph);
+}
+
 FAKE_EXPORT CUresult cuGetErrorString(CUresult r, const char** s) {
   *s = r == CUDA_SUCCESS ? "no error" : r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "fake error";
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGetErrorName(CUresult r, const char** s) {
-  *s = r == CUDA_SUCCESS ? "CUDA_SUCCESS" : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR";
+  *s = r == CUDA_SUCCESS               ? "CUDA_SUCCESS"
+       : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
+                                       : "CUDA_ERROR";
   return CUDA_SUCCESS;
 }
 
-// --- cuGetProcAddress: by name, version and stream semantics, as the real driver resolves ---------------------------
+// --- cuGetProcAddress: by name, version and stream semantics, as the real driver resolves
+// ---------------------------
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult* status);
 
 namespace {
 struct ProcEntry {
@@ -709,43 +773,114 @@ struct ProcEntry {
   int ptsz;
   void* fn;
 };
-#define P(base, version, ptsz, sym) {#base, version, ptsz, reinterpret_cast<void*>(&sym)}
+#define P(base, version, ptsz, sym) \
+  { #base, version, ptsz, reinterpret_cast < void*>(&sym) }
 const ProcEntry kProcs[] = {
-    P(cuInit, 2000, 0, cuInit), P(cuDriverGetVersion, 2020, 0, cuDriverGetVersion),
-    P(cuDeviceGetCount, 2000, 0, cuDeviceGetCount), P(cuDeviceGet, 2000, 0, cuDeviceGet),
-    P(cuDeviceGetName, 2000, 0, cuDeviceGetName), P(cuDeviceGetUuid, 9020, 0, cuDeviceGetUuid),
-    P(cuDeviceGetUuid, 11040, 0, cuDeviceGetUuid_v2), P(cuDeviceTotalMem, 2000, 0, cuDeviceTotalMem),
-    P(cuDeviceTotalMem, 3020, 0, cuDeviceTotalMem_v2), P(cuDeviceGetAttribute, 2000, 0, cuDeviceGetAttribute),
+    P(cuInit, 2000, 0, cuInit),
+    P(cuDriverGetVersion, 2020, 0, cuDriverGetVersion),
+    P(cuDeviceGetCount, 2000, 0, cuDeviceGetCount),
+    P(cuDeviceGet, 2000, 0, cuDeviceGet),
+    P(cuDeviceGetName, 2000, 0, cuDeviceGetName),
+    P(cuDeviceGetUuid, 9020, 0, cuDeviceGetUuid),
+    P(cuDeviceGetUuid, 11040, 0, cuDeviceGetUuid_v2),
+    P(cuDeviceTotalMem, 2000, 0, cuDeviceTotalMem),
+    P(cuDeviceTotalMem, 3020, 0, cuDeviceTotalMem_v2),
+    P(cuDeviceGetAttribute, 2000, 0, cuDeviceGetAttribute),
     P(cuDevicePrimaryCtxRetain, 7000, 0, cuDevicePrimaryCtxRetain),
     P(cuDevicePrimaryCtxRelease, 7000, 0, cuDevicePrimaryCtxRelease),
     P(cuDevicePrimaryCtxRelease, 11000, 0, cuDevicePrimaryCtxRelease_v2),
     P(cuDevicePrimaryCtxReset, 7000, 0, cuDevicePrimaryCtxReset),
-    P(cuDevicePrimaryCtxReset, 11000, 0, cuDevicePrimaryCtxReset_v2), P(cuCtxCreate, 2000, 0, cuCtxCreate),
-    P(cuCtxCreate, 3020, 0, cuCtxCreate_v2), P(cuCtxCreate, 11040, 0, cuCtxCreate_v3),
-    P(cuCtxCreate, 12050, 0, cuCtxCreate_v4), P(cuCtxDestroy, 2000, 0, cuCtxDestroy),
-    P(cuCtxDestroy, 4000, 0, cuCtxDestroy_v2), P(cuCtxSetCurrent, 4000, 0, cuCtxSetCurrent),
-    P(cuCtxGetCurrent, 4000, 0, cuCtxGetCurrent), P(cuCtxGetDevice, 2000, 0, cuCtxGetDevice),
-    P(cuCtxSynchronize, 2000, 0, cuCtxSynchronize), P(cuMemGetInfo, 2000, 0, cuMemGetInfo),
-    P(cuMemGetInfo, 3020, 0, cuMemGetInfo_v2), P(cuMemAlloc, 2000, 0, cuMemAlloc),
-    P(cuMemAlloc, 3020, 0, cuMemAlloc_v2), P(cuMemAllocPitch, 2000, 0, cuMemAllocPitch),
-    P(cuMemAllocPitch, 3020, 0, cuMemAllocPitch_v2), P(cuMemAllocManaged, 6000, 0, cuMemAllocManaged),
-    P(cuMemFree, 2000, 0, cuMemFree), P(cuMemFree, 3020, 0, cuMemFree_v2), P(cuMemCreate, 10020, 0, cuMemCreate),
-    P(cuMemRelease, 10020, 0, cuMemRelease), P(cuMemMap, 10020, 0, cuMemMap), P(cuMemUnmap, 10020, 0, cuMemUnmap),
-    P(cuMemAddressReserve, 10020, 0, cuMemAddressReserve), P(cuMemAddressFree, 10020, 0, cuMemAddressFree),
-    P(cuMemAllocAsync, 11020, 0, cuMemAllocAsync), P(cuMemAllocAsync, 11020, 1, cuMemAllocAsync_ptsz),
-    P(cuMemFreeAsync, 11020, 0, cuMemFreeAsync), P(cuMemFreeAsync, 11020, 1, cuMemFreeAsync_ptsz),
-    P(cuModuleLoadData, 2000, 0, cuModuleLoadData), P(cuModuleGetFunction, 2000, 0, cuModuleGetFunction),
-    P(cuStreamCreate, 2000, 0, cuStreamCreate), P(cuStreamSynchronize, 2000, 0, cuStreamSynchronize),
-    P(cuEventCreate, 2000, 0, cuEventCreate), P(cuEventRecord, 2000, 0, cuEventRecord),
-    P(cuEventQuery, 2000, 0, cuEventQuery), P(cuEventElapsedTime, 2000, 0, cuEventElapsedTime),
-    P(cuEventDestroy, 4000, 0, cuEventDestroy_v2), P(cuLaunchKernel, 4000, 0, cuLaunchKernel),
-    P(cuLaunchKernel, 7000, 1, cuLaunchKernel_ptsz), P(cuLaunchKernelEx, 11060, 0, cuLaunchKernelEx),
-    P(cuLaunchKernelEx, 11060, 1, cuLaunchKernelEx_ptsz), P(cuGraphLaunch, 10000, 0, cuGraphLaunch),
+    P(cuDevicePrimaryCtxReset, 11000, 0, cuDevicePrimaryCtxReset_v2),
+    P(cuCtxCreate, 2000, 0, cuCtxCreate),
+    P(cuCtxCreate, 3020, 0, cuCtxCreate_v2),
+    P(cuCtxCreate, 11040, 0, cuCtxCreate_v3),
+    P(cuCtxCreate, 12050, 0, cuCtxCreate_v4),
+    P(cuCtxDestroy, 2000, 0, cuCtxDestroy),
+    P(cuCtxDestroy, 4000, 0, cuCtxDestroy_v2),
+    P(cuCtxSetCurrent, 4000, 0, cuCtxSetCurrent),
+    P(cuCtxGetCurrent, 4000, 0, cuCtxGetCurrent),
+    P(cuCtxGetDevice, 2000, 0, cuCtxGetDevice),
+    P(cuCtxSynchronize, 2000, 0, cuCtxSynchronize),
+    P(cuMemGetInfo, 2000, 0, cuMemGetInfo),
+    P(cuMemGetInfo, 3020, 0, cuMemGetInfo_v2),
+    P(cuMemAlloc, 2000, 0, cuMemAlloc),
+    P(cuMemAlloc, 3020, 0, cuMemAlloc_v2),
+    P(cuMemAllocPitch, 2000, 0, cuMemAllocPitch),
+    P(cuMemAllocPitch, 3020, 0, cuMemAllocPitch_v2),
+    P(cuMemAllocManaged, 6000, 0, cuMemAllocManaged),
+    P(cuMemFree, 2000, 0, cuMemFree),
+    P(cuMemFree, 3020, 0, cuMemFree_v2),
+    P(cuMemCreate, 10020, 0, cuMemCreate),
+    P(cuMemRelease, 10020, 0, cuMemRelease),
+    P(cuMemMap, 10020, 0, cuMemMap),
+    P(cuMemUnmap, 10020, 0, cuMemUnmap),
+    P(cuMemAddressReserve, 10020, 0, cuMemAddressReserve),
+    P(cuMemAddressFree, 10020, 0, cuMemAddressFree),
+    P(cuMemAllocAsync, 11020, 0, cuMemAllocAsync),
+    P(cuMemAllocAsync, 11020, 1, cuMemAllocAsync_ptsz),
+    P(cuMemFreeAsync, 11020, 0, cuMemFreeAsync),
+    P(cuMemFreeAsync, 11020, 1, cuMemFreeAsync_ptsz),
+    P(cuModuleLoadData, 2000, 0, cuModuleLoadData),
+    P(cuModuleGetFunction, 2000, 0, cuModuleGetFunction),
+    P(cuStreamCreate, 2000, 0, cuStreamCreate),
+    P(cuStreamSynchronize, 2000, 0, cuStreamSynchronize),
+    P(cuEventCreate, 2000, 0, cuEventCreate),
+    P(cuEventRecord, 2000, 0, cuEventRecord),
+    P(cuEventQuery, 2000, 0, cuEventQuery),
+    P(cuEventElapsedTime, 2000, 0, cuEventElapsedTime),
+    P(cuEventDestroy, 4000, 0, cuEventDestroy_v2),
+    P(cuLaunchKernel, 4000, 0, cuLaunchKernel),
+    P(cuLaunchKernel, 7000, 1, cuLaunchKernel_ptsz),
+    P(cuLaunchKernelEx, 11060, 0, cuLaunchKernelEx),
+    P(cuLaunchKernelEx, 11060, 1, cuLaunchKernelEx_ptsz),
+    P(cuGraphLaunch, 10000, 0, cuGraphLaunch),
     P(cuGraphLaunch, 10000, 1, cuGraphLaunch_ptsz),
+    P(cuCtxPushCurrent, 4000, 0, cuCtxPushCurrent_v2),
+    P(cuCtxPopCurrent, 4000, 0, cuCtxPopCurrent_v2),
+    P(cuMemAllocHost, 3020, 0, cuMemAllocHost_v2),
+    P(cuMemFreeHost, 2000, 0, cuMemFreeHost),
+    P(cuArrayCreate, 2000, 0, cuArrayCreate),
+    P(cuArrayCreate, 3020, 0, cuArrayCreate_v2),
+    P(cuArray3DCreate, 2000, 0, cuArray3DCreate),
+    P(cuArray3DCreate, 3020, 0, cuArray3DCreate_v2),
+    P(cuArrayDestroy, 2000, 0, cuArrayDestroy),
+    P(cuMipmappedArrayCreate, 5000, 0, cuMipmappedArrayCreate),
+    P(cuMipmappedArrayDestroy, 5000, 0, cuMipmappedArrayDestroy),
+    P(cuMemGetAllocationGranularity, 10020, 0, cuMemGetAllocationGranularity),
+    P(cuMemSetAccess, 10020, 0, cuMemSetAccess),
+    P(cuMemRetainAllocationHandle, 11000, 0, cuMemRetainAllocationHandle),
+    P(cuMemAllocFromPoolAsync, 11020, 0, cuMemAllocFromPoolAsync),
+    P(cuMemAllocFromPoolAsync, 11020, 1, cuMemAllocFromPoolAsync_ptsz),
+    P(cuMemPoolCreate, 11020, 0, cuMemPoolCreate),
+    P(cuMemPoolDestroy, 11020, 0, cuMemPoolDestroy),
+    P(cuModuleUnload, 2000, 0, cuModuleUnload),
+    P(cuStreamDestroy, 4000, 0, cuStreamDestroy_v2),
+    P(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing),
+    P(cuEventSynchronize, 2000, 0, cuEventSynchronize),
+    P(cuEventElapsedTime, 12080, 0, cuEventElapsedTime_v2),
+    P(cuLaunchCooperativeKernel, 9000, 0, cuLaunchCooperativeKernel),
+    P(cuLaunchCooperativeKernel, 9000, 1, cuLaunchCooperativeKernel_ptsz),
+    P(cuGraphCreate, 10000, 0, cuGraphCreate),
+    P(cuGraphAddKernelNode, 12000, 0, cuGraphAddKernelNode_v2),
+    P(cuGraphAddMemAllocNode, 11040, 0, cuGraphAddMemAllocNode),
+    P(cuGraphInstantiateWithFlags, 11040, 0, cuGraphInstantiateWithFlags),
+    P(cuGraphExecDestroy, 10000, 0, cuGraphExecDestroy),
+    P(cuGraphDestroy, 10000, 0, cuGraphDestroy),
+    P(cuStreamBeginCapture, 10000, 0, cuStreamBeginCapture),
+    P(cuStreamBeginCapture, 10000, 1, cuStreamBeginCapture_ptsz),
+    P(cuStreamBeginCapture, 10010, 0, cuStreamBeginCapture_v2),
+    P(cuStreamBeginCapture, 10010, 1, cuStreamBeginCapture_v2_ptsz),
+    P(cuStreamEndCapture, 10000, 0, cuStreamEndCapture),
+    P(cuStreamEndCapture, 10000, 1, cuStreamEndCapture_ptsz),
+    P(cuGetErrorString, 6000, 0, cuGetErrorString),
+    P(cuGetErrorName, 6000, 0, cuGetErrorName),
+    P(cuGetProcAddress, 11030, 0, cuGetProcAddress),
+    P(cuGetProcAddress, 12000, 0, cuGetProcAddress_v2),
 };
 #undef P
 
-CUresult Resolve(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* st) {
+CUresult Resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                 CUdriverProcAddressQueryResult* st) {
   const int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0 ? 1 : 0;
   const ProcEntry* best = nullptr;
   bool any = false;
@@ -761,7 +896,8 @@ CUresult Resolve(const char* symbol, void** pfn, int version, cuuint64_t flags, 
   }
   if (best == nullptr) {
     *pfn = nullptr;
-    if (st != nullptr) *st = any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (st != nullptr)
+      *st = any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;
   }
   *pfn = best->fn;
@@ -777,3 +913,11 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
                                          CUdriverProcAddressQueryResult* status) {
   return Resolve(symbol, pfn, version, flags, status);
 }
+
+// Every entry point the hook intercepts or calls has, in the fake, exactly the type the hook expects.
+#define TS_HOOK(sym, pfn, base, version, ptsz) static_assert(std::is_same_v<decltype(&sym), pfn>, #sym);
+#include "hook/cuda/cuda_hooks.def"
+#undef TS_HOOK
+#define TS_REAL(sym, pfn) static_assert(std::is_same_v<decltype(&sym), pfn>, #sym);
+#include "hook/cuda/cuda_real.def"
+#undef TS_REAL

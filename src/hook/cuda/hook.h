@@ -6,9 +6,6 @@
 #ifndef TESSERA_HOOK_CUDA_HOOK_H_
 #define TESSERA_HOOK_CUDA_HOOK_H_
 
-#define __CUDA_API_VERSION_INTERNAL 1  // every versioned entry point under its own name, as the driver has it
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -19,6 +16,7 @@
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "hook/common/registration.h"
+#include "hook/cuda/cuda_api.h"
 #include "hook/cuda/nvml_types.h"
 
 #define TS_EXPORT __attribute__((visibility("default")))
@@ -71,7 +69,7 @@ enum class Mode : int {
 // One CUDA device ordinal of this process.
 struct HookDevice {
   bool present = false;
-  bool has_limits = false;        // false: a GPU the limits do not name (refused when the limits come from a file)
+  bool has_limits = false;  // false: a GPU the limits do not name (refused when the limits come from a file)
   char uuid[hook::kUuidSize] = {0};
   int region_index = -1;
   hook::DeviceLimits limits;
@@ -83,7 +81,7 @@ struct HookDevice {
 
 struct HookState {
   std::atomic<int> mode{0};
-  std::atomic<int> device_count{0};      // CUDA devices set up (after cuInit)
+  std::atomic<int> device_count{0};  // CUDA devices set up (after cuInit)
   HookDevice devices[hook::kMaxDevices];
   hook::Limits limits;
   bool limits_from_file = false;
@@ -125,7 +123,16 @@ void Uncharge(int ordinal, uint64_t bytes);
 CUresult RefusalFor(int ordinal);
 
 // Process-local records of what was charged, keyed by handle or address.
-enum class AllocKind : uint32_t { kLinear = 1, kArray = 2, kMipmapped = 3, kVmmHandle = 4, kMapping = 5, kGraph = 6, kContext = 7, kPool = 8 };
+enum class AllocKind : uint32_t {
+  kLinear = 1,
+  kArray = 2,
+  kMipmapped = 3,
+  kVmmHandle = 4,
+  kMapping = 5,
+  kGraph = 6,
+  kContext = 7,
+  kPool = 8
+};
 struct AllocRecord {
   uint64_t bytes = 0;
   int ordinal = -1;
@@ -141,7 +148,8 @@ bool UpdateAlloc(AllocKind kind, uint64_t key, const AllocRecord& record);
 // Removes and uncharges every record of `kind` whose owner is `owner` (a destroyed context or graph).
 void ReleaseOwned(AllocKind kind, uint64_t owner);
 // Copies up to `max` records of `kind` with key in [begin, end) into keys/records; returns how many.
-int CollectInRange(AllocKind kind, uint64_t begin, uint64_t end, uint64_t* keys, AllocRecord* records, int max);
+int CollectInRange(AllocKind kind, uint64_t begin, uint64_t end, uint64_t* keys, AllocRecord* records,
+                   int max);
 
 // The limiter thread (started by SetUpDevices in limited mode).
 void StartLimiterThread();
