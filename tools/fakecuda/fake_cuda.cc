@@ -62,6 +62,7 @@ int g_visible_count = 0;
 Ctx* g_primary[fakecuda::kMaxGpus] = {};
 std::unordered_map<uint64_t, Alloc>* g_allocs = nullptr;  // device pointers, arrays, VMM handles
 uint64_t g_next_va = 0x200000000ull;
+uint64_t g_next_low_va = 0x10000000ull;
 thread_local Ctx* t_ctx = nullptr;
 thread_local std::vector<Ctx*>* t_stack = nullptr;
 
@@ -121,14 +122,16 @@ CUresult Charge(int gpu, int64_t bytes) {
   return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-CUresult AllocDevice(uint64_t bytes, int gpu, uint64_t* out) {
+// `low`: an address below 4 GiB, for the legacy 32-bit entry points.
+CUresult AllocDevice(uint64_t bytes, int gpu, uint64_t* out, bool low = false) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   const CUresult r = Charge(gpu, static_cast<int64_t>(bytes));
   if (r != CUDA_SUCCESS) return r;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_allocs == nullptr) g_allocs = new std::unordered_map<uint64_t, Alloc>();
-  const uint64_t va = g_next_va;
-  g_next_va += (bytes + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20) + (2ull << 20);
+  uint64_t& next = low ? g_next_low_va : g_next_va;
+  const uint64_t va = next;
+  next += (bytes + 4095) / 4096 * 4096 + 4096;
   (*g_allocs)[va] = Alloc{bytes, gpu};
   *out = va;
   return CUDA_SUCCESS;
@@ -397,9 +400,11 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return r;
 }
 FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytes) {
-  CUdeviceptr p = 0;
-  const CUresult r = cuMemAlloc_v2(&p, bytes);
-  if (r == CUDA_SUCCESS) *dptr = static_cast<CUdeviceptr_v1>(p);  // truncated, as the legacy ABI is
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  uint64_t p = 0;
+  const CUresult r = AllocDevice(bytes, g_visible[t_ctx->gpu], &p, /*low=*/true);
+  if (r == CUDA_SUCCESS) *dptr = static_cast<CUdeviceptr_v1>(p);
   return r;
 }
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w, size_t h, unsigned int) {
@@ -408,10 +413,12 @@ FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t
   return cuMemAlloc_v2(dptr, *pitch * h);
 }
 FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsigned int w,
-                                     unsigned int h, unsigned int e) {
-  size_t p = 0;
-  CUdeviceptr d = 0;
-  const CUresult r = cuMemAllocPitch_v2(&d, &p, w, h, e);
+                                     unsigned int h, unsigned int) {
+  if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  const uint64_t p = (static_cast<uint64_t>(w) + 511) / 512 * 512;
+  uint64_t d = 0;
+  const CUresult r = AllocDevice(p * h, g_visible[t_ctx->gpu], &d, /*low=*/true);
+  if (r != CUDA_SUCCESS) return r;
   *pitch = static_cast<unsigned>(p);
   *dptr = static_cast<CUdeviceptr_v1>(d);
   return r;

@@ -63,8 +63,8 @@ uint32_t ElasticController::NextRate(const ElasticInputs& in) {
   const uint32_t share = in.share_ppm;
   const uint32_t ceiling = in.ceiling_ppm < share ? share : in.ceiling_ppm;
   if (in.device_util_ppm < 0 || ceiling == share) return share;
-  const uint32_t device = in.device_util_ppm > static_cast<int32_t>(kPpm) ? kPpm
-                                                                           : static_cast<uint32_t>(in.device_util_ppm);
+  const uint32_t device =
+      in.device_util_ppm > static_cast<int32_t>(kPpm) ? kPpm : static_cast<uint32_t>(in.device_util_ppm);
   const uint32_t own = in.own_util_ppm > kPpm ? kPpm : in.own_util_ppm;
   const uint32_t others = device > own ? device - own : 0;
   const uint32_t used = own + others > kPpm ? kPpm : own + others;
@@ -109,8 +109,7 @@ bool ElasticController::Step(ControllerState* c, BucketState* b, uint64_t now_ns
   const uint64_t prev_waits = c->last_waits.exchange(waits, std::memory_order_relaxed);
   if (last == 0) return true;  // the first step only takes the baseline
   // Budget used in the interval: what was added minus what is left over.
-  const int64_t consumed =
-      static_cast<int64_t>(refilled - prev_refilled) - (tokens - prev_tokens);
+  const int64_t consumed = static_cast<int64_t>(refilled - prev_refilled) - (tokens - prev_tokens);
   const uint64_t interval = now_ns - last;
   int64_t own = consumed <= 0 ? 0 : static_cast<int64_t>(static_cast<Uint128>(consumed) * kPpm / interval);
   if (own > static_cast<int64_t>(kPpm)) own = kPpm;
@@ -134,9 +133,15 @@ void KernelCostTable::Record(uint64_t key, int64_t measured_ns) {
   fallback_ns_.store(measured_ns, std::memory_order_relaxed);
   Entry& e = entries_[Index(key)];
   if (e.key.load(std::memory_order_acquire) != key) return;  // taken over by another kind meanwhile
+  const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
+  if (est >= 0 && e.window_count == 0 && measured_ns > est + est / 4) {
+    // A kind that became longer (same function and shape, more work): measure the next launches of this kind
+    // again and take the new window's minimum, instead of charging the stale estimate for kSampleEvery
+    // launches.
+    e.launches.store(0, std::memory_order_relaxed);
+  }
   if (e.window_count == 0 || measured_ns < e.window_min) e.window_min = measured_ns;
   ++e.window_count;
-  const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
   // Until a window is complete, the running minimum is the best estimate; afterwards the minimum of the last
   // full window, and a lower sample takes effect at once.
   if (est < 0 || measured_ns < est) e.estimate_ns.store(e.window_min, std::memory_order_relaxed);

@@ -63,7 +63,8 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
     const Token& t = tokens[i];
     const char* eq = static_cast<const char*>(memchr(t.p, '=', t.n));
     if (eq == nullptr) {
-      error->Set("limits file line %d: expected key=value, found '%.*s'", line_no, static_cast<int>(t.n), t.p);
+      error->Set("limits file line %d: expected key=value, found '%.*s'", line_no, static_cast<int>(t.n),
+                 t.p);
       return false;
     }
     Token key{t.p, static_cast<size_t>(eq - t.p)};
@@ -154,7 +155,9 @@ bool ValidateLimits(const Limits& limits, Error* error) {
       error->Set("limits: GPU entry %d: cores %u is outside 1..100", i, d.cores_percent);
       return false;
     }
-    if (d.ceiling_percent < d.cores_percent || d.ceiling_percent > 100) {
+    // The ceiling matters only to the elastic policy; elsewhere a ceiling below the share means "the share".
+    const bool bad_ceiling = d.policy == ComputePolicy::kElastic && d.ceiling_percent < d.cores_percent;
+    if (bad_ceiling || d.ceiling_percent < 1 || d.ceiling_percent > 100) {
       error->Set("limits: GPU entry %d: ceiling %u must be between cores (%u) and 100", i, d.ceiling_percent,
                  d.cores_percent);
       return false;
@@ -204,15 +207,17 @@ bool ParseLimits(const char* text, size_t size, Limits* out, Error* error) {
     if (!have_header) {
       uint64_t v = 0;
       if (!tokens[0].Is("tessera-limits") || count != 2 || !ParseU64(tokens[1].p, tokens[1].n, &v)) {
-        error->Set("limits file line %d: the file must start with 'tessera-limits <version>'; is this a "
-                   "Tessera limits file?",
-                   line_no);
+        error->Set(
+            "limits file line %d: the file must start with 'tessera-limits <version>'; is this a "
+            "Tessera limits file?",
+            line_no);
         return false;
       }
       if (v != kLimitsVersion) {
-        error->Set("limits file is version %llu; this library reads version %u: update the hook library "
-                   "to match the node agent",
-                   static_cast<unsigned long long>(v), kLimitsVersion);
+        error->Set(
+            "limits file is version %llu; this library reads version %u: update the hook library "
+            "to match the node agent",
+            static_cast<unsigned long long>(v), kLimitsVersion);
         return false;
       }
       out->version = static_cast<uint32_t>(v);
@@ -260,7 +265,8 @@ bool ParseLimits(const char* text, size_t size, Limits* out, Error* error) {
 
 namespace {
 
-bool Appendf(char* buf, size_t cap, size_t* used, const char* format, ...) __attribute__((format(printf, 4, 5)));
+bool Appendf(char* buf, size_t cap, size_t* used, const char* format, ...)
+    __attribute__((format(printf, 4, 5)));
 bool Appendf(char* buf, size_t cap, size_t* used, const char* format, ...) {
   if (*used >= cap) return false;
   va_list args;
@@ -290,8 +296,10 @@ size_t FormatLimits(const Limits& limits, char* buf, size_t cap) {
     if (ok && d.index >= 0) ok = Appendf(buf, cap, &used, " index=%d", d.index);
     if (ok) {
       ok = Appendf(buf, cap, &used, " memory=%llu cores=%u policy=%s ceiling=%u priority=%s\n",
-                   static_cast<unsigned long long>(d.memory_bytes), d.cores_percent, ComputePolicyName(d.policy),
-                   d.ceiling_percent, PriorityName(d.priority));
+                   static_cast<unsigned long long>(d.memory_bytes), d.cores_percent,
+                   ComputePolicyName(d.policy),
+                   d.ceiling_percent < d.cores_percent ? d.cores_percent : d.ceiling_percent,
+                   PriorityName(d.priority));
     }
   }
   if (!ok) {
@@ -424,7 +432,8 @@ const char* LookupIndexed(EnvLookup lookup, const char* name, int index) {
 }
 
 // Applies the variables for one GPU (index -1: the plain names) onto `d`. `any` says whether one was found.
-bool ApplyEnvironment(EnvLookup lookup, int index, DeviceLimits* d, bool* any, bool* limit_vars, Error* error) {
+bool ApplyEnvironment(EnvLookup lookup, int index, DeviceLimits* d, bool* any, bool* limit_vars,
+                      Error* error) {
   char suffix[16] = "";
   if (index >= 0) snprintf(suffix, sizeof(suffix), "_%d", index);
   if (const char* v = LookupIndexed(lookup, "TESSERA_GPU_MEMORY_LIMIT", index)) {
@@ -491,7 +500,8 @@ bool LimitsFromEnvironment(EnvLookup lookup, Limits* out, bool* configured, Erro
   bool limit_vars = false;
   if (!ApplyEnvironment(lookup, -1, &base, &any, &limit_vars, error)) return false;
   bool explicit_ceiling = lookup("TESSERA_COMPUTE_CEILING") != nullptr;
-  if (!explicit_ceiling && base.ceiling_percent < base.cores_percent) base.ceiling_percent = base.cores_percent;
+  if (!explicit_ceiling && base.ceiling_percent < base.cores_percent)
+    base.ceiling_percent = base.cores_percent;
   out->devices[out->device_count++] = base;
   for (int i = 0; i < kMaxDevices; ++i) {
     DeviceLimits d = base;
@@ -499,13 +509,15 @@ bool LimitsFromEnvironment(EnvLookup lookup, Limits* out, bool* configured, Erro
     bool found = false;
     if (!ApplyEnvironment(lookup, i, &d, &found, &limit_vars, error)) return false;
     if (!found) continue;
-    const bool ceiling_given = explicit_ceiling || LookupIndexed(lookup, "TESSERA_COMPUTE_CEILING", i) != nullptr;
+    const bool ceiling_given =
+        explicit_ceiling || LookupIndexed(lookup, "TESSERA_COMPUTE_CEILING", i) != nullptr;
     if (!ceiling_given && d.ceiling_percent < d.cores_percent) d.ceiling_percent = d.cores_percent;
     out->devices[out->device_count++] = d;
   }
   if (const char* region = lookup("TESSERA_REGION")) {
     if (region[0] != '/' || !CopyString(out->region_path, sizeof(out->region_path), region)) {
-      error->Set("TESSERA_REGION='%s' must be an absolute path shorter than %zu characters", region, kPathSize);
+      error->Set("TESSERA_REGION='%s' must be an absolute path shorter than %zu characters", region,
+                 kPathSize);
       return false;
     }
   }
