@@ -62,6 +62,26 @@ int main(int argc, char** argv) {
       ->add_option("file", topo.file, "File with the output of `nvidia-smi topo -m`; - for standard input")
       ->capture_default_str();
 
+  tessera::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run",
+      "Run a command under Tessera's CUDA isolation on this machine, no Kubernetes needed: "
+      "tessera run --gpu-memory 4GiB --gpu-cores 30 [--policy elastic] -- COMMAND...");
+  run_cmd->add_option("--gpu-memory", run.gpu_memory, "Device memory limit per GPU: 512MiB, 4GiB or bytes");
+  run_cmd->add_option("--gpu-cores", run.gpu_cores, "Compute share per GPU, percent (1-100)")
+      ->capture_default_str();
+  run_cmd->add_option("--policy", run.policy, "hard (stay at the share) or elastic (use idle compute)")
+      ->capture_default_str();
+  run_cmd->add_option("--ceiling", run.ceiling,
+                      "Elastic: the most it may use when the GPU is idle (default 90)");
+  run_cmd
+      ->add_option("--priority", run.priority, "low or high (elastic: high keeps what it grew into longer)")
+      ->capture_default_str();
+  run_cmd->add_option("--region", run.region,
+                      "Shared region file: give several commands the same one to share one quota");
+  run_cmd->add_option("--hook-library", run.hook_library, "libtessera-cuda.so to preload (default: ../lib/)");
+  run_cmd->add_option("command", run.command, "The command and its arguments, after --")->required();
+
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
   try {
@@ -74,6 +94,7 @@ int main(int argc, char** argv) {
   if (*place_cmd) return tessera::cli::RunPlace(place);
   if (*sim_cmd) return tessera::cli::RunSimulate(sim);
   if (*topo_cmd) return tessera::cli::RunTopo(topo);
+  if (*run_cmd) return tessera::cli::RunRun(run);
   if (*version_cmd) {
     std::cout << "tessera " << TESSERA_VERSION << "\n";
     return 0;
