@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessera::cli {
 
@@ -44,6 +45,17 @@ struct InspectOptions {
   bool summary_only = false;
 };
 int RunInspect(const InspectOptions& options);
+struct RunOptions {
+  std::string gpu_memory;  // empty: no memory limit
+  int gpu_cores = 100;     // percent of one GPU
+  std::string policy = "hard";
+  int ceiling = 0;  // elastic: the most it may use when the GPU is idle (0: the default, 90)
+  std::string priority = "low";
+  std::string region;        // empty: a private region in the temporary directory
+  std::string hook_library;  // empty: ../lib/libtessera-cuda.so next to the binary
+  std::vector<std::string> command;
+};
+int RunRun(const RunOptions& options);
 
 }  // namespace tessera::cli
 

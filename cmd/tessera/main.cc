@@ -66,11 +66,9 @@ int main(int argc, char** argv) {
   CLI::App* inspect_cmd = app.add_subcommand(
       "inspect",
       "Who holds what: per node and GPU the model, compute and memory committed and the tenants, and a "
-      "cluster "
-      "summary. Reads the cluster's API server (as the scheduler would rebuild it), a running "
+      "cluster summary. Reads the cluster's API server (as the scheduler would rebuild it), a running "
       "tessera-scheduler (--scheduler), or a saved /inspect JSON (--file). As a kubectl plugin: kubectl "
-      "tessera "
-      "inspect.");
+      "tessera inspect.");
   inspect_cmd->add_option(
       "--kubeconfig", inspect.kubeconfig,
       "Kubeconfig (default: in a pod its service account, else $KUBECONFIG or ~/.kube/config)");
@@ -83,6 +81,26 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("--node", inspect.node, "Only this node");
   inspect_cmd->add_flag("--json", inspect.json, "Print the JSON");
   inspect_cmd->add_flag("--summary", inspect.summary_only, "Print only the cluster summary");
+
+  tessera::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run",
+      "Run a command under Tessera's CUDA isolation on this machine, no Kubernetes needed: "
+      "tessera run --gpu-memory 4GiB --gpu-cores 30 [--policy elastic] -- COMMAND...");
+  run_cmd->add_option("--gpu-memory", run.gpu_memory, "Device memory limit per GPU: 512MiB, 4GiB or bytes");
+  run_cmd->add_option("--gpu-cores", run.gpu_cores, "Compute share per GPU, percent (1-100)")
+      ->capture_default_str();
+  run_cmd->add_option("--policy", run.policy, "hard (stay at the share) or elastic (use idle compute)")
+      ->capture_default_str();
+  run_cmd->add_option("--ceiling", run.ceiling,
+                      "Elastic: the most it may use when the GPU is idle (default 90)");
+  run_cmd
+      ->add_option("--priority", run.priority, "low or high (elastic: high keeps what it grew into longer)")
+      ->capture_default_str();
+  run_cmd->add_option("--region", run.region,
+                      "Shared region file: give several commands the same one to share one quota");
+  run_cmd->add_option("--hook-library", run.hook_library, "libtessera-cuda.so to preload (default: ../lib/)");
+  run_cmd->add_option("command", run.command, "The command and its arguments, after --")->required();
 
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");
 
@@ -97,6 +115,7 @@ int main(int argc, char** argv) {
   if (*sim_cmd) return tessera::cli::RunSimulate(sim);
   if (*topo_cmd) return tessera::cli::RunTopo(topo);
   if (*inspect_cmd) return tessera::cli::RunInspect(inspect);
+  if (*run_cmd) return tessera::cli::RunRun(run);
   if (*version_cmd) {
     std::cout << "tessera " << TESSERA_VERSION << "\n";
     return 0;

@@ -1,0 +1,333 @@
+// libtessera-cuda.so in real processes against the fake driver: memory limits on every allocation path,
+// reached through dlsym and both cuGetProcAddress signatures; out of memory as an error, never a kill; what
+// cuMemGetInfo, cuDeviceTotalMem and NVML report; concurrent processes charging one quota; SIGKILL at random
+// points; limits rewritten at run time; compute shares of two tenants on the simulated GPU.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <time.h>
+
+#include <random>
+
+#include "hook/common/limits.h"
+#include "hook/common/region.h"
+#include "hook/hook_process.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kLimit = 256 * kMiB;
+constexpr uint64_t kContext = 16 * kMiB;  // FAKECUDA_CONTEXT_BYTES in the sandbox
+
+std::string N(uint64_t v) {
+  return std::to_string(v);
+}
+
+uint64_t Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The container's use as the shared region records it (after reclaiming dead processes' slots).
+uint64_t RegionUsed(const std::string& path, uint64_t* peak = nullptr, bool* consistent = nullptr) {
+  hook::SharedRegion region;
+  hook::Error error;
+  if (!region.Open(path.c_str(), &error)) {
+    ADD_FAILURE() << error.text;
+    return UINT64_MAX;
+  }
+  region.ReclaimDeadSlots();
+  const int dev = region.device_count() > 0 ? 0 : -1;
+  const uint64_t used = dev >= 0 ? region.Used(dev) : 0;
+  if (peak != nullptr) *peak = dev >= 0 ? region.device(dev)->peak_bytes.load() : 0;
+  if (consistent != nullptr) *consistent = dev < 0 || region.CheckConsistent(dev);
+  region.Close();
+  return used;
+}
+
+class HookMemoryTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  HookMemoryTest() { box_.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB"; }
+  HookSandbox box_;
+};
+
+// Every path that takes device memory is charged exactly: what is left after the context fits, one byte more
+// does not, and everything comes back on free.
+TEST_P(HookMemoryTest, EveryAllocationPathIsChargedAndReleased) {
+  const std::string via = GetParam();
+  const uint64_t room = kLimit - kContext;
+  const std::vector<std::vector<std::string>> paths = {
+      {"alloc", N(room)}, {"managed", N(room)}, {"vmm", N(room)},
+      {"async", N(room)}, {"pool", N(room)},    {"graphalloc", N(room)},
+  };
+  for (const auto& take : paths) {
+    std::vector<std::string> args{via, "init", "ctx", "meminfo"};
+    args.insert(args.end(), take.begin(), take.end());
+    for (const char* more : {"alloc", "managed", "vmm", "async", "pool", "graphalloc"}) {
+      args.push_back(more);
+      args.push_back("1");
+    }
+    args.insert(args.end(), {"meminfo", "freeall", "meminfo", "alloc", N(room), "freeall"});
+    const ProbeResult r = box_.Run(args);
+    ASSERT_TRUE(r.Exited0()) << r.out;
+    SCOPED_TRACE(take[0] + "\n" + r.out);
+    EXPECT_EQ(r.Field("meminfo", 2, 0), N(room));  // the context is charged
+    EXPECT_EQ(r.Field(take[0], 1, 0), "0");
+    for (const char* more : {"alloc", "managed", "vmm", "async", "pool", "graphalloc"}) {
+      EXPECT_EQ(r.Field(more, 1, take[0] == more ? 1 : 0), "2")
+          << more << ": one more byte must be OUT_OF_MEMORY";
+    }
+    EXPECT_EQ(r.Field("meminfo", 2, 1), "0");
+    EXPECT_EQ(r.Field("freeall", 1, 0), "0");
+    EXPECT_EQ(r.Field("meminfo", 2, 2), N(room)) << "everything given back";
+    EXPECT_EQ(r.Field("alloc", 1, take[0] == "alloc" ? 2 : 1), "0");
+  }
+}
+
+// Arrays, mipmapped arrays, pitched and legacy 32-bit allocations are charged and released; host memory is
+// not.
+TEST_P(HookMemoryTest, ArraysPitchAndLegacyPathsAreChargedHostIsNot) {
+  const ProbeResult r =
+      box_.Run({GetParam(), "init",    "ctx",   "meminfo", "array",   "1024",    "1024",        "meminfo",
+                "array3d",  "256",     "256",   "16",      "meminfo", "mipmap",  "1024",        "1024",
+                "4",        "meminfo", "pitch", "1000",    "1000",    "meminfo", "alloc32",     N(8 * kMiB),
+                "meminfo",  "array32", "512",   "512",     "meminfo", "host",    N(2 * kLimit), "meminfo",
+                "freeall",  "meminfo", "array", "16384",   "16384"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  const uint64_t start = r.Num("meminfo", 2, 0);
+  EXPECT_EQ(start, kLimit - kContext);
+  EXPECT_LE(r.Num("meminfo", 2, 1), start - 4 * kMiB) << r.out;                   // 1024x1024 floats
+  EXPECT_LE(r.Num("meminfo", 2, 2), r.Num("meminfo", 2, 1) - 4 * kMiB) << r.out;  // 256x256x16 floats
+  EXPECT_LE(r.Num("meminfo", 2, 3), r.Num("meminfo", 2, 2) - 5 * kMiB) << r.out;  // 4 + 1 + 0.25 + ...
+  EXPECT_EQ(r.Num("meminfo", 2, 4), r.Num("meminfo", 2, 3) - r.Num("pitch", 2)) << r.out;  // pitch x height
+  EXPECT_EQ(r.Num("meminfo", 2, 5), r.Num("meminfo", 2, 4) - 8 * kMiB) << r.out;           // cuMemAlloc (v1)
+  EXPECT_LE(r.Num("meminfo", 2, 6), r.Num("meminfo", 2, 5) - kMiB) << r.out;  // cuArrayCreate (v1)
+  EXPECT_EQ(r.Field("host", 1), "0") << "host memory is not device memory";
+  EXPECT_EQ(r.Num("meminfo", 2, 7), r.Num("meminfo", 2, 6)) << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 8), start) << r.out;
+  EXPECT_EQ(r.Field("array", 1, 1), "2") << "a 1 GiB array is over the 256 MiB limit";
+}
+
+// Out of memory is an error the program handles: it goes on, allocates what fits, and exits normally.
+TEST_P(HookMemoryTest, OutOfMemoryIsAnErrorNotAKill) {
+  const ProbeResult r = box_.Run({GetParam(), "init", "ctx", "alloc", N(kLimit), "alloc", N(kMiB), "fill",
+                                  N(kMiB), "freeall", "exit", "7"});
+  EXPECT_TRUE(WIFEXITED(r.status)) << r.out;
+  EXPECT_EQ(WEXITSTATUS(r.status), 7);
+  EXPECT_EQ(r.Field("alloc", 1, 0), "2");
+  EXPECT_EQ(r.Field("alloc", 1, 1), "0");
+  EXPECT_EQ(r.Field("fill", 1), "2");
+  EXPECT_EQ(r.Num("fill", 2) + kMiB, kLimit - kContext);
+}
+
+// cuMemGetInfo (both widths), cuDeviceTotalMem and NVML's memory info (both versions) show the limit and the
+// container's use, not the GPU's.
+TEST_P(HookMemoryTest, MemoryInfoAndNvmlReportTheLimit) {
+  const ProbeResult r = box_.Run(
+      {GetParam(), "init", "ctx", "alloc", N(100 * kMiB), "meminfo", "meminfo32", "totalmem", "nvml"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  const uint64_t used = kContext + 100 * kMiB;
+  EXPECT_EQ(r.Num("meminfo", 2), kLimit - used);
+  EXPECT_EQ(r.Num("meminfo", 3), kLimit);
+  EXPECT_EQ(r.Num("meminfo32", 2), kLimit - used);
+  EXPECT_EQ(r.Num("meminfo32", 3), kLimit);
+  EXPECT_EQ(r.Num("totalmem", 2), kLimit);
+  EXPECT_EQ(r.Field("nvml", 1), "0");
+  EXPECT_EQ(r.Num("nvml", 2), kLimit);
+  EXPECT_EQ(r.Num("nvml", 3), used);
+  EXPECT_EQ(r.Num("nvml", 4), kLimit);
+  EXPECT_EQ(r.Num("nvml", 5), used);
+}
+
+INSTANTIATE_TEST_SUITE_P(Via, HookMemoryTest, ::testing::Values("dlsym", "proc11", "proc12"));
+
+// Without limits the hook passes everything through: the whole fake GPU is visible.
+TEST(HookTest, NoLimitsMeansUntouched) {
+  HookSandbox box;
+  const ProbeResult r = box.Run({"dlsym", "init", "ctx", "totalmem", "alloc", N(4096 * kMiB)});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Num("totalmem", 2), 16384 * kMiB);
+  EXPECT_EQ(r.Field("alloc", 1), "0");
+}
+
+// Limits that cannot be read fail closed, with one line saying why.
+TEST(HookTest, UnreadableLimitsFailClosed) {
+  HookSandbox box;
+  box.env["TESSERA_LIMITS_FILE"] = box.Path("missing-limits");
+  const ProbeResult r = box.Run({"dlsym", "init"});
+  EXPECT_EQ(r.Field("init", 1), "800") << r.out;  // CUDA_ERROR_NOT_PERMITTED
+  HookSandbox box2;
+  box2.env["TESSERA_GPU_MEMORY_LIMIT"] = "lots";
+  const ProbeResult r2 = box2.Run({"dlsym", "init"});
+  EXPECT_EQ(r2.Field("init", 1), "800") << r2.out;
+}
+
+// Processes of one container charge one quota concurrently: together they never pass the limit, by a byte,
+// in the hook's books or on the (fake) device.
+TEST(HookTest, ConcurrentProcessesNeverExceedTheLimit) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "512MiB";
+  const uint64_t limit = 512 * kMiB;
+  std::vector<Probe> probes;
+  const char* steps[] = {"1048576", "3145728", "5000000", "7340033",
+                         "262144",  "9999999", "2097152", "4194304"};
+  for (int i = 0; i < 8; ++i) {
+    probes.push_back(box.Start({i % 3 == 0   ? "dlsym"
+                                : i % 3 == 1 ? "proc11"
+                                             : "proc12",
+                                "init", "ctx", "ready", "fill", steps[i], "churn", "0.5", "8000000", "fill",
+                                "65536", "meminfo", "ready"}));
+  }
+  for (auto& p : probes) ASSERT_TRUE(p.WaitFor("ready"));
+  for (auto& p : probes) p.Continue();  // all fill at once
+  for (auto& p : probes) ASSERT_TRUE(p.WaitFor("ready"));
+  uint64_t peak = 0;
+  bool consistent = false;
+  const uint64_t used = RegionUsed(box.Path("region"), &peak, &consistent);
+  EXPECT_TRUE(consistent);
+  EXPECT_LE(used, limit);
+  std::string outs;
+  for (auto& p : probes) outs += p.buffer;
+  EXPECT_GE(used, limit - 8 * 65536) << "the last fills should leave almost nothing free\n" << outs;
+  EXPECT_LE(peak, limit) << "the container went over its limit";
+  FakeGpuView gpu(box.Path("fakegpu.state"), box.dir());
+  EXPECT_LE(gpu.PeakBytes(), limit) << "the device held more than the limit";
+  for (auto& p : probes) {
+    p.Continue();
+    EXPECT_TRUE(p.Finish().Exited0());
+  }
+  EXPECT_EQ(RegionUsed(box.Path("region")), 0u);
+}
+
+// Processes SIGKILLed at random points while allocating and freeing on every path leave no charge and no lock
+// behind: a new process gets the whole quota, promptly.
+TEST(HookTest, SigkillAtRandomPointsLeaksNothingAndDeadlocksNothing) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB";
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 6; ++round) {
+    std::vector<Probe> probes;
+    for (int i = 0; i < 4; ++i) {
+      probes.push_back(box.Start({i % 2 == 0 ? "dlsym" : "proc12", "init", "ctx", "churn", "30", "6000000"}));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 150));
+    for (auto& p : probes) kill(p.pid, SIGKILL);
+    for (auto& p : probes) EXPECT_TRUE(WIFSIGNALED(p.Finish().status));
+  }
+  bool consistent = false;
+  EXPECT_EQ(RegionUsed(box.Path("region"), nullptr, &consistent), 0u);
+  EXPECT_TRUE(consistent);
+  const ProbeResult r = box.Run({"dlsym", "init", "ctx", "fill", N(kMiB)});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Num("fill", 2), kLimit - kContext);
+}
+
+// The node agent rewrites the limits file (write, rename, higher generation); running processes apply it.
+TEST(HookTest, LimitsFileChangesApplyAtRunTime) {
+  HookSandbox box;
+  const std::string file = box.Path("limits");
+  hook::Limits limits;
+  limits.generation = 1;
+  limits.device_count = 1;
+  limits.devices[0].index = hook::kAnyDevice;
+  limits.devices[0].memory_bytes = 128 * kMiB;
+  hook::Error error;
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  box.env["TESSERA_LIMITS_FILE"] = file;
+  Probe p =
+      box.Start({"proc12", "init", "ctx", "totalmem", "alloc", N(200 * kMiB), "ready", "retryalloc",
+                 N(200 * kMiB), "10000", "totalmem", "ready", "retryalloc", N(kMiB), "200", "exit", "0"});
+  ASSERT_TRUE(p.WaitFor("ready"));
+  limits.generation = 2;
+  limits.devices[0].memory_bytes = 512 * kMiB;
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  p.Continue();
+  ASSERT_TRUE(p.WaitFor("ready"));
+  // Lowered below what is in use: nothing is taken away, new allocations fail.
+  limits.generation = 3;
+  limits.devices[0].memory_bytes = 64 * kMiB;
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  p.Continue();
+  const ProbeResult r = p.Finish();
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Num("totalmem", 2, 0), 128 * kMiB);
+  EXPECT_EQ(r.Field("alloc", 1), "2");
+  EXPECT_EQ(r.Field("retryalloc", 1, 0), "0") << r.out;
+  EXPECT_EQ(r.Num("totalmem", 2, 1), 512 * kMiB);
+  EXPECT_EQ(r.Field("retryalloc", 1, 1), "2") << r.out;
+}
+
+// Every launch path is paced: kernels worth 200 ms at a 25% share take at least 0.7 s of wall time. (Lower
+// bounds only: a loaded machine makes things slower, never faster.)
+TEST(HookTest, EveryLaunchPathIsThrottled) {
+  for (const char* path : {"launch", "ex", "coop", "graph"}) {
+    HookSandbox box;
+    box.env["TESSERA_GPU_CORES"] = "25";
+    const ProbeResult r =
+        box.Run({"proc12", "init", "ctx", path, "1", "1000000", "sleep", "50", path, "100", "2000000"});
+    ASSERT_TRUE(r.Exited0()) << r.out;
+    EXPECT_EQ(r.Field(path, 1, 1), "0");
+    EXPECT_GE(r.Num(path, 2, 1), 700000000u) << path << " was not throttled: " << r.out;
+  }
+}
+
+// Share of the simulated GPU's time that `pid` used in [from, to).
+double Share(const FakeGpuView& gpu, pid_t pid, uint64_t from, uint64_t to) {
+  return 100.0 * static_cast<double>(gpu.BusyNs(static_cast<unsigned>(pid), from, to)) /
+         static_cast<double>(to - from);
+}
+
+// Two containers (two regions) with hard shares of 30% and 70% both saturate the GPU; each gets its share
+// within 2 points, measured on the fake GPU's timeline.
+TEST(HookTest, TwoTenantsReachTheirHardShares) {
+  HookSandbox box;
+  Probe a = box.Start({"dlsym", "init", "ctx", "spin", "4", "2000000"},
+                      {{"TESSERA_GPU_CORES", "30"}, {"TESSERA_REGION", box.Path("region-a")}});
+  Probe b = box.Start({"dlsym", "init", "ctx", "spin", "4", "2000000"},
+                      {{"TESSERA_GPU_CORES", "70"}, {"TESSERA_REGION", box.Path("region-b")}});
+  const uint64_t from = Now() + 1000000000ull;  // skip the start-up and the saved-up burst
+  const uint64_t to = from + 2500000000ull;
+  ProbeResult ra = a.Finish();
+  ProbeResult rb = b.Finish();
+  ASSERT_TRUE(ra.Exited0() && rb.Exited0()) << ra.out << rb.out;
+  FakeGpuView gpu(box.Path("fakegpu.state"), box.dir());
+  const double sa = Share(gpu, a.pid, from, to);
+  const double sb = Share(gpu, b.pid, from, to);
+  printf("hard shares on the fake GPU: %.2f%% (limit 30), %.2f%% (limit 70)\n", sa, sb);
+  EXPECT_NEAR(sa, 30.0, 2.0) << "30% tenant";
+  EXPECT_NEAR(sb, 70.0, 2.0) << "70% tenant";
+}
+
+// Elastic (GaiaGPU): alone, a 30% container grows toward its ceiling; when a hard 60% tenant arrives it gives
+// the excess back and the newcomer gets its share.
+TEST(HookTest, ElasticGrowsAloneAndGivesBack) {
+  HookSandbox box;
+  Probe a =
+      box.Start({"dlsym", "init", "ctx", "spin", "7", "2000000"}, {{"TESSERA_GPU_CORES", "30"},
+                                                                   {"TESSERA_COMPUTE_POLICY", "elastic"},
+                                                                   {"TESSERA_REGION", box.Path("region-a")}});
+  const uint64_t t0 = Now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  Probe b = box.Start({"dlsym", "init", "ctx", "spin", "3.5", "2000000"},
+                      {{"TESSERA_GPU_CORES", "60"}, {"TESSERA_REGION", box.Path("region-b")}});
+  const uint64_t t1 = Now();
+  ProbeResult rb = b.Finish();
+  ProbeResult ra = a.Finish();
+  ASSERT_TRUE(ra.Exited0() && rb.Exited0()) << ra.out << rb.out;
+  FakeGpuView gpu(box.Path("fakegpu.state"), box.dir());
+  const double alone = Share(gpu, a.pid, t0 + 2000000000ull, t0 + 3400000000ull);
+  const double shared_a = Share(gpu, a.pid, t1 + 1500000000ull, t1 + 3300000000ull);
+  const double shared_b = Share(gpu, b.pid, t1 + 1500000000ull, t1 + 3300000000ull);
+  printf("elastic: alone %.2f%%; shared %.2f%% (elastic 30) and %.2f%% (hard 60)\n", alone, shared_a,
+         shared_b);
+  EXPECT_GT(alone, 60.0) << "alone, the elastic tenant should use idle compute";
+  EXPECT_LE(alone, 92.0) << "but not more than its 90% ceiling";
+  EXPECT_NEAR(shared_b, 60.0, 3.0) << "the newcomer gets its share";
+  EXPECT_LE(shared_a, 42.0) << "the elastic tenant gave the excess back";
+  EXPECT_GE(shared_a, 27.0) << "and keeps its own share";
+}
+
+}  // namespace
+}  // namespace tessera::testing

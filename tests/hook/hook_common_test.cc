@@ -1,0 +1,289 @@
+// src/hook/common on its own: the limiter's policy classes with time passed in (no clock, no sleeping), the
+// limits file, and the shared region's crash safety with real processes killed while they hold its locks.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "hook/common/limiter.h"
+#include "hook/common/limits.h"
+#include "hook/common/region.h"
+
+namespace tessera::hook {
+namespace {
+
+constexpr uint64_t kMs = 1000000;
+
+TEST(TokenBucketTest, FillsAtTheShareAndPacesLaunches) {
+  BucketState b{};
+  TokenBucket::Configure(&b, 300000, 1000 * kMs);  // 30%
+  EXPECT_FALSE(TokenBucket::Unlimited(&b));
+  EXPECT_EQ(b.tokens_ns.load(), 6 * static_cast<int64_t>(kMs));  // 20 ms burst window at 30%
+  // Launches take budget until it is gone; then the caller must wait.
+  int launched = 0;
+  while (TokenBucket::TryTake(&b, 2 * kMs)) ++launched;
+  EXPECT_EQ(launched, 3);
+  EXPECT_LE(TokenBucket::WaitNs(&b), 10u);  // at zero: a few nanoseconds of refill make it positive
+  // Over one simulated second at 30%, kernels of 2 ms get 300 ms of GPU time (+ the burst).
+  uint64_t now = 1000 * kMs;
+  int64_t used = 0;
+  for (int step = 0; step < 1000; ++step) {
+    now += kMs;
+    TokenBucket::Refill(&b, now);
+    while (TokenBucket::TryTake(&b, 2 * kMs)) used += 2 * kMs;
+  }
+  EXPECT_NEAR(static_cast<double>(used) / 1e9, 0.300, 0.004);
+}
+
+TEST(TokenBucketTest, WaitIsTheDeficitAtTheRate) {
+  BucketState b{};
+  TokenBucket::Configure(&b, 500000, 10 * kMs);
+  TokenBucket::Take(&b, b.tokens_ns.load() + 4 * kMs);                       // 4 ms in debt
+  EXPECT_NEAR(static_cast<double>(TokenBucket::WaitNs(&b)), 8.0 * kMs, 10);  // at 50%: 8 ms
+  TokenBucket::Refill(&b, 19 * kMs);
+  EXPECT_EQ(TokenBucket::WaitNs(&b), 0u);
+  TokenBucket::SetRate(&b, kPpm);
+  EXPECT_TRUE(TokenBucket::Unlimited(&b));
+}
+
+TEST(TokenBucketTest, IdleTimeSavesOnlyABurst) {
+  BucketState b{};
+  TokenBucket::Configure(&b, 100000, kMs);
+  TokenBucket::Refill(&b, 3600000 * kMs);  // an hour idle
+  EXPECT_EQ(b.tokens_ns.load(), b.capacity_ns.load());
+  EXPECT_EQ(b.capacity_ns.load(), static_cast<int64_t>(2 * kMs));  // 20 ms at 10%
+}
+
+ElasticInputs Inputs(uint32_t rate, uint32_t own, int32_t device, bool wanted) {
+  ElasticInputs in;
+  in.share_ppm = 300000;
+  in.ceiling_ppm = 900000;
+  in.rate_ppm = rate;
+  in.own_util_ppm = own;
+  in.device_util_ppm = device;
+  in.wanted_more = wanted;
+  return in;
+}
+
+TEST(ElasticControllerTest, GrowsIntoIdleComputeUpToTheCeiling) {
+  uint32_t rate = 300000;
+  for (int step = 0; step < 20; ++step)
+    rate = ElasticController::NextRate(Inputs(rate, rate, static_cast<int32_t>(rate), true));
+  EXPECT_EQ(rate, 900000u);
+  // Not wanting more: no growth.
+  EXPECT_EQ(ElasticController::NextRate(Inputs(300000, 100000, 100000, false)), 300000u);
+}
+
+TEST(ElasticControllerTest, GivesTheExcessBackWhenOthersNeedIt) {
+  // Low priority at 90% with another tenant on a saturated GPU: back to the share at once.
+  EXPECT_EQ(ElasticController::NextRate(Inputs(900000, 600000, 1000000, true)), 300000u);
+  // High priority gives back step by step, never below the share.
+  ElasticInputs in = Inputs(900000, 600000, 1000000, true);
+  in.high_priority = true;
+  uint32_t rate = 900000;
+  int steps = 0;
+  while (rate > 300000 && steps < 50) {
+    in.rate_ppm = rate;
+    rate = ElasticController::NextRate(in);
+    ++steps;
+  }
+  EXPECT_EQ(rate, 300000u);
+  EXPECT_GT(steps, 1);
+}
+
+TEST(ElasticControllerTest, HardOrUnknownKeepsTheShare) {
+  ElasticInputs in = Inputs(300000, 300000, -1, true);
+  EXPECT_EQ(ElasticController::NextRate(in), 300000u);
+  in.ceiling_ppm = 300000;
+  in.device_util_ppm = 300000;
+  EXPECT_EQ(ElasticController::NextRate(in), 300000u);
+}
+
+TEST(ElasticControllerTest, StepMeasuresUseFromTheBucket) {
+  BucketState b{};
+  ControllerState c{};
+  c.share_ppm = 300000;
+  c.ceiling_ppm = 900000;
+  c.policy = 1;
+  TokenBucket::Configure(&b, 300000, kMs);
+  EXPECT_TRUE(ElasticController::Step(&c, &b, kMs, 300000));       // baseline
+  EXPECT_FALSE(ElasticController::Step(&c, &b, 2 * kMs, 300000));  // too soon
+  // 200 ms at 30% with every launch waiting: the container used all its budget and wants more.
+  uint64_t now = kMs;
+  for (int i = 0; i < 200; ++i) {
+    now += kMs;
+    TokenBucket::Refill(&b, now);
+    while (TokenBucket::TryTake(&b, kMs / 2)) {
+    }
+    b.waits.fetch_add(1);
+  }
+  EXPECT_TRUE(ElasticController::Step(&c, &b, now, 320000));
+  EXPECT_NEAR(c.own_util_ppm.load(), 300000, 40000);
+  EXPECT_GT(b.rate_ppm.load(), 300000u) << "alone on an idle GPU: grows";
+}
+
+TEST(KernelCostTableTest, EstimatesFromTheMinimumAndFollowsLongerKernels) {
+  auto t = std::make_unique<KernelCostTable>();
+  KernelCostTable::Lookup l = t->Find(42);
+  EXPECT_TRUE(l.sample);
+  for (int i = 0; i < 4; ++i) t->Record(42, i == 2 ? 1000 : 1500);  // queueing makes samples longer
+  EXPECT_EQ(t->Estimate(42), 1000);
+  for (int i = 0; i < 100; ++i) t->Find(42);
+  EXPECT_FALSE(t->Find(42).sample);
+  t->Record(42, 4000);  // the kind became longer: the next launches are measured again
+  EXPECT_TRUE(t->Find(42).sample);
+  for (int i = 0; i < 3; ++i) t->Record(42, 4000);
+  EXPECT_EQ(t->Estimate(42), 4000);
+  EXPECT_EQ(t->Find(7).estimate_ns, 4000) << "an unmeasured kind costs what the last measurement did";
+}
+
+TEST(SampleRingTest, PushAndDrain) {
+  auto ring = std::make_unique<SampleRing>();
+  for (int i = 0; i < SampleRing::kCapacity; ++i)
+    ASSERT_TRUE(ring->Push({static_cast<uint64_t>(i), 0, 0, 0, 0}));
+  EXPECT_FALSE(ring->Push({1, 0, 0, 0, 0}));
+  EXPECT_EQ(ring->Drain([](const SampleRing::Sample& s) { return s.key % 2 == 0; }),
+            SampleRing::kCapacity / 2);
+  EXPECT_EQ(ring->InFlight(), SampleRing::kCapacity / 2);
+}
+
+TEST(LimitsTest, RoundTripAndClearErrors) {
+  Limits l;
+  l.generation = 7;
+  l.device_count = 2;
+  CopyString(l.devices[0].uuid, sizeof(l.devices[0].uuid), "GPU-0000");
+  l.devices[0].memory_bytes = 4ull << 30;
+  l.devices[0].cores_percent = 30;
+  l.devices[0].policy = ComputePolicy::kElastic;
+  l.devices[1].index = kAnyDevice;
+  l.devices[1].memory_bytes = 1ull << 30;
+  char buf[2048];
+  ASSERT_GT(FormatLimits(l, buf, sizeof(buf)), 0u);
+  Limits back;
+  Error error;
+  ASSERT_TRUE(ParseLimits(buf, strlen(buf), &back, &error)) << error.text << "\n" << buf;
+  EXPECT_EQ(back.generation, 7u);
+  const DeviceLimits* d = FindDeviceLimits(back, "GPU-0000", 3);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->cores_percent, 30u);
+  EXPECT_EQ(d->ceiling_percent, 90u);
+  EXPECT_EQ(FindDeviceLimits(back, "GPU-other", 1)->memory_bytes, 1ull << 30);
+  const char* bad = "tessera-limits 1\ngeneration 1\ngpu index=0 memory=lots\n";
+  EXPECT_FALSE(ParseLimits(bad, strlen(bad), &back, &error));
+  EXPECT_NE(std::string(error.text).find("line 3"), std::string::npos) << error.text;
+  const char* future = "tessera-limits 9\n";
+  EXPECT_FALSE(ParseLimits(future, strlen(future), &back, &error));
+}
+
+class RegionTest : public ::testing::Test {
+ protected:
+  RegionTest() {
+    char tmpl[] = "/tmp/tessera-region-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    path_ = dir_ + "/region";
+  }
+  ~RegionTest() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+  std::string path_;
+};
+
+// A process killed while it holds a device lock leaves it to the next locker, who repairs the totals; a
+// killed process's charges are reclaimed.
+TEST_F(RegionTest, KilledLockHolderAndKilledChargerLeaveNothing) {
+  SharedRegion region;
+  Error error;
+  ASSERT_TRUE(region.Open(path_.c_str(), &error) && region.Attach(&error)) << error.text;
+  const int dev = region.FindOrAddDevice("GPU-test", &error);
+  ASSERT_GE(dev, 0);
+  DeviceLimits limits;
+  limits.memory_bytes = 1000;
+  region.SetDeviceLimits(dev, limits, 1);
+  for (int round = 0; round < 3; ++round) {
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      region.ForgetSlot();
+      Error e;
+      if (!region.Attach(&e) || region.TryCharge(dev, 600) != ChargeResult::kOk) _exit(3);
+      if (round != 0) pthread_mutex_lock(&region.device(dev)->lock);  // and die holding the lock
+      if (write(ready[1], "x", 1) != 1) _exit(4);
+      pause();
+      _exit(0);
+    }
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    EXPECT_EQ(region.Used(dev), 600u);
+    if (round == 0) {
+      EXPECT_EQ(region.TryCharge(dev, 600), ChargeResult::kOverLimit);
+    }
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(ready[0]);
+    close(ready[1]);
+    EXPECT_EQ(region.ReclaimDeadSlots(), 1);
+    ASSERT_EQ(region.TryCharge(dev, 1000), ChargeResult::kOk) << "round " << round;
+    EXPECT_TRUE(region.CheckConsistent(dev));
+    region.Uncharge(dev, 1000);
+    EXPECT_EQ(region.Used(dev), 0u);
+  }
+  region.Detach();
+  region.Close();
+}
+
+// Hundreds of processes attach, charge and exit at once; none waits on another for long, nothing leaks.
+TEST_F(RegionTest, HundredsOfProcessesAtOnce) {
+  SharedRegion region;
+  Error error;
+  ASSERT_TRUE(region.Open(path_.c_str(), &error)) << error.text;
+  const int dev = region.FindOrAddDevice("GPU-test", &error);
+  DeviceLimits limits;
+  limits.memory_bytes = 100 * 300;
+  region.SetDeviceLimits(dev, limits, 1);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 300; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      SharedRegion r;
+      Error e;
+      if (!r.Open(path_.c_str(), &e) || !r.Attach(&e)) _exit(3);
+      if (r.TryCharge(dev, 100) != ChargeResult::kOk) _exit(4);
+      if (i % 2 == 0) r.Detach();  // half exit cleanly, half just die holding their charge
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << WEXITSTATUS(status);
+  }
+  region.ReclaimDeadSlots();
+  EXPECT_EQ(region.Used(dev), 0u);
+  EXPECT_TRUE(region.CheckConsistent(dev));
+  region.Close();
+}
+
+TEST_F(RegionTest, ForeignFileIsRefusedWithAClearMessage) {
+  FILE* f = fopen(path_.c_str(), "w");
+  fputs("not a region", f);
+  fclose(f);
+  SharedRegion region;
+  Error error;
+  EXPECT_FALSE(region.Open(path_.c_str(), &error));
+  EXPECT_FALSE(error.empty());
+  EXPECT_NE(std::string(error.text).find(path_), std::string::npos) << error.text;
+}
+
+}  // namespace
+}  // namespace tessera::hook
