@@ -14,12 +14,14 @@
 //                                        per window of W ms on CLOCK_MONOTONIC: `window=<start_ms>
 //                                        share=<0..1>`, and `share=` over the whole run after the first 0.5
 //                                        s.
+//                                        --until-stdin-closes stops early when stdin closes.
 //                                        --ext fetches clEnqueueNDRangeKernel through
 //                                        clGetExtensionFunctionAddressForPlatform.
 //
 // Exit status: 0 on success, 1 on a broken rule or an OpenCL error, 2 on bad arguments.
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
+#include <poll.h>
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -244,7 +246,15 @@ struct Spinner {
   }
 };
 
-int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) {
+// True once stdin is closed (or at EOF), without blocking.
+bool StdinClosed() {
+  pollfd p{0, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  char buf[64];
+  return read(0, buf, sizeof(buf)) <= 0;
+}
+
+int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, bool until_stdin) {
   if (cpu >= 0) {
     // Every tenant on one CPU: PoCL's CPU device is then one device that the tenants contend for.
     cpu_set_t set;
@@ -283,6 +293,7 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) 
   const double per_iter = std::max(best_ns, 1000.0) / iters;
   iters = static_cast<cl_uint>(std::clamp(kernel_ms * 1e6 / per_iter, 1000.0, 4e9));
   std::printf("iters=%u\n", iters);
+  std::fflush(stdout);
   // The device clock against CLOCK_MONOTONIC: a marker's end is about now once waited for.
   cl_event marker = nullptr;
   clEnqueueMarkerWithWaitList(s.cl.queue, 0, nullptr, &marker);
@@ -294,7 +305,7 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) 
   const int64_t offset = static_cast<int64_t>(host_now) - static_cast<int64_t>(m_end);
 
   const uint64_t begin = MonotonicNs();
-  const uint64_t stop = begin + static_cast<uint64_t>(seconds * 1e9);
+  uint64_t stop = begin + static_cast<uint64_t>(seconds * 1e9);
   const uint64_t steady = begin + 500000000ull;
   const uint64_t window = static_cast<uint64_t>(window_ms * 1e6);
   std::vector<uint64_t> busy((stop - begin) / window + 2, 0);
@@ -323,7 +334,12 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) 
       t += piece;
     }
   };
+  uint64_t polled = 0;
   while (MonotonicNs() < stop) {
+    if (until_stdin && ++polled % 8 == 0 && StdinClosed()) {
+      stop = MonotonicNs();
+      break;
+    }
     inflight.push_back(s.Launch(iters));
     if (inflight.size() >= 3) {
       account(inflight.front());
@@ -340,7 +356,8 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) 
                 static_cast<double>(busy[w]) / static_cast<double>(window));
   }
   std::printf("begin_ms=%llu\n", static_cast<unsigned long long>(begin / 1000000));
-  std::printf("share=%.4f\n", static_cast<double>(steady_busy) / static_cast<double>(stop - steady));
+  std::printf("share=%.4f\n",
+              stop > steady ? static_cast<double>(steady_busy) / static_cast<double>(stop - steady) : 0.0);
   clReleaseMemObject(s.out);
   clReleaseKernel(s.kernel);
   clReleaseProgram(program);
@@ -350,9 +367,10 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext) 
 }
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: cl_tenant info | fill <MiB> | lifecycle <MiB> | hold <MiB> | try <MiB> |\n"
-               "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext]\n");
+  std::fprintf(
+      stderr,
+      "usage: cl_tenant info | fill <MiB> | lifecycle <MiB> | hold <MiB> | try <MiB> |\n"
+      "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext] [--until-stdin-closes]\n");
   return 2;
 }
 
@@ -378,6 +396,7 @@ int main(int argc, char** argv) {
     int cpu = -1;
     double window_ms = 250;
     bool ext = false;
+    bool until_stdin = false;
     for (int i = 3; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--kernel-ms" && i + 1 < argc) {
@@ -388,12 +407,14 @@ int main(int argc, char** argv) {
         window_ms = std::atof(argv[++i]);
       } else if (a == "--ext") {
         ext = true;
+      } else if (a == "--until-stdin-closes") {
+        until_stdin = true;
       } else {
         return Usage();
       }
     }
     if (kernel_ms <= 0 || window_ms <= 0) return Usage();
-    return Spin(arg, kernel_ms, cpu, window_ms, ext);
+    return Spin(arg, kernel_ms, cpu, window_ms, ext, until_stdin);
   }
   return Usage();
 }
