@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -228,8 +229,22 @@ void ExpectShares(const std::vector<Report>& reports, const std::vector<int>& co
 }
 
 TEST_F(OpenClHookTest, OneTenantWithTheWholeDevice) {
-  std::vector<Report> r = RunConcurrently({{100, dir_.File("a")}}, "2.5");
-  ExpectShares(r, {100});
+  // Exclusive mode is not paced: the tenant gets what the device gives any program. On a loaded machine that
+  // is less than 100% (PoCL's worker thread is descheduled between kernels), so the target is the share the
+  // same program reaches without the library, measured just before (at most 1.0).
+  std::vector<Report> plain;
+  {
+    Tenant t;
+    ASSERT_TRUE(t.Start({"spin", "2", "--cpu", SharedCpu(), "--kernel-ms", "5"}, {}, false));
+    plain.push_back(t.Wait());
+  }
+  ASSERT_EQ(plain[0].exit_code, 0) << plain[0].output;
+  const double baseline = std::min(1.0, plain[0].Number("share"));
+  std::vector<Report> r = RunConcurrently({{100, dir_.File("a")}}, "2");
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  std::printf("exclusive tenant: %.4f, same program without the library: %.4f\n", r[0].Number("share"),
+              baseline);
+  EXPECT_GE(r[0].Number("share"), std::max(0.5, baseline - kTolerance));
 }
 
 TEST_F(OpenClHookTest, TwoTenantsHalfEach) {
