@@ -1,0 +1,113 @@
+#include "hook/common/session.h"
+
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tessera::hook {
+
+namespace {
+
+void Remember(Session* s, const struct stat& st) {
+  s->file_ino = static_cast<uint64_t>(st.st_ino);
+  s->file_mtime_sec = static_cast<int64_t>(st.st_mtim.tv_sec);
+  s->file_mtime_nsec = static_cast<int64_t>(st.st_mtim.tv_nsec);
+  s->file_size = static_cast<int64_t>(st.st_size);
+}
+
+bool Changed(const Session* s, const struct stat& st) {
+  return s->file_ino != static_cast<uint64_t>(st.st_ino) ||
+         s->file_mtime_sec != static_cast<int64_t>(st.st_mtim.tv_sec) ||
+         s->file_mtime_nsec != static_cast<int64_t>(st.st_mtim.tv_nsec) ||
+         s->file_size != static_cast<int64_t>(st.st_size);
+}
+
+void Register(const char* lib, const char* version, const char* socket_path, Session* s) {
+  Hello hello;
+  CopyString(hello.lib, sizeof(hello.lib), lib);
+  CopyString(hello.version, sizeof(hello.version), version);
+  hello.pid = static_cast<int>(getpid());
+  hello.generation = s->limits.generation;
+  size_t used = 0;
+  for (int i = 0; i < s->limits.device_count; ++i) {
+    const char* u = s->limits.devices[i].uuid;
+    if (u[0] == 0) continue;
+    const int n = snprintf(hello.gpus + used, sizeof(hello.gpus) - used, "%s%s", used ? "," : "", u);
+    if (n < 0 || static_cast<size_t>(n) >= sizeof(hello.gpus) - used) break;
+    used += static_cast<size_t>(n);
+  }
+  AgentMessage reply;
+  Error error;
+  if (!s->agent.Register(socket_path, hello, 2000, &reply, &error)) {
+    WriteStderrLine("warning: %s (running on the limits alone)", error.text);
+  } else {
+    LogLine(LogLevel::kInfo, "registered with the node agent at %s", socket_path);
+  }
+}
+
+}  // namespace
+
+SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup, Session* s, Error* error) {
+  const char* file = lookup("TESSERA_LIMITS_FILE");
+  struct stat st;
+  bool from_file = false;
+  if (file != nullptr && file[0] != 0) {
+    from_file = true;
+  } else if (stat(kDefaultLimitsFile, &st) == 0) {
+    file = kDefaultLimitsFile;
+    from_file = true;
+  }
+  if (from_file) {
+    CopyString(s->limits_path, sizeof(s->limits_path), file);
+    if (stat(file, &st) == 0) Remember(s, st);
+    if (!ReadLimitsFile(file, &s->limits, error)) return SessionMode::kFailClosed;
+    s->limits_from_file = true;
+  } else {
+    bool configured = false;
+    if (!LimitsFromEnvironment(lookup, &s->limits, &configured, error)) return SessionMode::kFailClosed;
+    if (!configured) return SessionMode::kPassThrough;
+  }
+  if (const char* env_region = lookup("TESSERA_REGION"); env_region != nullptr && env_region[0] != 0) {
+    CopyString(s->region_path, sizeof(s->region_path), env_region);
+  } else if (s->limits.region_path[0] != 0) {
+    CopyString(s->region_path, sizeof(s->region_path), s->limits.region_path);
+  } else {
+    snprintf(s->region_path, sizeof(s->region_path), "/tmp/tessera-region-%u",
+             static_cast<unsigned>(getuid()));
+  }
+  if (!s->region.Open(s->region_path, error) || !s->region.Attach(error)) return SessionMode::kFailClosed;
+  const char* socket_path = lookup("TESSERA_AGENT_SOCKET");
+  if ((socket_path == nullptr || socket_path[0] == 0) && from_file &&
+      access(kDefaultAgentSocket, F_OK) == 0) {
+    socket_path = kDefaultAgentSocket;
+  }
+  if (socket_path != nullptr && socket_path[0] != 0) Register(lib, version, socket_path, s);
+  LogLine(LogLevel::kInfo, "limits from %s, generation %llu, region %s", from_file ? file : "the environment",
+          static_cast<unsigned long long>(s->limits.generation), s->region_path);
+  return SessionMode::kLimited;
+}
+
+bool PollSessionLimits(Session* s) {
+  bool forced = false;
+  AgentMessage msg;
+  while (s->agent.Poll(&msg)) {
+    if (msg.kind == AgentMessageKind::kReload) forced = true;
+  }
+  if (!s->limits_from_file) return false;
+  struct stat st;
+  if (stat(s->limits_path, &st) != 0) return false;  // being replaced: the next look finds it
+  if (!forced && !Changed(s, st)) return false;
+  Remember(s, st);
+  Limits next;
+  Error error;
+  if (!ReadLimitsFile(s->limits_path, &next, &error)) {
+    WriteStderrLine("keeping the current limits: %s", error.text);
+    return false;
+  }
+  if (next.generation <= s->limits.generation) return false;
+  s->limits = next;
+  LogLine(LogLevel::kInfo, "read limits generation %llu", static_cast<unsigned long long>(next.generation));
+  return true;
+}
+
+}  // namespace tessera::hook

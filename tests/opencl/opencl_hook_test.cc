@@ -1,0 +1,378 @@
+// libtessera-opencl.so under real OpenCL programs on PoCL's CPU device. Each test runs cl_tenant processes
+// with the library preloaded and checks what the OpenCL runtime told them: memory limits and their errors,
+// reported memory, one quota per container across processes, and device-time shares (the SharedGPU seed's
+// Figures 2 and 3).
+//
+// The share tests pin every tenant to one CPU, so PoCL's CPU device is one device the tenants contend for,
+// and measure each tenant's share as the device time of its own kernels (their profiling events) per wall
+// time. The machine may be busy with other work: that only makes kernels longer, it does not change the share
+// of device time a paced tenant is allowed.
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hook/common/limits.h"
+#include "hook/common/region.h"
+#include "tenant_runner.h"
+
+namespace tessera::cltest {
+namespace {
+
+constexpr int kAllocationFailure = -4;  // CL_MEM_OBJECT_ALLOCATION_FAILURE
+constexpr int kOutOfResources = -5;     // CL_OUT_OF_RESOURCES
+constexpr double kTolerance = 0.05;     // ±5 points of a GPU
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tessera-opencl-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The CPU every share-test tenant is pinned to: the first one this process may use.
+std::string SharedCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i) {
+      if (CPU_ISSET(i, &set)) return std::to_string(i);
+    }
+  }
+  return "0";
+}
+
+Report RunTenant(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                 bool preload = true) {
+  Tenant t;
+  EXPECT_TRUE(t.Start(args, env, preload));
+  return t.Wait();
+}
+
+class OpenClHookTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::filesystem::create_directories(PoclCacheDir());
+    // An OpenCL platform must be there (CI installs PoCL); the first run also fills PoCL's kernel cache, so
+    // that no share test waits for the compiler.
+    Report r = RunTenant({"spin", "0.2", "--kernel-ms", "1"}, {}, false);
+    ASSERT_EQ(r.exit_code, 0)
+        << "cl_tenant cannot run OpenCL here (install pocl-opencl-icd: scripts/setup):\n"
+        << r.output;
+  }
+  TempDir dir_;
+};
+
+// --- Memory -----------------------------------------------------------------------------------------------
+
+TEST_F(OpenClHookTest, ReportedMemoryIsTheLimit) {
+  Report real = RunTenant({"info"}, {}, false);
+  ASSERT_EQ(real.exit_code, 0) << real.output;
+  const double real_total = real.Number("global_mem_size");
+  ASSERT_GT(real_total, 64.0 * 1024 * 1024);
+
+  Report limited =
+      RunTenant({"info"}, {{"TESSERA_GPU_MEMORY_LIMIT", "48MiB"}, {"TESSERA_REGION", dir_.File("r")}});
+  ASSERT_EQ(limited.exit_code, 0) << limited.output;
+  EXPECT_EQ(limited.Get("global_mem_size"), std::to_string(48u << 20));
+  EXPECT_EQ(limited.Get("max_mem_alloc_size"), std::to_string(48u << 20));
+
+  // No limits configured: the library passes everything through.
+  Report untouched = RunTenant({"info"}, {});
+  EXPECT_EQ(untouched.Get("global_mem_size"), real.Get("global_mem_size"));
+  EXPECT_EQ(untouched.Get("max_mem_alloc_size"), real.Get("max_mem_alloc_size"));
+}
+
+TEST_F(OpenClHookTest, FillStopsAtTheLimitWithAllocationFailureAndNothingLeaks) {
+  Report r =
+      RunTenant({"fill", "16"}, {{"TESSERA_GPU_MEMORY_LIMIT", "100MiB"}, {"TESSERA_REGION", dir_.File("r")}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.Get("allocated"), "6");  // 6 x 16 MiB fit in 100 MiB, the 7th does not
+  EXPECT_EQ(r.Get("error"), std::to_string(kAllocationFailure));
+  EXPECT_EQ(r.Get("allocated_again"), "6");  // after releasing all, the whole limit is free again
+  EXPECT_EQ(r.Get("error_again"), std::to_string(kAllocationFailure));
+
+  // Without the library, PoCL would have given far more.
+  Report real = RunTenant({"fill", "16"}, {}, false);
+  EXPECT_GT(std::stoi(real.Get("allocated")), 6);
+}
+
+TEST_F(OpenClHookTest, ReferenceCountsSubBuffersImagesAndSvm) {
+  const std::string region = dir_.File("r");
+  Report r =
+      RunTenant({"lifecycle", "8"}, {{"TESSERA_GPU_MEMORY_LIMIT", "32MiB"}, {"TESSERA_REGION", region}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.Get("ok"), "1") << r.output;
+  for (const auto& [rule, value] : r.kv) EXPECT_NE(value, "0") << "broken rule: " << rule;
+
+  // The container's ledger is back to zero and consistent after the process is gone.
+  hook::SharedRegion shared;
+  hook::Error error;
+  ASSERT_TRUE(shared.Open(region.c_str(), &error)) << error.text;
+  ASSERT_GE(shared.device_count(), 1);
+  for (int d = 0; d < shared.device_count(); ++d) {
+    EXPECT_EQ(shared.Used(d), 0u);
+    EXPECT_TRUE(shared.CheckConsistent(d));
+  }
+  shared.Close();
+}
+
+TEST_F(OpenClHookTest, TwoProcessesOfOneContainerShareOneQuota) {
+  const std::map<std::string, std::string> container{{"TESSERA_GPU_MEMORY_LIMIT", "64MiB"},
+                                                     {"TESSERA_REGION", dir_.File("container-a")}};
+  Tenant holder;
+  ASSERT_TRUE(holder.Start({"hold", "40"}, container));
+  ASSERT_EQ(holder.ReadLineStartingWith("held="), "held=1");
+
+  Report second = RunTenant({"try", "40"}, container);  // 40 + 40 > 64
+  EXPECT_EQ(second.Get("created"), "0");
+  EXPECT_EQ(second.Get("error"), std::to_string(kAllocationFailure));
+  Report small = RunTenant({"try", "20"}, container);  // 40 + 20 <= 64
+  EXPECT_EQ(small.Get("created"), "1");
+
+  // Another container (its own region) has its own quota.
+  Report other =
+      RunTenant({"try", "40"}, {{"TESSERA_GPU_MEMORY_LIMIT", "64MiB"}, {"TESSERA_REGION", dir_.File("b")}});
+  EXPECT_EQ(other.Get("created"), "1");
+
+  // When the holder releases and exits, its 40 MiB are free again.
+  holder.CloseStdin();
+  EXPECT_EQ(holder.Wait().exit_code, 0);
+  Report after = RunTenant({"try", "40"}, container);
+  EXPECT_EQ(after.Get("created"), "1");
+}
+
+TEST_F(OpenClHookTest, AKilledProcessesChargesAreReclaimed) {
+  const std::map<std::string, std::string> container{{"TESSERA_GPU_MEMORY_LIMIT", "64MiB"},
+                                                     {"TESSERA_REGION", dir_.File("r")}};
+  Tenant holder;
+  ASSERT_TRUE(holder.Start({"hold", "40"}, container));
+  ASSERT_EQ(holder.ReadLineStartingWith("held="), "held=1");
+  kill(holder.pid(), SIGKILL);
+  holder.Wait();
+  Report after = RunTenant({"try", "40"}, container);
+  EXPECT_EQ(after.Get("created"), "1") << after.output;
+}
+
+TEST_F(OpenClHookTest, UnreadableLimitsFileFailsClosed) {
+  // Limits were configured but cannot be read: device use is refused (the first refusal the program meets is
+  // its command queue), never silently unlimited.
+  Report r = RunTenant({"try", "1"}, {{"TESSERA_LIMITS_FILE", dir_.File("missing-limits")}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("code=" + std::to_string(kOutOfResources)), std::string::npos) << r.output;
+}
+
+TEST_F(OpenClHookTest, LimitsFileNamesTheDeviceByIndex) {
+  hook::Limits limits;
+  limits.generation = 1;
+  limits.device_count = 1;
+  limits.devices[0].index = 0;
+  limits.devices[0].memory_bytes = 24ull << 20;
+  limits.devices[0].ceiling_percent = 100;
+  hook::Error error;
+  const std::string file = dir_.File("limits");
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  Report r = RunTenant({"info"}, {{"TESSERA_LIMITS_FILE", file}, {"TESSERA_REGION", dir_.File("r")}});
+  EXPECT_EQ(r.Get("global_mem_size"), std::to_string(24u << 20)) << r.output;
+}
+
+// --- Compute shares (the seed's Figure 2) -----------------------------------------------------------------
+
+struct TenantSpec {
+  int cores;
+  std::string region;
+};
+
+std::vector<Report> RunConcurrently(const std::vector<TenantSpec>& specs, const std::string& seconds,
+                                    bool ext = false) {
+  std::vector<std::unique_ptr<Tenant>> tenants;
+  for (const TenantSpec& s : specs) {
+    auto t = std::make_unique<Tenant>();
+    std::vector<std::string> args{"spin", seconds, "--cpu", SharedCpu(), "--kernel-ms", "5"};
+    if (ext) args.push_back("--ext");
+    EXPECT_TRUE(
+        t->Start(args, {{"TESSERA_GPU_CORES", std::to_string(s.cores)}, {"TESSERA_REGION", s.region}}));
+    tenants.push_back(std::move(t));
+  }
+  std::vector<Report> reports;
+  for (auto& t : tenants) reports.push_back(t->Wait());
+  return reports;
+}
+
+void ExpectShares(const std::vector<Report>& reports, const std::vector<int>& cores, double low_slack = 0) {
+  for (size_t i = 0; i < reports.size(); ++i) {
+    ASSERT_EQ(reports[i].exit_code, 0) << reports[i].output;
+    const double share = reports[i].Number("share");
+    const double target = cores[i] / 100.0;
+    std::printf("tenant %zu: target %.2f measured %.4f\n", i, target, share);
+    EXPECT_NEAR(share, target, kTolerance + (share < target ? low_slack : 0)) << "tenant " << i;
+  }
+}
+
+TEST_F(OpenClHookTest, OneTenantWithTheWholeDevice) {
+  // Exclusive mode is not paced: the tenant gets what the device gives any program. On a loaded machine that
+  // is less than 100% (PoCL's worker thread is descheduled between kernels), so the target is the share the
+  // same program reaches without the library, measured just before (at most 1.0).
+  std::vector<Report> plain;
+  {
+    Tenant t;
+    ASSERT_TRUE(t.Start({"spin", "2", "--cpu", SharedCpu(), "--kernel-ms", "5"}, {}, false));
+    plain.push_back(t.Wait());
+  }
+  ASSERT_EQ(plain[0].exit_code, 0) << plain[0].output;
+  const double baseline = std::min(1.0, plain[0].Number("share"));
+  std::vector<Report> r = RunConcurrently({{100, dir_.File("a")}}, "2");
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  std::printf("exclusive tenant: %.4f, same program without the library: %.4f\n", r[0].Number("share"),
+              baseline);
+  EXPECT_GE(r[0].Number("share"), std::max(0.5, baseline - kTolerance));
+}
+
+TEST_F(OpenClHookTest, TwoTenantsHalfEach) {
+  std::vector<Report> r = RunConcurrently({{50, dir_.File("a")}, {50, dir_.File("b")}}, "3");
+  ExpectShares(r, {50, 50});
+}
+
+TEST_F(OpenClHookTest, FourTenantsAQuarterEach) {
+  std::vector<Report> r = RunConcurrently(
+      {{25, dir_.File("a")}, {25, dir_.File("b")}, {25, dir_.File("c")}, {25, dir_.File("d")}}, "3");
+  ExpectShares(r, {25, 25, 25, 25});
+}
+
+TEST_F(OpenClHookTest, TwoProcessesOfOneContainerShareOneBudget) {
+  // Two processes, one container at 50: together they hold 50, each about 25.
+  std::vector<Report> r = RunConcurrently({{50, dir_.File("same")}, {50, dir_.File("same")}}, "3");
+  ASSERT_EQ(r.size(), 2u);
+  const double total = r[0].Number("share") + r[1].Number("share");
+  std::printf("one container, two processes: %.4f + %.4f = %.4f (target 0.50)\n", r[0].Number("share"),
+              r[1].Number("share"), total);
+  EXPECT_NEAR(total, 0.50, kTolerance);
+}
+
+// --- Priority (the seed's Figure 3) ------------------------------------------------------------------------
+
+// The mean share of the windows that start in [from_ms, to_ms).
+double MeanShare(const Report& r, double from_ms, double to_ms) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& [ms, share] : r.Windows()) {
+    if (ms >= from_ms && ms < to_ms) {
+      sum += share;
+      ++n;
+    }
+  }
+  return n == 0 ? std::nan("") : sum / n;
+}
+
+double NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+void WriteLimits(const std::string& path, uint64_t generation, uint32_t cores, hook::Priority priority,
+                 hook::ComputePolicy policy = hook::ComputePolicy::kHard, uint32_t ceiling = 100) {
+  hook::Limits limits;
+  limits.generation = generation;
+  limits.device_count = 1;
+  limits.devices[0].index = hook::kAnyDevice;
+  limits.devices[0].cores_percent = cores;
+  limits.devices[0].ceiling_percent = ceiling;
+  limits.devices[0].priority = priority;
+  limits.devices[0].policy = policy;
+  hook::Error error;
+  ASSERT_TRUE(hook::WriteLimitsFile(path.c_str(), limits, &error)) << error.text;
+}
+
+// The seed's experiment: low-priority A holds 40 of the GPU; high-priority B asks for 70, more than the 60
+// left, so A is compressed by equations (1) and (2) to 30 (the scheduler's decision, written live into A's
+// limits file by the node agent; here the test plays the agent). A's share drops as soon as B starts.
+TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityOne) {
+  const std::string a_limits = dir_.File("a-limits");
+  const std::string b_limits = dir_.File("b-limits");
+  WriteLimits(a_limits, 1, 40, hook::Priority::kLow);
+  WriteLimits(b_limits, 1, 70, hook::Priority::kHigh);
+  const std::string cpu = SharedCpu();
+  Tenant a;
+  ASSERT_TRUE(a.Start({"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
+                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}}));
+  ASSERT_NE(a.ReadLineStartingWith("iters="), "");
+  usleep(1500000);
+  // B arrives: the agent compresses A (generation 2) and B starts.
+  const double b_arrives = NowMs();
+  WriteLimits(a_limits, 2, 30, hook::Priority::kLow);
+  Tenant b;
+  ASSERT_TRUE(b.Start({"spin", "2.5", "--cpu", cpu, "--kernel-ms", "5"},
+                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));
+  Report rb = b.Wait();
+  usleep(200000);
+  Report ra = a.Wait();  // closes A's stdin: A stops
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  const double a_begin = ra.Number("begin_ms");
+  const double a_before = MeanShare(ra, a_begin + 500, b_arrives - 250);
+  // The rewrite is picked up within 250 ms; B's first second includes its own start-up.
+  const double a_after = MeanShare(ra, rb.Number("begin_ms") + 250, rb.Number("begin_ms") + 2250);
+  const double b_share = rb.Number("share");
+  std::printf("A before B: %.4f (target 0.40); A with B: %.4f (target 0.30); B: %.4f (target 0.70)\n",
+              a_before, a_after, b_share);
+  EXPECT_NEAR(a_before, 0.40, kTolerance);
+  EXPECT_NEAR(a_after, 0.30, kTolerance);
+  EXPECT_NEAR(b_share, 0.70, kTolerance);
+}
+
+// Elastic and low priority: alone, A may use idle device time above its share (up to its ceiling); the moment
+// a high-priority tenant runs on the device, A is back at its share. On a machine busy with other work the
+// device is never idle, so A may get no extra at all: the test checks the bound that matters, never above the
+// share once B runs, and never below it.
+TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
+  const std::string a_limits = dir_.File("a-limits");
+  const std::string b_limits = dir_.File("b-limits");
+  WriteLimits(a_limits, 1, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90);
+  WriteLimits(b_limits, 1, 60, hook::Priority::kHigh);
+  const std::string cpu = SharedCpu();
+  Tenant a;
+  ASSERT_TRUE(a.Start({"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
+                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}}));
+  ASSERT_NE(a.ReadLineStartingWith("iters="), "");
+  usleep(1500000);
+  const double b_arrives = NowMs();
+  Tenant b;
+  ASSERT_TRUE(b.Start({"spin", "2", "--cpu", cpu, "--kernel-ms", "5"},
+                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));
+  Report rb = b.Wait();
+  usleep(200000);
+  Report ra = a.Wait();  // closes A's stdin: A stops
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  const double a_alone = MeanShare(ra, ra.Number("begin_ms") + 500, b_arrives - 250);
+  const double a_with_b = MeanShare(ra, rb.Number("begin_ms") + 250, rb.Number("begin_ms") + 1750);
+  std::printf("elastic A alone: %.4f (share 0.30, ceiling 0.90); A with B: %.4f; B: %.4f (target 0.60)\n",
+              a_alone, a_with_b, rb.Number("share"));
+  EXPECT_GE(a_alone, 0.30 - kTolerance);
+  EXPECT_LE(a_alone, 0.90 + kTolerance);
+  EXPECT_NEAR(a_with_b, 0.30, kTolerance);
+  EXPECT_NEAR(rb.Number("share"), 0.60, kTolerance);
+}
+
+}  // namespace
+}  // namespace tessera::cltest
