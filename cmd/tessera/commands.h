@@ -52,7 +52,8 @@ struct RunOptions {
   int ceiling = 0;  // elastic: the most it may use when the GPU is idle (0: the default, 90)
   std::string priority = "low";
   std::string region;        // empty: a private region in the temporary directory
-  std::string hook_library;  // empty: ../lib/libtessera-cuda.so next to the binary
+  std::string hook_library;  // empty: the libraries `api` names, from ../lib next to the binary
+  std::string api = "auto";  // auto (every hook library built), cuda or opencl
   std::vector<std::string> command;
 };
 int RunRun(const RunOptions& options);

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   tessera::cli::RunOptions run;
   CLI::App* run_cmd = app.add_subcommand(
       "run",
-      "Run a command under Tessera's CUDA isolation on this machine, no Kubernetes needed: "
+      "Run a command under Tessera's isolation (CUDA or OpenCL) on this machine, no Kubernetes needed: "
       "tessera run --gpu-memory 4GiB --gpu-cores 30 [--policy elastic] -- COMMAND...");
   run_cmd->add_option("--gpu-memory", run.gpu_memory, "Device memory limit per GPU: 512MiB, 4GiB or bytes");
   run_cmd->add_option("--gpu-cores", run.gpu_cores, "Compute share per GPU, percent (1-100)")
@@ -99,7 +99,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--region", run.region,
                       "Shared region file: give several commands the same one to share one quota");
-  run_cmd->add_option("--hook-library", run.hook_library, "libtessera-cuda.so to preload (default: ../lib/)");
+  run_cmd
+      ->add_option(
+          "--api", run.api,
+          "Which isolation library: auto (CUDA and OpenCL, whichever the program uses), cuda or opencl")
+      ->capture_default_str();
+  run_cmd->add_option(
+      "--hook-library", run.hook_library,
+      "A hook library to preload instead (default: from ../lib next to this binary, by --api)");
   run_cmd->add_option("command", run.command, "The command and its arguments, after --")->required();
 
   CLI::App* version_cmd = app.add_subcommand("version", "Print the version");

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "hook/common/base.h"
 #include "hook/common/limits.h"
+#include "hook_preload.h"
 
 namespace tessera::cli {
 
@@ -29,18 +30,40 @@ void Forward(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
-std::string HookLibrary(const RunOptions& options) {
-  if (!options.hook_library.empty()) return options.hook_library;
-  if (const char* env = getenv("TESSERA_HOOK_LIBRARY"); env != nullptr && env[0] != 0) return env;
+// The directory holding the hook libraries: ../lib next to this binary (build/lib, or an install's lib/).
+std::string LibDir() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  for (const char* rel :
-       {"../lib/libtessera-cuda.so", "../lib/tessera/libtessera-cuda.so", "libtessera-cuda.so"}) {
+  for (const char* rel : {"../lib", "../lib/tessera"}) {
     const std::filesystem::path p = self.parent_path() / rel;
-    if (std::filesystem::exists(p, ec)) return std::filesystem::canonical(p, ec).string();
+    if (std::filesystem::exists(p / "libtessera-cuda.so", ec) ||
+        std::filesystem::exists(p / "libtessera-opencl.so", ec))
+      return std::filesystem::canonical(p, ec).string();
   }
-  return "";
+  return (self.parent_path() / "../lib").lexically_normal().string();
+}
+
+// LD_PRELOAD for the command: --hook-library or TESSERA_HOOK_LIBRARY when given, else the libraries --api
+// names (auto: every one built, so CUDA and OpenCL programs run under the same flags).
+PreloadChoice Preload(const RunOptions& options) {
+  const char* existing = getenv("LD_PRELOAD");
+  std::string library = options.hook_library;
+  if (library.empty()) {
+    if (const char* env = getenv("TESSERA_HOOK_LIBRARY"); env != nullptr && env[0] != 0) library = env;
+  }
+  if (!library.empty()) {
+    PreloadChoice c;
+    if (access(library.c_str(), R_OK) != 0) {
+      c.error =
+          library + " cannot be read: name the hook library with --hook-library or TESSERA_HOOK_LIBRARY";
+      return c;
+    }
+    c.ld_preload = library;
+    if (existing != nullptr && existing[0] != 0) c.ld_preload += std::string(":") + existing;
+    return c;
+  }
+  return ChooseHookPreload(options.api, LibDir(), existing);
 }
 
 }  // namespace
@@ -88,10 +111,9 @@ int RunRun(const RunOptions& options) {
     std::cerr << "tessera run: --priority '" << options.priority << "' is neither high nor low\n";
     return 2;
   }
-  const std::string library = HookLibrary(options);
-  if (library.empty() || access(library.c_str(), R_OK) != 0) {
-    std::cerr << "tessera run: cannot find libtessera-cuda.so next to this binary (../lib/); build it "
-                 "(scripts/build) or name it with --hook-library or TESSERA_HOOK_LIBRARY\n";
+  const PreloadChoice preload = Preload(options);
+  if (!preload.error.empty()) {
+    std::cerr << "tessera run: " << preload.error << "\n";
     return 2;
   }
   char tmpl[] = "/tmp/tessera-run-XXXXXX";
@@ -109,9 +131,6 @@ int RunRun(const RunOptions& options) {
     std::filesystem::remove_all(dir);
     return 2;
   }
-  std::string preload = library;
-  if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != 0)
-    preload += std::string(":") + old;
 
   struct sigaction sa {};
   sa.sa_handler = &Forward;
@@ -125,7 +144,7 @@ int RunRun(const RunOptions& options) {
   }
   if (pid == 0) {
     setenv("TESSERA_LIMITS_FILE", limits_path.c_str(), 1);
-    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("LD_PRELOAD", preload.ld_preload.c_str(), 1);
     std::vector<char*> argv;
     for (const std::string& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
