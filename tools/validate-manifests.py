@@ -74,8 +74,6 @@ def kind_table():
             p = path_re.match(m.group(1))
             if not p:
                 continue
-            if p.group(5) in ("bindings", "tokenreviews") and p.group(4) is None and p.group(1):
-                pass
             api_version = p.group(1) or f"{p.group(2)}/{p.group(3)}"
             cm = cls_re.match(m.group(3))
             if not cm or not hasattr(k8s_models, m.group(3)):
