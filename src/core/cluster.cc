@@ -313,7 +313,9 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
       for (ContainerAssignment& ca : rec->second.placement.containers) {
         if (ca.name != c.tenant.container) continue;
         for (VGpuAssignment& v : ca.vgpus) {
-          if (v.gpu_index == c.gpu_index) v.cores = c.new_cores;
+          if (v.gpu_index != c.gpu_index) continue;
+          v.requested = v.requested_or_cores();
+          v.cores = c.new_cores;
         }
       }
     }
@@ -327,12 +329,12 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
       t.id = TenantId{request.uid, ca.name};
       t.ns = request.ns;
       t.priority = request.priority;
-      t.requested = v.cores;
+      t.requested = v.requested_or_cores();
       t.cores = v.cores;
       t.memory = AccountedMemory(v, gpu);
       t.memory_limit = v.memory;
+      quota_used_[{request.ns, node.model_id(v.gpu_index)}] += t.requested;
       node.tenants_[static_cast<size_t>(v.gpu_index)].push_back(std::move(t));
-      quota_used_[{request.ns, node.model_id(v.gpu_index)}] += v.cores;
     }
   }
   node.cpu_used_ += request.cpu;
@@ -412,7 +414,9 @@ absl::StatusOr<std::vector<ShareChange>> Cluster::Release(const PodUid& pod) {
         for (ContainerAssignment& ca : rec->second.placement.containers) {
           if (ca.name != t->id.container) continue;
           for (VGpuAssignment& v : ca.vgpus) {
-            if (v.gpu_index == g) v.cores = t->cores;
+            if (v.gpu_index != g) continue;
+            v.cores = t->cores;
+            v.requested = t->cores < t->requested ? t->requested : MilliGpu(0);
           }
         }
       }

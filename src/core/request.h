@@ -91,7 +91,11 @@ struct VGpuAssignment {
   GpuUuid uuid;
   MilliGpu cores{0};
   MiB memory{0};  // the container's memory limit on this GPU
+  // The share asked for, when a high-priority pod compressed this one below it (SharedGPU); 0 otherwise. Kept
+  // so that the share can be given back, also after the placement was read back from the API.
+  MilliGpu requested{0};
 
+  MilliGpu requested_or_cores() const { return requested > cores ? requested : cores; }
   bool operator==(const VGpuAssignment&) const = default;
 };
 

@@ -162,5 +162,65 @@ TEST_F(StudyPoliciesTest, EvaluationCacheChangesNothing) {
   }
 }
 
+// Tessera places whole GPUs by Gaia's access-cost tree, on a box of two PIX pairs (0-1, 2-3) joined at PXB
+// with one GPU partly used. Taking the lowest free indices would split a pair in both cases below.
+class TesseraTopologyTest : public ::testing::Test {
+ protected:
+  void Use(int gpu) {
+    NodeInfo n = MakeNode("pcie", 4, MiB(16384), "T4", Link::Of(LinkKind::kPxb));
+    n.links.Set(0, 1, Link::Of(LinkKind::kPix));
+    n.links.Set(2, 3, Link::Of(LinkKind::kPix));
+    ASSERT_TRUE(cluster_.AddNode(n).ok());
+    ASSERT_TRUE(cluster_
+                    .Commit(MakePod("share", {Milli(300)}),
+                            PlacementOn("pcie", {{gpu, GpuUuid(), MilliGpu(300), MiB(100)}}))
+                    .ok());
+    const std::vector<PodRequest> workload = {MakePod("w1", {Milli(300)}), MakePod("w2", {Milli(1000)})};
+    policy_ = *MakePolicy("tessera", MakePolicyContext(cluster_, workload));
+  }
+  std::vector<int> Gpus(const PodRequest& pod) {
+    Placer placer(*policy_);
+    Rng rng(7);
+    absl::StatusOr<Placement> p = placer.Place(cluster_, pod, rng);
+    EXPECT_TRUE(p.ok()) << p.status();
+    std::vector<int> out;
+    for (const VGpuAssignment& v : p->containers[0].vgpus) out.push_back(v.gpu_index);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  Cluster cluster_;
+  std::unique_ptr<Policy> policy_;
+};
+
+// GPU 1 used: two whole GPUs take the intact pair 2-3 (Link), not 0 and 2.
+TEST_F(TesseraTopologyTest, TwoWholeGpusTakeTheIntactPair) {
+  Use(1);
+  EXPECT_EQ(Gpus(MakePod("two", {Milli(1000), Milli(1000)})), (std::vector<int>{2, 3}));
+}
+
+// GPU 3 used: one whole GPU takes its sibling 2, so that the pair 0-1 stays whole (Singular), not GPU 0.
+TEST_F(TesseraTopologyTest, OneWholeGpuKeepsThePairIntact) {
+  Use(3);
+  EXPECT_EQ(Gpus(MakePod("one", {Milli(1000)})), (std::vector<int>{2}));
+}
+
+// Across nodes: of two nodes where two whole GPUs fit alike, the one whose free pair is nearer wins.
+TEST(TesseraTopologyAcrossNodes, NearerGroupWins) {
+  Cluster cluster;
+  NodeInfo far = MakeNode("far", 2, MiB(16384), "T4", Link::Of(LinkKind::kSys));
+  NodeInfo near = MakeNode("near", 2, MiB(16384), "T4", Link::NvLink(4));
+  ASSERT_TRUE(cluster.AddNode(far).ok());
+  ASSERT_TRUE(cluster.AddNode(near).ok());
+  const std::vector<PodRequest> workload = {MakePod("w", {Milli(1000), Milli(1000)})};
+  std::unique_ptr<Policy> policy = *MakePolicy("tessera", MakePolicyContext(cluster, workload));
+  Placer placer(*policy);
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    Rng rng(seed);
+    absl::StatusOr<Placement> p = placer.Place(cluster, MakePod("two", {Milli(1000), Milli(1000)}), rng);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->node.value(), "near") << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -353,6 +353,19 @@ Placement Placer::Materialize(const NodeState& node, const CompiledRequest& req,
   return p;
 }
 
+const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& node, const CompiledRequest& req,
+                                      Rng& rng, EvaluationCache* cache, NodeFit& scratch) const {
+  if (cache == nullptr || !policy_->deterministic()) {
+    scratch = Evaluate(node, req, rng);
+    return scratch;
+  }
+  const size_t index = static_cast<size_t>(&node - cluster.nodes().data());
+  if (const NodeFit* hit = cache->Find(index, node.version(), req.fingerprint())) return *hit;
+  scratch = Evaluate(node, req, rng);
+  cache->Store(index, node.version(), req.fingerprint(), scratch);
+  return scratch;
+}
+
 absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest& request, Rng& rng,
                                         std::span<const NodeName> candidates,
                                         std::span<const uint32_t> node_rank, EvaluationCache* cache) const {
@@ -367,19 +380,9 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
     }
   }
   if (!policy_->deterministic()) cache = nullptr;
-  const uint64_t fingerprint = req.fingerprint();
-  // One node's answer, from the cache when the node has not changed.
   NodeFit fresh;
   auto evaluate = [&](const NodeState& node) -> const NodeFit& {
-    if (cache == nullptr) {
-      fresh = Evaluate(node, req, rng);
-      return fresh;
-    }
-    const size_t index = static_cast<size_t>(&node - cluster.nodes().data());
-    if (const NodeFit* hit = cache->Find(index, node.version(), fingerprint)) return *hit;
-    fresh = Evaluate(node, req, rng);
-    cache->Store(index, node.version(), fingerprint, fresh);
-    return fresh;
+    return EvaluateCached(cluster, node, req, rng, cache, fresh);
   };
   // The best node: highest tier, then highest score; ties random, or by rank.
   NodeFit best_fit;

@@ -78,6 +78,12 @@ class Placer {
   NodeFit Evaluate(const NodeState& node, const CompiledRequest& request, Rng& rng) const;
   NodeFit Evaluate(const Cluster& cluster, const NodeState& node, const PodRequest& request, Rng& rng) const;
 
+  // The same through `cache`: the node's remembered answer when neither it nor the pod's shape changed
+  // (deterministic policies only; others are evaluated afresh). The answer is returned by reference: to the
+  // cache's entry, or to `scratch`. `node` must belong to `cluster`.
+  const NodeFit& EvaluateCached(const Cluster& cluster, const NodeState& node, const CompiledRequest& request,
+                                Rng& rng, EvaluationCache* cache, NodeFit& scratch) const;
+
   // Why it does not fit, in words a user can act on.
   Explanation Explain(const Cluster& cluster, const NodeState& node, const PodRequest& request) const;
 

@@ -1,0 +1,143 @@
+#include "formats/assignment.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::formats {
+
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(std::string_view what) {
+  return absl::InvalidArgumentError(StrCat("annotation ", kAnnotationAssignment, ": ", what));
+}
+
+// Percent with one decimal, from thousandths of a GPU.
+json Percent(core::MilliGpu cores) {
+  if (cores.value() % 10 == 0) return cores.value() / 10;
+  return static_cast<double>(cores.value()) / 10.0;
+}
+
+}  // namespace
+
+std::string FormatAssignment(const core::Placement& placement) {
+  json containers = json::array();
+  for (const core::ContainerAssignment& c : placement.containers) {
+    json vgpus = json::array();
+    for (const core::VGpuAssignment& v : c.vgpus) {
+      json vgpu = {{"uuid", v.uuid.value()}, {"cores", Percent(v.cores)}, {"memoryMiB", v.memory.value()}};
+      if (v.gpu_index >= 0) vgpu["index"] = v.gpu_index;  // the UUID is what counts; the index is a hint
+      if (v.requested > v.cores) vgpu["requestedCores"] = Percent(v.requested);
+      vgpus.push_back(std::move(vgpu));
+    }
+    json container = {{"name", c.name}, {"vgpus", std::move(vgpus)}};
+    if (c.numa_node >= 0) container["numaNode"] = c.numa_node;
+    if (!c.cpus.empty()) container["cpus"] = c.cpus;
+    containers.push_back(std::move(container));
+  }
+  const json doc = {{"version", kAssignmentVersion},
+                    {"node", placement.node.value()},
+                    {"containers", std::move(containers)}};
+  return doc.dump();
+}
+
+absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Bad("is not valid JSON; it is written by tessera-scheduler, do not edit it");
+  if (!doc.is_object()) return Bad("must be a JSON object");
+  auto version = doc.find("version");
+  if (version == doc.end() || !version->is_number_integer()) return Bad("has no integer \"version\"");
+  if (version->get<int>() != kAssignmentVersion) {
+    return Bad(StrCat("has version ", version->get<int>(), "; this build reads version ", kAssignmentVersion,
+                      " (upgrade tessera-node and tessera-scheduler together)"));
+  }
+  Assignment out;
+  auto node = doc.find("node");
+  if (node == doc.end() || !node->is_string() || node->get<std::string>().empty()) {
+    return Bad("has no \"node\"");
+  }
+  out.node = core::NodeName(node->get<std::string>());
+  auto containers = doc.find("containers");
+  if (containers == doc.end() || !containers->is_array()) return Bad("has no \"containers\" list");
+  std::set<std::string> names;
+  for (size_t i = 0; i < containers->size(); ++i) {
+    const json& c = (*containers)[i];
+    const std::string where = StrCat("containers[", i, "]");
+    if (!c.is_object()) return Bad(StrCat(where, " is not an object"));
+    core::ContainerAssignment a;
+    auto name = c.find("name");
+    if (name == c.end() || !name->is_string() || name->get<std::string>().empty()) {
+      return Bad(StrCat(where, " has no \"name\""));
+    }
+    a.name = name->get<std::string>();
+    if (!names.insert(a.name).second) return Bad(StrCat("container \"", a.name, "\" appears twice"));
+    if (auto numa = c.find("numaNode"); numa != c.end()) {
+      if (!numa->is_number_integer() || numa->get<int>() < 0) {
+        return Bad(StrCat(where, ".numaNode must be a NUMA node number"));
+      }
+      a.numa_node = numa->get<int>();
+    }
+    if (auto cpus = c.find("cpus"); cpus != c.end()) {
+      if (!cpus->is_string()) return Bad(StrCat(where, ".cpus must be a CPU list such as \"0-15\""));
+      a.cpus = cpus->get<std::string>();
+    }
+    auto vgpus = c.find("vgpus");
+    if (vgpus == c.end() || !vgpus->is_array()) return Bad(StrCat(where, " has no \"vgpus\" list"));
+    std::set<std::string> uuids;
+    for (size_t k = 0; k < vgpus->size(); ++k) {
+      const json& v = (*vgpus)[k];
+      const std::string at = StrCat(where, ".vgpus[", k, "]");
+      if (!v.is_object()) return Bad(StrCat(at, " is not an object"));
+      core::VGpuAssignment g;
+      auto uuid = v.find("uuid");
+      if (uuid == v.end() || !uuid->is_string() || uuid->get<std::string>().empty()) {
+        return Bad(StrCat(at, " has no \"uuid\""));
+      }
+      g.uuid = core::GpuUuid(uuid->get<std::string>());
+      if (!uuids.insert(g.uuid.value()).second) {
+        return Bad(StrCat(at, ": GPU ", g.uuid.value(), " appears twice in one container"));
+      }
+      auto index = v.find("index");
+      if (index != v.end()) {
+        if (!index->is_number_integer() || index->get<int>() < 0)
+          return Bad(StrCat(at, ".index must be >= 0"));
+        g.gpu_index = index->get<int>();
+      }
+      auto cores = v.find("cores");
+      if (cores == v.end() || !cores->is_number()) return Bad(StrCat(at, " has no numeric \"cores\""));
+      const double percent = cores->get<double>();
+      if (!(percent > 0 && percent <= 100)) {
+        return Bad(StrCat(at, ".cores is ", cores->dump(), "; a share is 0-100 percent of one GPU"));
+      }
+      g.cores = core::MilliGpu(static_cast<int64_t>(std::llround(percent * 10)));
+      if (auto requested = v.find("requestedCores"); requested != v.end()) {
+        if (!requested->is_number() ||
+            !(requested->get<double>() >= percent && requested->get<double>() <= 100)) {
+          return Bad(StrCat(at, ".requestedCores must be a share between cores and 100 percent"));
+        }
+        g.requested = core::MilliGpu(static_cast<int64_t>(std::llround(requested->get<double>() * 10)));
+      }
+      auto memory = v.find("memoryMiB");
+      if (memory == v.end() || !memory->is_number_integer() || memory->get<int64_t>() < 0) {
+        return Bad(StrCat(at, " has no \"memoryMiB\" (a whole number of MiB)"));
+      }
+      g.memory = core::MiB(memory->get<int64_t>());
+      a.vgpus.push_back(std::move(g));
+    }
+    out.containers.push_back(std::move(a));
+  }
+  return out;
+}
+
+core::Placement ToPlacement(const Assignment& assignment) {
+  core::Placement p;
+  p.node = assignment.node;
+  p.containers = assignment.containers;
+  return p;
+}
+
+}  // namespace tessera::formats

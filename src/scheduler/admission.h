@@ -1,0 +1,43 @@
+// The admission webhook (admission.k8s.io/v1 AdmissionReview), served by tessera-scheduler over HTTPS.
+//
+// Mutating (/mutate): for a pod that asks for GPUs in any supported system's names, rewrites the resources
+// into Tessera's (DESIGN.md section 2: HAMi, gpu-manager, gpushare, Volcano) and sets spec.schedulerName, so
+// that the pod reaches the extender. Validating (/validate): refuses a pod whose request is impossible
+// (cores 0 or above 100 per vGPU, malformed annotations, a privileged container asking for a share...) with
+// the parser's message, which says what to change.
+//
+//   Admission admission({.scheduler_name = "tessera-scheduler"});
+//   Response r = admission.Mutate(body);
+//
+// Thread-safety: immutable; methods may run concurrently.
+#ifndef TESSERA_SCHEDULER_ADMISSION_H_
+#define TESSERA_SCHEDULER_ADMISSION_H_
+
+#include <string>
+#include <string_view>
+
+#include "core/request_parser.h"
+#include "scheduler/extender.h"
+
+namespace tessera::scheduler {
+
+struct AdmissionOptions {
+  // Set on GPU pods whose schedulerName is empty or "default-scheduler"; empty: leave schedulerName alone.
+  std::string scheduler_name = "tessera-scheduler";
+  core::ParseOptions parse;
+};
+
+class Admission {
+ public:
+  explicit Admission(AdmissionOptions options) : options_(std::move(options)) {}
+
+  Response Mutate(std::string_view body) const;
+  Response Validate(std::string_view body) const;
+
+ private:
+  AdmissionOptions options_;
+};
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_ADMISSION_H_

@@ -1,0 +1,509 @@
+#include "scheduler/cluster_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/placement/policy.h"
+#include "core/strings.h"
+#include "formats/assignment.h"
+
+namespace tessera::scheduler {
+
+using core::NodeName;
+using core::PodUid;
+
+struct ClusterCache::State {
+  core::Cluster cluster;
+  std::string policy_name;
+  core::PolicyContext context;  // what `policy` was built from
+  std::unique_ptr<core::Policy> policy;
+  std::unique_ptr<core::Placer> placer;
+  core::EvaluationCache evaluations;  // valid for `policy`; cleared when it is rebuilt
+  core::Rng rng{1};
+  std::deque<core::PodRequest> workload;
+  std::unordered_map<PodUid, size_t> in_workload;  // pods in `workload`, so that a pod counts once
+  size_t since_rebuild = 0;
+  int models_at_rebuild = -1;
+  std::unordered_map<PodUid, PodEntry> pods;
+  std::map<std::string, PodEntry> orphans;  // uid -> a pod whose node or GPUs are gone
+  std::set<PodUid> changed;  // pods whose shares changed under them (compressed, or given back)
+};
+
+ClusterCache::ClusterCache(CacheOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {
+  uint64_t seed = options_.seed;
+  if (seed == 0)
+    seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
+  state_->rng = core::Rng(seed);
+  std::lock_guard<std::mutex> lock(mu_);
+  RebuildPolicyLocked();
+}
+
+ClusterCache::~ClusterCache() = default;
+
+void ClusterCache::RebuildPolicyLocked() {
+  State& s = *state_;
+  std::vector<core::PodRequest> workload(s.workload.begin(), s.workload.end());
+  s.context = core::MakePolicyContext(s.cluster, workload);
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(options_.policy, s.context);
+  if (!policy.ok()) {
+    // The name was checked when the scheduler started (see ValidatePolicyName); a policy that cannot be built
+    // yet falls back to binpack until it can.
+    policy = core::MakePolicy("binpack");
+  }
+  s.policy = *std::move(policy);
+  s.policy_name = std::string(s.policy->name());
+  s.placer = std::make_unique<core::Placer>(*s.policy, options_.placement);
+  s.evaluations = core::EvaluationCache();
+  s.since_rebuild = 0;
+  s.models_at_rebuild = s.cluster.model_count();
+}
+
+void ClusterCache::MaybeRebuildPolicyLocked() {
+  const State& s = *state_;
+  // While the window fills (a scheduler just started), rebuild each time the workload doubles, so that the
+  // first pods are not placed for an empty workload; then every `rebuild_after` pods.
+  const size_t due = std::min(options_.rebuild_after, std::max<size_t>(1, s.workload.size() / 2));
+  if (s.since_rebuild >= due || s.models_at_rebuild != s.cluster.model_count()) {
+    RebuildPolicyLocked();
+  }
+}
+
+void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
+  State& s = *state_;
+  if (s.in_workload.contains(request.uid)) return;
+  s.workload.push_back(request);
+  s.in_workload[request.uid] = 1;
+  if (s.workload.size() > options_.workload_window) {
+    s.in_workload.erase(s.workload.front().uid);
+    s.workload.pop_front();
+  }
+  ++s.since_rebuild;
+}
+
+void ClusterCache::NoteWorkload(const core::PodRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NoteWorkloadLocked(request);
+}
+
+absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  const core::NodeState* existing = s.cluster.FindNode(info.name);
+  if (existing != nullptr) {
+    const core::NodeInfo& old = existing->info();
+    bool same_hardware = old.gpus.size() == info.gpus.size() && old.links == info.links &&
+                         old.cpu == info.cpu && old.memory == info.memory && old.numa_cpus == info.numa_cpus;
+    for (size_t g = 0; same_hardware && g < info.gpus.size(); ++g) {
+      const core::GpuInfo& a = old.gpus[g];
+      const core::GpuInfo& b = info.gpus[g];
+      same_hardware = a.uuid == b.uuid && a.index == b.index && a.model == b.model && a.memory == b.memory &&
+                      a.numa_node == b.numa_node;
+    }
+    if (same_hardware) {
+      for (const core::GpuInfo& g : info.gpus) {
+        if (absl::Status st = s.cluster.SetGpuHealth(info.name, g.uuid, g.health); !st.ok()) return st;
+      }
+      return s.cluster.SetSchedulable(info.name, info.schedulable);
+    }
+    // The hardware changed: rebuild the node and record its pods again.
+    std::vector<PodUid> on_node;
+    for (const auto& [uid, entry] : s.pods) {
+      if (entry.placement.node == info.name) on_node.push_back(uid);
+    }
+    std::vector<PodEntry> entries;
+    for (const PodUid& uid : on_node) {
+      entries.push_back(s.pods[uid]);
+      (void)s.cluster.Release(uid);
+      s.pods.erase(uid);
+    }
+    if (absl::Status st = s.cluster.RemoveNode(info.name); !st.ok()) return st;
+    if (absl::Status st = s.cluster.AddNode(info); !st.ok()) return st;
+    for (PodEntry& e : entries) {
+      const PodUid uid = e.request.uid;
+      if (!RecordLocked(e.request, e.placement).ok()) s.orphans[uid.value()] = std::move(e);
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status st = s.cluster.AddNode(std::move(info)); !st.ok()) return st;
+  // Pods that waited for this node (their node was removed and has come back).
+  std::vector<std::string> adopt;
+  for (const auto& [uid, entry] : s.orphans) adopt.push_back(uid);
+  for (const std::string& uid : adopt) {
+    PodEntry e = s.orphans[uid];
+    if (RecordLocked(e.request, e.placement).ok()) s.orphans.erase(uid);
+  }
+  return absl::OkStatus();
+}
+
+void ClusterCache::RemoveNode(const NodeName& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  std::vector<PodUid> on_node;
+  for (const auto& [uid, entry] : s.pods) {
+    if (entry.placement.node == name) on_node.push_back(uid);
+  }
+  for (const PodUid& uid : on_node) {
+    s.orphans[uid.value()] = s.pods[uid];
+    (void)s.cluster.Release(uid);
+    s.pods.erase(uid);
+  }
+  (void)s.cluster.RemoveNode(name);
+}
+
+absl::Status ClusterCache::SetSchedulable(const NodeName& name, bool schedulable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_->cluster.SetSchedulable(name, schedulable);
+}
+
+void ClusterCache::SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_->cluster.SetQuota(ns, model, limit);
+}
+
+// Resolves GPU indices from UUIDs (the node's order may differ from the one the assignment was written with)
+// and commits.
+absl::Status ClusterCache::RecordLocked(const core::PodRequest& request, core::Placement placement) {
+  State& s = *state_;
+  const core::NodeState* node = s.cluster.FindNode(placement.node);
+  if (node == nullptr) {
+    return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned to node ",
+                                      placement.node.value(),
+                                      ", which the scheduler does not know (no Tessera inventory on it)"));
+  }
+  for (core::ContainerAssignment& c : placement.containers) {
+    for (core::VGpuAssignment& v : c.vgpus) {
+      int index = -1;
+      for (int g = 0; g < node->gpu_count(); ++g) {
+        if (node->gpu(g).uuid == v.uuid) index = g;
+      }
+      if (index < 0) {
+        return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned GPU ", v.uuid.value(),
+                                          ", which node ", placement.node.value(), " does not have"));
+      }
+      v.gpu_index = index;
+    }
+  }
+  if (absl::Status st = s.cluster.Commit(request, placement); !st.ok()) return st;
+  const core::Placement* recorded = s.cluster.FindPlacement(request.uid);
+  s.pods[request.uid] = PodEntry{request, *recorded, false, {}};
+  return absl::OkStatus();
+}
+
+void ClusterCache::ReleaseLocked(const PodUid& uid) {
+  State& s = *state_;
+  s.orphans.erase(uid.value());
+  if (!s.pods.contains(uid)) return;
+  absl::StatusOr<std::vector<core::ShareChange>> changes = s.cluster.Release(uid);
+  s.pods.erase(uid);
+  if (!changes.ok()) return;
+  // Tenants whose share came back: their records follow the cluster's.
+  for (const core::ShareChange& c : *changes) {
+    auto it = s.pods.find(c.tenant.pod);
+    if (it == s.pods.end()) continue;
+    if (const core::Placement* p = s.cluster.FindPlacement(c.tenant.pod))
+      it->second.placement.containers = p->containers;
+    s.changed.insert(c.tenant.pod);
+  }
+}
+
+absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
+  absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod.spec, options_.parse);
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  const PodUid uid(pod.spec.uid);
+  if (!request.ok()) {
+    ReleaseLocked(uid);
+    return request.status();
+  }
+  NoteWorkloadLocked(*request);
+  auto annotation = pod.spec.annotations.find(formats::kAnnotationAssignment);
+  const bool holds = !pod.node_name.empty() && !pod.terminated() && annotation != pod.spec.annotations.end();
+  if (!holds) {
+    // Finished, or not bound (yet): a reservation of ours stays until its bind settles.
+    auto it = s.pods.find(uid);
+    if (it != s.pods.end() && it->second.reserved && !pod.terminated()) return absl::OkStatus();
+    ReleaseLocked(uid);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<formats::Assignment> assignment = formats::ParseAssignment(annotation->second);
+  if (!assignment.ok()) {
+    ReleaseLocked(uid);
+    return assignment.status();
+  }
+  if (assignment->node.value() != pod.node_name) {
+    ReleaseLocked(uid);
+    return absl::FailedPreconditionError(StrCat("pod ", request->FullName(), " runs on node ", pod.node_name,
+                                                " but its assignment names node ", assignment->node.value()));
+  }
+  core::Placement placement = formats::ToPlacement(*assignment);
+  auto it = s.pods.find(uid);
+  if (it != s.pods.end()) {
+    // Known: our own reservation confirmed by the API, or a record seen before. Keep it when it says the
+    // same.
+    it->second.reserved = false;
+    bool same = it->second.placement.node == placement.node &&
+                it->second.placement.containers.size() == placement.containers.size();
+    for (size_t c = 0; same && c < placement.containers.size(); ++c) {
+      const auto& a = it->second.placement.containers[c].vgpus;
+      const auto& b = placement.containers[c].vgpus;
+      same = a.size() == b.size();
+      for (size_t k = 0; same && k < a.size(); ++k) {
+        same = a[k].uuid == b[k].uuid && a[k].cores == b[k].cores && a[k].memory == b[k].memory;
+      }
+    }
+    if (same) return absl::OkStatus();
+    ReleaseLocked(uid);
+  }
+  s.orphans.erase(uid.value());
+  absl::Status st = RecordLocked(*request, std::move(placement));
+  if (!st.ok() && absl::IsNotFound(st)) {
+    // Its node (or GPU) is not known yet: keep it aside until the node's inventory arrives.
+    formats::Assignment copy = *assignment;
+    s.orphans[uid.value()] = PodEntry{*request, formats::ToPlacement(copy), false, {}};
+  }
+  return st;
+}
+
+void ClusterCache::ForgetPod(const PodUid& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReleaseLocked(uid);
+}
+
+FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  NoteWorkloadLocked(request);
+  MaybeRebuildPolicyLocked();
+  FilterOutcome out;
+  const core::CompiledRequest compiled(s.cluster, request);
+  core::NodeFit scratch;
+  std::vector<NodeName> known;
+  auto consider = [&](const core::NodeState& node) {
+    known.push_back(node.name());
+    const core::NodeFit& fit =
+        s.placer->EvaluateCached(s.cluster, node, compiled, s.rng, &s.evaluations, scratch);
+    if (fit.fits()) {
+      out.fits.push_back(node.name().value());
+      return;
+    }
+    core::Explanation why = s.placer->Explain(s.cluster, node, request);
+    (why.unresolvable ? out.unresolvable : out.failed)[node.name().value()] = why.message;
+  };
+  if (nodes.empty()) {
+    for (const core::NodeState& node : s.cluster.nodes()) consider(node);
+  } else {
+    for (const std::string& name : nodes) {
+      const core::NodeState* node = s.cluster.FindNode(NodeName(name));
+      if (node == nullptr) {
+        out.unresolvable[name] =
+            StrCat("node ", name, ": no Tessera GPU inventory (is tessera-node running there?)");
+        continue;
+      }
+      consider(*node);
+    }
+  }
+  // A high-priority pod that fits nowhere may still fit by compressing low-priority tenants (SharedGPU).
+  if (out.fits.empty() && request.priority == core::Priority::kHigh && !known.empty()) {
+    absl::StatusOr<core::Placement> p = s.placer->Place(s.cluster, request, s.rng, known);
+    if (p.ok() && !p->compressions.empty()) {
+      const std::string node = p->node.value();
+      out.failed.erase(node);
+      out.unresolvable.erase(node);
+      out.fits.push_back(node);
+    }
+  }
+  return out;
+}
+
+std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits) {
+  std::vector<HostScore> out;
+  if (fits.empty()) return out;
+  // Tiers first, then scores: map each fit to one number where any better tier wins.
+  int top_tier = fits[0].second.tier;
+  double lo = 0, hi = 0;
+  bool first = true;
+  for (const auto& [name, fit] : fits) top_tier = std::max(top_tier, fit.tier);
+  for (const auto& [name, fit] : fits) {
+    if (fit.tier != top_tier) continue;
+    if (first || fit.score < lo) lo = fit.score;
+    if (first || fit.score > hi) hi = fit.score;
+    first = false;
+  }
+  for (const auto& [name, fit] : fits) {
+    int64_t score = 0;
+    if (fit.tier == top_tier) {
+      // The best tier spans 1-10 (or 10 when all equal); lower tiers get 0.
+      score = hi > lo ? 1 + static_cast<int64_t>(std::floor(9.0 * (fit.score - lo) / (hi - lo) + 1e-9))
+                      : kMaxExtenderPriority;
+    }
+    out.push_back({name, std::clamp<int64_t>(score, 0, kMaxExtenderPriority)});
+  }
+  return out;
+}
+
+std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
+                                                std::span<const std::string> nodes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  NoteWorkloadLocked(request);
+  MaybeRebuildPolicyLocked();
+  const core::CompiledRequest compiled(s.cluster, request);
+  core::NodeFit scratch;
+  std::vector<std::pair<std::string, core::NodeFit>> fits;
+  std::vector<HostScore> zero;
+  auto consider = [&](const core::NodeState& node) {
+    const core::NodeFit& fit =
+        s.placer->EvaluateCached(s.cluster, node, compiled, s.rng, &s.evaluations, scratch);
+    if (fit.fits()) {
+      fits.emplace_back(node.name().value(), fit);
+    } else {
+      zero.push_back({node.name().value(), 0});
+    }
+  };
+  if (nodes.empty()) {
+    for (const core::NodeState& node : s.cluster.nodes()) consider(node);
+  } else {
+    for (const std::string& name : nodes) {
+      const core::NodeState* node = s.cluster.FindNode(NodeName(name));
+      if (node == nullptr) {
+        zero.push_back({name, 0});
+        continue;
+      }
+      consider(*node);
+    }
+  }
+  std::vector<HostScore> out = ScaleScores(fits);
+  out.insert(out.end(), zero.begin(), zero.end());
+  return out;
+}
+
+absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& request, const NodeName& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  if (auto it = s.pods.find(request.uid); it != s.pods.end()) {
+    if (it->second.placement.node == node) {
+      return absl::AlreadyExistsError(
+          StrCat("pod ", request.FullName(), " already holds GPUs on node ", node.value()));
+    }
+    return absl::FailedPreconditionError(StrCat("pod ", request.FullName(), " already holds GPUs on node ",
+                                                it->second.placement.node.value(), ", not ", node.value()));
+  }
+  if (s.cluster.FindNode(node) == nullptr) {
+    return absl::NotFoundError(
+        StrCat("node ", node.value(), " has no Tessera GPU inventory (is tessera-node running there?)"));
+  }
+  const NodeName candidates[] = {node};
+  absl::StatusOr<core::Placement> placement = s.placer->Place(s.cluster, request, s.rng, candidates);
+  if (!placement.ok()) return placement.status();
+  Reservation r;
+  r.compressions = placement->compressions;
+  if (absl::Status st = s.cluster.Commit(request, *placement); !st.ok()) return st;
+  r.placement = *s.cluster.FindPlacement(request.uid);
+  s.pods[request.uid] = PodEntry{request, r.placement, true, std::chrono::steady_clock::now()};
+  // Compressed tenants: their records follow the cluster's.
+  for (const core::Compression& c : r.compressions) {
+    auto it = s.pods.find(c.tenant.pod);
+    if (it == s.pods.end()) continue;
+    if (const core::Placement* p = s.cluster.FindPlacement(c.tenant.pod))
+      it->second.placement.containers = p->containers;
+    s.changed.insert(c.tenant.pod);
+  }
+  return r;
+}
+
+void ClusterCache::Confirm(const PodUid& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = state_->pods.find(uid);
+  if (it != state_->pods.end()) it->second.reserved = false;
+}
+
+void ClusterCache::Unreserve(const PodUid& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = state_->pods.find(uid);
+  if (it == state_->pods.end() || !it->second.reserved) return;
+  ReleaseLocked(uid);
+}
+
+int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<PodUid> expired;
+  for (const auto& [uid, entry] : state_->pods) {
+    if (entry.reserved && now - entry.reserved_at > age) expired.push_back(uid);
+  }
+  for (const PodUid& uid : expired) ReleaseLocked(uid);
+  return static_cast<int>(expired.size());
+}
+
+std::set<std::string> ClusterCache::FitsAfterEvicting(
+    const core::PodRequest& request, const std::map<std::string, std::vector<std::string>>& victims) {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  // On a copy, with a policy of its own: the live policy's caches are keyed by the live nodes.
+  core::Cluster copy = s.cluster;
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(s.policy_name, s.context);
+  if (!policy.ok()) return {};
+  const core::Placer placer(**policy, options_.placement);
+  for (const auto& [node, uids] : victims) {
+    for (const std::string& uid : uids) (void)copy.Release(PodUid(uid));
+  }
+  std::set<std::string> out;
+  for (const auto& [node, uids] : victims) {
+    const core::NodeState* n = copy.FindNode(NodeName(node));
+    if (n == nullptr) continue;
+    if (placer.Evaluate(copy, *n, request, s.rng).fits()) out.insert(node);
+  }
+  return out;
+}
+
+std::vector<PodEntry> ClusterCache::TakeChangedShares() {
+  std::lock_guard<std::mutex> lock(mu_);
+  State& s = *state_;
+  std::vector<PodEntry> out;
+  for (const PodUid& uid : s.changed) {
+    auto it = s.pods.find(uid);
+    if (it != s.pods.end()) out.push_back(it->second);
+  }
+  s.changed.clear();
+  return out;
+}
+
+std::optional<PodEntry> ClusterCache::FindPod(const PodUid& uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = state_->pods.find(uid);
+  if (it == state_->pods.end()) return std::nullopt;
+  return it->second;
+}
+
+core::Cluster ClusterCache::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_->cluster;
+}
+
+std::vector<std::string> ClusterCache::Orphans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [uid, entry] : state_->orphans) {
+    out.push_back(StrCat(entry.request.FullName(), " (", uid, ") on node ", entry.placement.node.value()));
+  }
+  return out;
+}
+
+int ClusterCache::pod_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(state_->pods.size());
+}
+
+int ClusterCache::node_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_->cluster.node_count();
+}
+
+std::string ClusterCache::policy_name() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_->policy_name;
+}
+
+}  // namespace tessera::scheduler

@@ -1,0 +1,157 @@
+// The scheduler extender's view of the cluster: nodes and their GPUs, the pods that hold shares of them, and
+// the decisions in flight. Every verb of the extender goes through it, and it places through the core library
+// exactly as the simulator does.
+//
+//   ClusterCache cache(options);
+//   cache.UpsertNode(node_info);                        // from the agents' inventory annotations
+//   cache.ObservePod(pod_object);                       // from the API: bound pods with an assignment
+//   FilterOutcome f = cache.Filter(request, nodes);     // the filter verb
+//   std::vector<HostScore> s = cache.Prioritize(request, nodes);
+//   absl::StatusOr<Reservation> r = cache.Reserve(request, node);  // bind: assume, then write the API
+//   cache.Confirm(uid) / cache.Unreserve(uid);          // the bind went through / failed
+//
+// A reservation holds the pod's share from the moment the bind verb decides until the API confirms the bind
+// or the bind fails, so that no other decision can take the same share meanwhile; the state itself is always
+// rebuilt from the API (ObservePod), never kept only here.
+//
+// Thread-safety: thread-safe. One mutex guards the state; filter and prioritize over 5,000 nodes hold it for
+// about a millisecond, a reservation for microseconds; no API call is ever made under it.
+#ifndef TESSERA_SCHEDULER_CLUSTER_CACHE_H_
+#define TESSERA_SCHEDULER_CLUSTER_CACHE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/placement/evaluation_cache.h"
+#include "core/placement/placer.h"
+#include "core/random.h"
+#include "core/request_parser.h"
+#include "formats/pod_object.h"
+
+namespace tessera::scheduler {
+
+struct CacheOptions {
+  std::string policy = "tessera";
+  core::PlacementOptions placement;
+  core::ParseOptions parse;
+  // Pods remembered as the workload whose typical pods the fragmentation-aware policies weigh.
+  size_t workload_window = 4096;
+  // The policy is rebuilt from the workload after this many new pods (and when GPU models appear).
+  size_t rebuild_after = 256;
+  uint64_t seed = 0;  // ties between equal nodes: 0 picks a seed from the clock
+};
+
+struct FilterOutcome {
+  std::vector<std::string> fits;
+  std::map<std::string, std::string> failed;        // node -> why, where preemption might help
+  std::map<std::string, std::string> unresolvable;  // node -> why, where nothing could help
+};
+
+// kube-scheduler's extender priority: 0 (worst) to 10 (best).
+struct HostScore {
+  std::string host;
+  int64_t score = 0;
+};
+inline constexpr int64_t kMaxExtenderPriority = 10;
+
+// A decision held while its bind is written to the API.
+struct Reservation {
+  core::Placement placement;
+  // Low-priority tenants whose share this pod's placement cut (SharedGPU compression): their new shares must
+  // reach their pods' assignments and their nodes' limits files.
+  std::vector<core::Compression> compressions;
+};
+
+// What the cache holds for one pod.
+struct PodEntry {
+  core::PodRequest request;
+  core::Placement placement;
+  bool reserved = false;  // decided by this scheduler, bind not yet confirmed by the API
+  std::chrono::steady_clock::time_point reserved_at;
+};
+
+class ClusterCache {
+ public:
+  explicit ClusterCache(CacheOptions options);
+  ~ClusterCache();
+
+  // Nodes. A node whose GPUs changed (replaced, added, removed) is rebuilt and its pods re-recorded; pods
+  // whose GPUs are gone are kept aside and reported by Orphans(). Health and schedulability change in place.
+  absl::Status UpsertNode(core::NodeInfo info);
+  void RemoveNode(const core::NodeName& name);
+  absl::Status SetSchedulable(const core::NodeName& name, bool schedulable);
+  // Per-namespace quota of GPU share per model (Gaia's heterogeneous cluster quota).
+  void SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit);
+
+  // Pods from the API. A pod bound to a node with a valid assignment is recorded (or its record refreshed);
+  // a pod that has finished, or has no assignment, is released. Returns an error (and records nothing) for an
+  // assignment that does not fit the node as known: the caller reports it on the pod.
+  absl::Status ObservePod(const formats::PodObject& pod);
+  void ForgetPod(const core::PodUid& uid);
+  // Notes a pending pod's request as part of the workload (filter calls do this too).
+  void NoteWorkload(const core::PodRequest& request);
+
+  // The extender's verbs. `nodes` empty means every node.
+  FilterOutcome Filter(const core::PodRequest& request, std::span<const std::string> nodes);
+  std::vector<HostScore> Prioritize(const core::PodRequest& request, std::span<const std::string> nodes);
+  // Decides the pod's GPUs on `node` and holds them. AlreadyExists when the pod is held already (by an
+  // earlier bind of the same pod: its reservation is returned through `existing` if given).
+  absl::StatusOr<Reservation> Reserve(const core::PodRequest& request, const core::NodeName& node);
+  // The bind reached the API: the reservation becomes a record.
+  void Confirm(const core::PodUid& uid);
+  // The bind failed: the share is free again and compressed tenants get their share back.
+  void Unreserve(const core::PodUid& uid);
+  // Unreserves reservations older than `age` (a bind that never finished). Returns how many.
+  int ExpireReservations(std::chrono::steady_clock::duration age);
+
+  // The preempt verb: the nodes of `victims` (node -> pod UIDs to evict) where the pod would fit once those
+  // pods are gone.
+  std::set<std::string> FitsAfterEvicting(const core::PodRequest& request,
+                                          const std::map<std::string, std::vector<std::string>>& victims);
+
+  // Pods whose shares changed under them since the last call: low-priority tenants compressed for a
+  // high-priority pod, or given their share back when it left. Their assignments must be rewritten in the API
+  // (the node agent then rewrites their limits live).
+  std::vector<PodEntry> TakeChangedShares();
+
+  // Reading.
+  std::optional<PodEntry> FindPod(const core::PodUid& uid) const;
+  // A copy of the cluster, for inspection and tests.
+  core::Cluster Snapshot() const;
+  std::vector<std::string> Orphans() const;
+  int pod_count() const;
+  int node_count() const;
+  std::string policy_name() const;
+
+ private:
+  struct State;
+  void RebuildPolicyLocked();
+  void MaybeRebuildPolicyLocked();
+  void NoteWorkloadLocked(const core::PodRequest& request);
+  absl::Status RecordLocked(const core::PodRequest& request, core::Placement placement);
+  void ReleaseLocked(const core::PodUid& uid);
+
+  CacheOptions options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<State> state_;
+};
+
+// Scores policies' node scores into kube-scheduler's 0-10 range: the best node 10, the worst 0, linear
+// between (tiers first: a node of a better SharedGPU tier always scores above one of a worse tier).
+std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits);
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_CLUSTER_CACHE_H_

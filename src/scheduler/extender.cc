@@ -1,0 +1,355 @@
+#include "scheduler/extender.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "core/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::scheduler {
+
+namespace {
+
+using nlohmann::json;
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// A field as Go's encoding/json finds it: the exact name first, then any case. Null counts as absent.
+const json* Field(const json& object, std::string_view name) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(std::string(name));
+  if (it == object.end()) {
+    for (auto f = object.begin(); f != object.end(); ++f) {
+      if (EqualsIgnoreCase(f.key(), name)) {
+        it = f;
+        break;
+      }
+    }
+  }
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+Response BadRequest(std::string_view verb, std::string_view what) {
+  return {400, json{{"Error", StrCat(verb, ": ", what)}}.dump()};
+}
+
+absl::StatusOr<json> ParseBody(std::string_view body) {
+  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(
+        "the request body is not valid JSON; kube-scheduler sends JSON objects");
+  }
+  if (!doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  return doc;
+}
+
+std::string NodeName(const json& node) {
+  const json* metadata = Field(node, "metadata");
+  if (metadata == nullptr) return "";
+  const json* name = Field(*metadata, "name");
+  return name != nullptr && name->is_string() ? name->get<std::string>() : "";
+}
+
+}  // namespace
+
+struct Extender::ParsedArgs {
+  formats::PodObject pod;
+  absl::StatusOr<core::PodRequest> request = absl::UnknownError("unset");
+  std::vector<std::string> nodes;
+  // The NodeList form (nodeCacheCapable: false): the node objects, to echo the fitting ones back.
+  bool node_list = false;
+  std::map<std::string, json> node_objects;
+};
+
+Extender::Extender(ClusterCache& cache, Binder& binder, PodSource* pods, core::ParseOptions parse,
+                   ExtenderOptions options)
+    : cache_(cache), binder_(binder), pods_(pods), parse_(parse), options_(options) {}
+
+absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) {
+  absl::StatusOr<json> doc = ParseBody(body);
+  if (!doc.ok()) return doc.status();
+  ParsedArgs args;
+  const json* pod = Field(*doc, "Pod");
+  if (pod == nullptr) return absl::InvalidArgumentError("the request has no Pod; send ExtenderArgs");
+  absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(*pod);
+  if (!parsed.ok()) return parsed.status();
+  args.pod = *std::move(parsed);
+  args.request = core::ParsePodRequest(args.pod.spec, parse_);
+  if (const json* names = Field(*doc, "NodeNames")) {
+    if (!names->is_array()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
+    for (const json& n : *names) {
+      if (!n.is_string()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
+      args.nodes.push_back(n.get<std::string>());
+    }
+  } else if (const json* list = Field(*doc, "Nodes")) {
+    const json* items = Field(*list, "items");
+    if (items != nullptr && !items->is_array())
+      return absl::InvalidArgumentError("Nodes.items must be a list");
+    args.node_list = true;
+    if (items != nullptr) {
+      for (const json& n : *items) {
+        std::string name = NodeName(n);
+        if (name.empty()) return absl::InvalidArgumentError("a node in Nodes.items has no metadata.name");
+        args.nodes.push_back(name);
+        args.node_objects[name] = n;
+      }
+    }
+  }
+  return args;
+}
+
+void Extender::Remember(const core::PodRequest& request, const formats::PodObject& pod) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& uid = pod.spec.uid;
+  if (uid.empty()) return;
+  if (auto it = recent_index_.find(uid); it != recent_index_.end()) recent_.erase(it->second);
+  recent_.emplace_front(uid, request);
+  recent_index_[uid] = recent_.begin();
+  while (recent_.size() > options_.remembered_pods) {
+    recent_index_.erase(recent_.back().first);
+    recent_.pop_back();
+  }
+}
+
+std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = recent_index_.find(uid);
+  if (it == recent_index_.end()) return std::nullopt;
+  return it->second->second;
+}
+
+Response Extender::Filter(std::string_view body) {
+  absl::StatusOr<ParsedArgs> args = ParseArgs(body);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.filter;
+    if (!args.ok()) ++counters_.bad_request;
+  }
+  if (!args.ok()) return BadRequest("filter", Message(args.status()));
+  FilterOutcome outcome;
+  if (!args->request.ok()) {
+    // The pod asks for something no node can give: say so on every node, where no preemption helps.
+    for (const std::string& n : args->nodes) {
+      outcome.unresolvable[n] = StrCat("pod ", args->pod.key(), ": ", Message(args->request.status()));
+    }
+  } else if (!args->request->wants_gpu()) {
+    outcome.fits = args->nodes;  // not ours to judge: kube-scheduler checks CPU and memory
+  } else {
+    Remember(*args->request, args->pod);
+    outcome = cache_.Filter(*args->request, args->nodes);
+  }
+  json result;
+  if (args->node_list) {
+    json items = json::array();
+    for (const std::string& n : outcome.fits) items.push_back(args->node_objects[n]);
+    result["Nodes"] = {
+        {"apiVersion", "v1"}, {"kind", "NodeList"}, {"metadata", json::object()}, {"items", items}};
+    result["NodeNames"] = nullptr;
+  } else {
+    result["Nodes"] = nullptr;
+    result["NodeNames"] = outcome.fits;
+  }
+  result["FailedNodes"] = outcome.failed;
+  result["FailedAndUnresolvableNodes"] = outcome.unresolvable;
+  result["Error"] = "";
+  return {200, result.dump()};
+}
+
+Response Extender::Prioritize(std::string_view body) {
+  absl::StatusOr<ParsedArgs> args = ParseArgs(body);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.prioritize;
+    if (!args.ok()) ++counters_.bad_request;
+  }
+  if (!args.ok()) return BadRequest("prioritize", Message(args.status()));
+  json list = json::array();
+  if (args->request.ok() && args->request->wants_gpu()) {
+    Remember(*args->request, args->pod);
+    for (const HostScore& s : cache_.Prioritize(*args->request, args->nodes)) {
+      list.push_back({{"Host", s.host}, {"Score", s.score}});
+    }
+  } else {
+    for (const std::string& n : args->nodes) list.push_back({{"Host", n}, {"Score", 0}});
+  }
+  return {200, list.dump()};
+}
+
+Response Extender::Bind(std::string_view body) {
+  absl::StatusOr<json> doc = ParseBody(body);
+  BindTarget target;
+  std::string missing;
+  if (doc.ok()) {
+    for (auto [field, out] : {std::pair{"PodName", &target.name},
+                              {"PodNamespace", &target.ns},
+                              {"PodUID", &target.uid},
+                              {"Node", &target.node}}) {
+      const json* f = Field(*doc, field);
+      if (f == nullptr || !f->is_string() || f->get<std::string>().empty()) {
+        missing += missing.empty() ? field : StrCat(", ", field);
+      } else {
+        *out = f->get<std::string>();
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.bind;
+    if (!doc.ok() || !missing.empty()) ++counters_.bad_request;
+  }
+  if (!doc.ok()) return BadRequest("bind", Message(doc.status()));
+  if (!missing.empty()) return BadRequest("bind", StrCat("ExtenderBindingArgs lacks ", missing));
+
+  auto fail = [&](std::string_view why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.bind_failed;
+    return Response{
+        200,
+        json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ", target.node, ": ", why)}}.dump()};
+  };
+  std::optional<core::PodRequest> request = Recall(target.uid);
+  if (!request) {
+    if (pods_ == nullptr) {
+      return fail(
+          "the pod was never filtered by this scheduler; retry, kube-scheduler filters before it binds");
+    }
+    absl::StatusOr<formats::PodObject> pod = pods_->GetPod(target.ns, target.name);
+    if (!pod.ok()) return fail(Message(pod.status()));
+    if (pod->spec.uid != target.uid)
+      return fail("the pod was replaced (its UID changed); it will be rescheduled");
+    absl::StatusOr<core::PodRequest> parsed = core::ParsePodRequest(pod->spec, parse_);
+    if (!parsed.ok()) return fail(Message(parsed.status()));
+    request = *std::move(parsed);
+  }
+  core::Placement placement;
+  placement.node = core::NodeName(target.node);
+  if (request->wants_gpu()) {
+    absl::StatusOr<Reservation> reservation = cache_.Reserve(*request, core::NodeName(target.node));
+    if (reservation.ok()) {
+      placement = reservation->placement;
+    } else if (absl::IsAlreadyExists(reservation.status())) {
+      // A retried bind of a pod we hold already on this node: write it again.
+      std::optional<PodEntry> entry = cache_.FindPod(request->uid);
+      if (!entry) return fail(Message(reservation.status()));
+      placement = entry->placement;
+    } else {
+      return fail(Message(reservation.status()));
+    }
+  }
+  if (absl::Status st = binder_.Bind(target, placement); !st.ok()) {
+    if (request->wants_gpu()) cache_.Unreserve(request->uid);
+    return fail(Message(st));
+  }
+  if (request->wants_gpu()) cache_.Confirm(request->uid);
+  return {200, json{{"Error", ""}}.dump()};
+}
+
+Response Extender::Preempt(std::string_view body) {
+  absl::StatusOr<ParsedArgs> args = ParseArgs(body);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.preempt;
+    if (!args.ok()) ++counters_.bad_request;
+  }
+  if (!args.ok()) return BadRequest("preempt", Message(args.status()));
+  absl::StatusOr<json> doc = ParseBody(body);
+  // node -> (victim UIDs, PDB violations)
+  std::map<std::string, std::pair<std::vector<std::string>, int64_t>> victims;
+  auto read = [&](const json& map, bool meta) -> absl::Status {
+    if (!map.is_object()) return absl::InvalidArgumentError("the victims must be a map from node name");
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      auto& [uids, pdb] = victims[it.key()];
+      const json* pods = Field(*it, "Pods");
+      if (pods != nullptr && !pods->is_array())
+        return absl::InvalidArgumentError("Victims.Pods must be a list");
+      if (pods != nullptr) {
+        for (const json& p : *pods) {
+          std::string uid;
+          if (meta) {
+            const json* u = Field(p, "UID");
+            if (u != nullptr && u->is_string()) uid = u->get<std::string>();
+          } else {
+            const json* m = Field(p, "metadata");
+            const json* u = m != nullptr ? Field(*m, "uid") : nullptr;
+            if (u != nullptr && u->is_string()) uid = u->get<std::string>();
+          }
+          if (uid.empty())
+            return absl::InvalidArgumentError(StrCat("a victim on node ", it.key(), " has no UID"));
+          uids.push_back(uid);
+        }
+      }
+      if (const json* n = Field(*it, "NumPDBViolations"); n != nullptr && n->is_number_integer()) {
+        pdb = n->get<int64_t>();
+      }
+    }
+    return absl::OkStatus();
+  };
+  absl::Status victims_read = absl::OkStatus();
+  if (const json* meta = Field(*doc, "NodeNameToMetaVictims")) {
+    victims_read = read(*meta, true);
+  } else if (const json* full = Field(*doc, "NodeNameToVictims")) {
+    victims_read = read(*full, false);
+  }
+  if (!victims_read.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.bad_request;
+    return BadRequest("preempt", Message(victims_read));
+  }
+  std::set<std::string> keep;
+  if (args->request.ok() && args->request->wants_gpu()) {
+    std::map<std::string, std::vector<std::string>> by_node;
+    for (const auto& [node, v] : victims) by_node[node] = v.first;
+    keep = cache_.FitsAfterEvicting(*args->request, by_node);
+  } else {
+    for (const auto& [node, v] : victims)
+      keep.insert(node);  // not a GPU question: keep kube-scheduler's plan
+  }
+  json result = json::object();
+  for (const auto& [node, v] : victims) {
+    if (!keep.contains(node)) continue;
+    json pods = json::array();
+    for (const std::string& uid : v.first) pods.push_back({{"UID", uid}});
+    result[node] = {{"Pods", pods}, {"NumPDBViolations", v.second}};
+  }
+  return {200, json{{"NodeNameToMetaVictims", result}}.dump()};
+}
+
+std::vector<std::string> Extender::SyncChangedShares() {
+  std::vector<PodEntry> todo = cache_.TakeChangedShares();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.insert(todo.end(), unsynced_.begin(), unsynced_.end());
+    unsynced_.clear();
+  }
+  std::vector<std::string> failures;
+  std::vector<PodEntry> retry;
+  std::set<std::string> done;
+  for (const PodEntry& e : todo) {
+    if (!done.insert(e.request.uid.value()).second) continue;
+    // The newest record: the share may have changed again since it was taken.
+    std::optional<PodEntry> now = cache_.FindPod(e.request.uid);
+    if (!now) continue;
+    BindTarget target{now->request.ns.value(), now->request.name, now->request.uid.value(),
+                      now->placement.node.value()};
+    if (absl::Status st = binder_.UpdateAssignment(target, now->placement); !st.ok()) {
+      failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
+      retry.push_back(*now);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  unsynced_.insert(unsynced_.end(), retry.begin(), retry.end());
+  return failures;
+}
+
+Extender::Counters Extender::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+}  // namespace tessera::scheduler

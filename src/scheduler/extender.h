@@ -1,0 +1,108 @@
+// The kube-scheduler extender protocol (extender/v1, see ../shared/k8s-api/scheduler-extender-v1.md): the
+// filter, prioritize, bind and preempt verbs, from request body to response body. The HTTP server
+// (http_server.h) only routes; everything the protocol says happens here, so that tests can feed it the JSON
+// kube-scheduler really sends.
+//
+//   Extender extender(cache, binder, pods);
+//   Response r = extender.Filter(body);     // r.status 200 and r.body, or 400 with an error
+//
+// Field names are written as kube-scheduler's Go types name them (Pod, NodeNames, FailedNodes, ...) and read
+// case-insensitively, as Go's decoder does. Both nodeCacheCapable modes are served: NodeNames in, NodeNames
+// out; or a NodeList in, the fitting subset of it out.
+//
+// Thread-safety: thread-safe; verbs run concurrently (the cache and the binder serialize what they must).
+#ifndef TESSERA_SCHEDULER_EXTENDER_H_
+#define TESSERA_SCHEDULER_EXTENDER_H_
+
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "core/request.h"
+#include "formats/pod_object.h"
+#include "scheduler/cluster_cache.h"
+
+namespace tessera::scheduler {
+
+// The pod a bind is about, and where it goes.
+struct BindTarget {
+  std::string ns;
+  std::string name;
+  std::string uid;
+  std::string node;
+};
+
+// Writes decisions to the cluster: the assignment annotations, then the binding (DESIGN.md section 4).
+class Binder {
+ public:
+  virtual ~Binder() = default;
+  virtual absl::Status Bind(const BindTarget& pod, const core::Placement& placement) = 0;
+  // Rewrites the assignment of a bound pod whose share changed (compressed, or given back).
+  virtual absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) = 0;
+};
+
+// Where the bind verb finds a pod it has not seen in filter (the bind request carries only names).
+class PodSource {
+ public:
+  virtual ~PodSource() = default;
+  virtual absl::StatusOr<formats::PodObject> GetPod(const std::string& ns, const std::string& name) = 0;
+};
+
+struct Response {
+  int status = 200;
+  std::string body;
+};
+
+struct ExtenderOptions {
+  // Pods remembered from filter and prioritize for their bind.
+  size_t remembered_pods = 4096;
+};
+
+class Extender {
+ public:
+  Extender(ClusterCache& cache, Binder& binder, PodSource* pods, core::ParseOptions parse = {},
+           ExtenderOptions options = {});
+
+  Response Filter(std::string_view body);
+  Response Prioritize(std::string_view body);
+  Response Bind(std::string_view body);
+  Response Preempt(std::string_view body);
+
+  // Writes out the assignments of pods whose share changed (see ClusterCache::TakeChangedShares). Returns
+  // the failures; those pods are retried on the next call.
+  std::vector<std::string> SyncChangedShares();
+
+  // Counters, for metrics.
+  struct Counters {
+    uint64_t filter = 0, prioritize = 0, bind = 0, bind_failed = 0, preempt = 0, bad_request = 0;
+  };
+  Counters counters() const;
+
+ private:
+  struct ParsedArgs;
+  absl::StatusOr<ParsedArgs> ParseArgs(std::string_view body);
+  void Remember(const core::PodRequest& request, const formats::PodObject& pod);
+  std::optional<core::PodRequest> Recall(const std::string& uid);
+
+  ClusterCache& cache_;
+  Binder& binder_;
+  PodSource* pods_;
+  core::ParseOptions parse_;
+  ExtenderOptions options_;
+
+  mutable std::mutex mu_;
+  // uid -> request, most recent first (bounded).
+  std::list<std::pair<std::string, core::PodRequest>> recent_;
+  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator>
+      recent_index_;
+  std::vector<PodEntry> unsynced_;
+  Counters counters_;
+};
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_EXTENDER_H_

@@ -1,0 +1,230 @@
+#include "scheduler/http_server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::scheduler {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+void LatencyHistogram::Record(double seconds) {
+  size_t b = 0;
+  while (b < kBounds.size() && seconds > kBounds[b]) ++b;
+  counts_[b].fetch_add(1, std::memory_order_relaxed);
+  total_micros_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+std::string LatencyHistogram::Format(std::string_view name, std::string_view verb) const {
+  std::string out;
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < counts_.size(); ++b) {
+    cumulative += counts_[b].load(std::memory_order_relaxed);
+    const std::string le = b < kBounds.size() ? Fixed(kBounds[b], 4) : "+Inf";
+    StrAppend(&out, name, "_bucket{verb=\"", verb, "\",le=\"", le, "\"} ", cumulative, "\n");
+  }
+  StrAppend(&out, name, "_sum{verb=\"", verb, "\"} ",
+            Fixed(static_cast<double>(total_micros_.load(std::memory_order_relaxed)) / 1e6, 6), "\n");
+  StrAppend(&out, name, "_count{verb=\"", verb, "\"} ", cumulative, "\n");
+  return out;
+}
+
+absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen) {
+  const size_t colon = listen.rfind(':');
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        StrCat("listen address \"", listen,
+               "\" is not HOST:PORT; write e.g. 0.0.0.0:8888, 127.0.0.1:0 or [::1]:8888"));
+  };
+  if (colon == std::string_view::npos || colon == 0) return bad();
+  std::string host(listen.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  if (!ParseInt(listen.substr(colon + 1), &port) || port < 0 || port > 65535) return bad();
+  return std::pair{host, port};
+}
+
+std::string InspectJson(const core::Cluster& cluster) {
+  json nodes = json::array();
+  for (const core::NodeState& n : cluster.nodes()) {
+    json gpus = json::array();
+    for (int g = 0; g < n.gpu_count(); ++g) {
+      const core::GpuInfo& info = n.gpu(g);
+      json tenants = json::array();
+      for (const core::Tenant& t : n.tenants(g)) {
+        tenants.push_back({{"podUID", t.id.pod.value()},
+                           {"namespace", t.ns.value()},
+                           {"container", t.id.container},
+                           {"cores", static_cast<double>(t.cores.value()) / 10.0},
+                           {"requestedCores", static_cast<double>(t.requested.value()) / 10.0},
+                           {"memoryMiB", t.memory_limit.value()},
+                           {"priority", core::ToString(t.priority)}});
+      }
+      gpus.push_back({{"index", g},
+                      {"uuid", info.uuid.value()},
+                      {"model", info.model},
+                      {"memoryMiB", info.memory.value()},
+                      {"health", core::ToString(info.health)},
+                      {"coresUsed", static_cast<double>((core::kWholeGpu - n.free_cores(g)).value()) / 10.0},
+                      {"memoryUsedMiB", (info.memory - n.free_memory(g)).value()},
+                      {"tenants", std::move(tenants)}});
+    }
+    nodes.push_back(
+        {{"name", n.name().value()}, {"schedulable", n.schedulable()}, {"gpus", std::move(gpus)}});
+  }
+  return json{{"nodes", std::move(nodes)}}.dump();
+}
+
+ExtenderServer::ExtenderServer(Extender& extender, const Admission* admission, ClusterCache& cache)
+    : extender_(extender), admission_(admission), cache_(cache) {}
+
+ExtenderServer::~ExtenderServer() {
+  Stop();
+}
+
+void ExtenderServer::AddPost(const std::string& path, std::function<Response(std::string_view)> handler) {
+  extra_.emplace_back(path, std::move(handler));
+}
+
+namespace {
+
+void Send(httplib::Response& res, const Response& r) {
+  res.status = r.status;
+  res.set_content(r.body, "application/json");
+}
+
+}  // namespace
+
+absl::Status ExtenderServer::Start(const ServerOptions& options) {
+  absl::StatusOr<std::pair<std::string, int>> listen = ParseListen(options.listen);
+  if (!listen.ok()) return listen.status();
+  http_ = std::make_unique<httplib::Server>();
+  const int threads = std::max(2, options.threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  struct Verb {
+    const char* path;
+    Response (Extender::*handler)(std::string_view);
+  };
+  const std::array<Verb, 4> verbs = {{{"/scheduler/filter", &Extender::Filter},
+                                      {"/scheduler/prioritize", &Extender::Prioritize},
+                                      {"/scheduler/bind", &Extender::Bind},
+                                      {"/scheduler/preempt", &Extender::Preempt}}};
+  for (size_t i = 0; i < verbs.size(); ++i) {
+    const Verb v = verbs[i];
+    LatencyHistogram* latency = &latency_[i];
+    http_->Post(v.path, [this, v, latency](const httplib::Request& req, httplib::Response& res) {
+      const auto start = std::chrono::steady_clock::now();
+      Send(res, (extender_.*v.handler)(req.body));
+      latency->Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (res.status != 200)
+        log::Warn("bad request", {{"path", v.path}, {"status", std::to_string(res.status)}});
+    });
+  }
+  for (const auto& [path, handler] : extra_) {
+    auto h = handler;
+    http_->Post(path, [h](const httplib::Request& req, httplib::Response& res) { Send(res, h(req.body)); });
+  }
+  http_->Get("/healthz",
+             [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  http_->Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(InspectJson(cache_.Snapshot()), "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const Extender::Counters c = extender_.counters();
+    std::string out;
+    StrAppend(&out, "# HELP tessera_scheduler_requests_total Extender requests by verb.\n",
+              "# TYPE tessera_scheduler_requests_total counter\n");
+    for (auto [verb, n] : {std::pair{"filter", c.filter},
+                           {"prioritize", c.prioritize},
+                           {"bind", c.bind},
+                           {"preempt", c.preempt}}) {
+      StrAppend(&out, "tessera_scheduler_requests_total{verb=\"", verb, "\"} ", n, "\n");
+    }
+    StrAppend(&out, "# HELP tessera_scheduler_bind_failures_total Binds that returned an error.\n",
+              "# TYPE tessera_scheduler_bind_failures_total counter\n",
+              "tessera_scheduler_bind_failures_total ", c.bind_failed, "\n");
+    StrAppend(&out, "# HELP tessera_scheduler_bad_requests_total Requests refused as malformed (HTTP 400).\n",
+              "# TYPE tessera_scheduler_bad_requests_total counter\n",
+              "tessera_scheduler_bad_requests_total ", c.bad_request, "\n");
+    StrAppend(&out, "# HELP tessera_scheduler_request_seconds Time to answer an extender request.\n",
+              "# TYPE tessera_scheduler_request_seconds histogram\n");
+    const char* names[] = {"filter", "prioritize", "bind", "preempt"};
+    for (size_t i = 0; i < latency_.size(); ++i) {
+      out += latency_[i].Format("tessera_scheduler_request_seconds", names[i]);
+    }
+    StrAppend(&out, "# HELP tessera_scheduler_nodes Nodes with a Tessera GPU inventory.\n",
+              "# TYPE tessera_scheduler_nodes gauge\n", "tessera_scheduler_nodes ", cache_.node_count(), "\n",
+              "# HELP tessera_scheduler_pods Pods holding GPU shares.\n",
+              "# TYPE tessera_scheduler_pods gauge\n", "tessera_scheduler_pods ", cache_.pod_count(), "\n");
+    res.set_content(out, "text/plain; version=0.0.4");
+  });
+  if (listen->second == 0) {
+    port_ = http_->bind_to_any_port(listen->first);
+    if (port_ <= 0) return absl::UnavailableError(StrCat("cannot listen on ", options.listen));
+  } else {
+    if (!http_->bind_to_port(listen->first, listen->second)) {
+      return absl::UnavailableError(StrCat("cannot listen on ", options.listen,
+                                           ": the address is in use or not local; choose another"));
+    }
+    port_ = listen->second;
+  }
+
+  if (!options.webhook_listen.empty()) {
+    absl::StatusOr<std::pair<std::string, int>> hook = ParseListen(options.webhook_listen);
+    if (!hook.ok()) return hook.status();
+    for (const std::string& f : {options.tls_cert, options.tls_key}) {
+      if (f.empty() || !std::ifstream(f).good()) {
+        return absl::InvalidArgumentError(
+            StrCat("the webhook needs --tls-cert and --tls-key (PEM files); cannot read \"", f, "\""));
+      }
+    }
+    https_ = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
+    if (!https_->is_valid()) {
+      return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
+                                               " as the webhook's certificate and key (PEM)"));
+    }
+    https_->Post("/mutate", [this](const httplib::Request& req, httplib::Response& res) {
+      Send(res, admission_->Mutate(req.body));
+    });
+    https_->Post("/validate", [this](const httplib::Request& req, httplib::Response& res) {
+      Send(res, admission_->Validate(req.body));
+    });
+    https_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("ok\n", "text/plain");
+    });
+    if (hook->second == 0) {
+      webhook_port_ = https_->bind_to_any_port(hook->first);
+    } else if (https_->bind_to_port(hook->first, hook->second)) {
+      webhook_port_ = hook->second;
+    }
+    if (webhook_port_ <= 0)
+      return absl::UnavailableError(StrCat("cannot listen on ", options.webhook_listen));
+    https_thread_ = std::thread([this] { https_->listen_after_bind(); });
+  }
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void ExtenderServer::Stop() {
+  if (http_) http_->stop();
+  if (https_) https_->stop();
+  if (http_thread_.joinable()) http_thread_.join();
+  if (https_thread_.joinable()) https_thread_.join();
+}
+
+}  // namespace tessera::scheduler

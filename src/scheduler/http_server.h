@@ -1,0 +1,96 @@
+// tessera-scheduler's HTTP side: the extender verbs for kube-scheduler, health and metrics over HTTP, and the
+// admission webhook over HTTPS (the API server calls webhooks only over TLS).
+//
+//   ExtenderServer server(extender, &admission, &cache);
+//   absl::Status st = server.Start({.listen = "127.0.0.1:8888"});
+//   ...
+//   server.Stop();
+//
+// Routes (kube-scheduler's urlPrefix is http://HOST:PORT/scheduler):
+//   POST /scheduler/filter, /scheduler/prioritize, /scheduler/bind, /scheduler/preempt
+//   GET  /healthz, /metrics (Prometheus text), /inspect (the cluster as the scheduler sees it, JSON)
+//   POST /mutate, /validate on the webhook listener (HTTPS)
+//
+// Thread-safety: Start and Stop from one thread; requests are served by a pool of threads.
+#ifndef TESSERA_SCHEDULER_HTTP_SERVER_H_
+#define TESSERA_SCHEDULER_HTTP_SERVER_H_
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "scheduler/admission.h"
+#include "scheduler/cluster_cache.h"
+#include "scheduler/extender.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tessera::scheduler {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:8888";  // HOST:PORT; port 0 picks a free one
+  int threads = 16;
+  // The webhook, when webhook_listen is set: HTTPS with this certificate and key (PEM files).
+  std::string webhook_listen;
+  std::string tls_cert;
+  std::string tls_key;
+};
+
+// Latencies of one verb, in a fixed set of buckets (Prometheus histogram).
+class LatencyHistogram {
+ public:
+  static constexpr std::array<double, 12> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                     0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
+  void Record(double seconds);
+  std::string Format(std::string_view name, std::string_view verb) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts_{};
+  std::atomic<uint64_t> total_micros_{0};
+};
+
+// Splits "HOST:PORT" ("[::1]:80" for IPv6); the error says what a valid address looks like.
+absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen);
+
+class ExtenderServer {
+ public:
+  ExtenderServer(Extender& extender, const Admission* admission, ClusterCache& cache);
+  ~ExtenderServer();
+
+  // Binds and starts serving. Fails, serving nothing, when an address cannot be bound or the TLS files
+  // cannot be read.
+  absl::Status Start(const ServerOptions& options);
+  void Stop();
+  int port() const { return port_; }
+  int webhook_port() const { return webhook_port_; }
+
+  // Extra routes (the standalone mode adds its own).
+  void AddPost(const std::string& path, std::function<Response(std::string_view)> handler);
+
+ private:
+  Extender& extender_;
+  const Admission* admission_;
+  ClusterCache& cache_;
+  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<httplib::Server> https_;
+  std::thread http_thread_;
+  std::thread https_thread_;
+  int port_ = 0;
+  int webhook_port_ = 0;
+  std::array<LatencyHistogram, 4> latency_;  // filter, prioritize, bind, preempt
+  std::vector<std::pair<std::string, std::function<Response(std::string_view)>>> extra_;
+};
+
+// The cluster as the cache holds it, as JSON: per node and GPU, model, memory, share and memory committed,
+// tenants (pod, container, share, memory limit). What `tessera inspect` prints.
+std::string InspectJson(const core::Cluster& cluster);
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_HTTP_SERVER_H_

@@ -1,0 +1,46 @@
+#include "scheduler/standalone.h"
+
+#include "core/strings.h"
+#include "formats/assignment.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::scheduler {
+
+absl::Status StandaloneBinder::Bind(const BindTarget& pod, const core::Placement& placement) {
+  std::lock_guard<std::mutex> lock(mu_);
+  assignments_[StrCat(pod.ns, "/", pod.name)] =
+      placement.containers.empty() ? "" : formats::FormatAssignment(placement);
+  return absl::OkStatus();
+}
+
+absl::Status StandaloneBinder::UpdateAssignment(const BindTarget& pod, const core::Placement& placement) {
+  return Bind(pod, placement);
+}
+
+std::map<std::string, std::string> StandaloneBinder::Assignments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return assignments_;
+}
+
+void StandaloneBinder::Forget(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  assignments_.erase(key);
+}
+
+Response ReleaseStandalone(ClusterCache& cache, StandaloneBinder& binder, std::string_view body) {
+  using nlohmann::json;
+  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("PodUID") || !doc["PodUID"].is_string()) {
+    return {
+        400,
+        json{{"Error", "release: send {\"PodUID\": ..., \"PodNamespace\": ..., \"PodName\": ...}"}}.dump()};
+  }
+  cache.ForgetPod(core::PodUid(doc["PodUID"].get<std::string>()));
+  if (doc.contains("PodNamespace") && doc.contains("PodName") && doc["PodNamespace"].is_string() &&
+      doc["PodName"].is_string()) {
+    binder.Forget(StrCat(doc["PodNamespace"].get<std::string>(), "/", doc["PodName"].get<std::string>()));
+  }
+  return {200, json{{"Error", ""}}.dump()};
+}
+
+}  // namespace tessera::scheduler

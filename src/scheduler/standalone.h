@@ -1,0 +1,39 @@
+// The standalone mode of tessera-scheduler (--cluster-file): a static cluster from a file and no API server.
+// Binds are recorded in memory; pods leave through POST /standalone/release. For demos, for trying policies
+// with a real kube-scheduler-shaped client, and for tests.
+//
+//   StandaloneBinder binder;
+//   Extender extender(cache, binder, nullptr);
+//
+// Thread-safety: thread-safe.
+#ifndef TESSERA_SCHEDULER_STANDALONE_H_
+#define TESSERA_SCHEDULER_STANDALONE_H_
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "scheduler/extender.h"
+
+namespace tessera::scheduler {
+
+class StandaloneBinder : public Binder {
+ public:
+  absl::Status Bind(const BindTarget& pod, const core::Placement& placement) override;
+  absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override;
+
+  // The assignment annotation each bound pod would carry, by "namespace/name".
+  std::map<std::string, std::string> Assignments() const;
+  void Forget(const std::string& key);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> assignments_;
+};
+
+// POST /standalone/release {"PodUID": "...", "PodNamespace": "...", "PodName": "..."}: the pod is gone.
+Response ReleaseStandalone(ClusterCache& cache, StandaloneBinder& binder, std::string_view body);
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_STANDALONE_H_

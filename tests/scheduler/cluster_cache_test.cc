@@ -1,0 +1,203 @@
+// The scheduler's cache: rebuilt from the API's pods alone, reservations held and released, nodes that come,
+// go and change.
+#include "scheduler/cluster_cache.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "formats/assignment.h"
+#include "test_util.h"
+
+namespace tessera::scheduler {
+namespace {
+
+using ::tessera::testing::MakeNode;
+using ::tessera::testing::MakePod;
+using ::tessera::testing::Share;
+using ::testing::HasSubstr;
+
+CacheOptions Options() {
+  CacheOptions o;
+  o.policy = "tessera";
+  o.seed = 7;
+  return o;
+}
+
+// A bound pod as the API shows it: 30% + 2048 MiB on the given GPU.
+formats::PodObject BoundPod(const std::string& uid, const std::string& node, const std::string& gpu_uuid,
+                            int cores = 30) {
+  formats::PodObject pod;
+  pod.spec.name = uid;
+  pod.spec.uid = uid;
+  pod.spec.containers.push_back(
+      {"main",
+       {{"tessera.dev/gpu-cores", std::to_string(cores)}, {"tessera.dev/gpu-memory", "2048"}},
+       {},
+       false});
+  pod.node_name = node;
+  pod.phase = "Running";
+  core::Placement p;
+  p.node = core::NodeName(node);
+  core::ContainerAssignment main;
+  main.name = "main";
+  main.vgpus.push_back({-1, core::GpuUuid(gpu_uuid), core::MilliGpu(cores * 10), core::MiB(2048)});
+  p.containers.push_back(main);
+  pod.spec.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(p);
+  return pod;
+}
+
+TEST(ClusterCacheTest, RebuildsFromTheApiAlone) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("a", "n1", "GPU-n1-1")).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("b", "n1", "GPU-n1-1", 50)).ok());
+  core::Cluster c = cache.Snapshot();
+  const core::NodeState* n = c.FindNode(core::NodeName("n1"));
+  EXPECT_EQ(n->free_cores(1).value(), 200);
+  EXPECT_EQ(n->free_cores(0).value(), 1000);
+  // The same pod seen again (a watch update) changes nothing.
+  ASSERT_TRUE(cache.ObservePod(BoundPod("a", "n1", "GPU-n1-1")).ok());
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(1).value(), 200);
+  // It finishes: its share is free again.
+  formats::PodObject done = BoundPod("a", "n1", "GPU-n1-1");
+  done.phase = "Succeeded";
+  ASSERT_TRUE(cache.ObservePod(done).ok());
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(1).value(), 500);
+  cache.ForgetPod(core::PodUid("b"));
+  EXPECT_EQ(cache.pod_count(), 0);
+}
+
+TEST(ClusterCacheTest, GpuIndicesFollowTheUuids) {
+  // The assignment says index 0, but the UUID is the node's GPU 1 (the inventory was reordered).
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  formats::PodObject pod = BoundPod("a", "n1", "GPU-n1-1");
+  ASSERT_TRUE(cache.ObservePod(pod).ok());
+  EXPECT_EQ(cache.FindPod(core::PodUid("a"))->placement.containers[0].vgpus[0].gpu_index, 1);
+}
+
+TEST(ClusterCacheTest, BadAssignmentsAreReportedAndRecordNothing) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  formats::PodObject pod = BoundPod("a", "n1", "GPU-n1-0");
+  pod.spec.annotations[formats::kAnnotationAssignment] = "{broken";
+  absl::Status st = cache.ObservePod(pod);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("not valid JSON"));
+  pod = BoundPod("a", "n2", "GPU-n1-0");
+  pod.node_name = "n1";
+  EXPECT_THAT(std::string(cache.ObservePod(pod).message()), HasSubstr("names node n2"));
+  // Two pods that together overcommit a GPU (someone edited the annotations): the second is refused.
+  ASSERT_TRUE(cache.ObservePod(BoundPod("x", "n1", "GPU-n1-0", 70)).ok());
+  EXPECT_FALSE(cache.ObservePod(BoundPod("y", "n1", "GPU-n1-0", 70)).ok());
+  EXPECT_EQ(cache.pod_count(), 1);
+}
+
+TEST(ClusterCacheTest, PodsOfAnUnknownNodeWaitForIt) {
+  ClusterCache cache(Options());
+  EXPECT_TRUE(absl::IsNotFound(cache.ObservePod(BoundPod("a", "late", "GPU-late-0"))));
+  EXPECT_EQ(cache.Orphans().size(), 1u);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("late", 1)).ok());
+  EXPECT_TRUE(cache.Orphans().empty());
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("late"))->free_cores(0).value(), 700);
+  // The node goes away and comes back: its pods come back with it.
+  cache.RemoveNode(core::NodeName("late"));
+  EXPECT_EQ(cache.node_count(), 0);
+  EXPECT_EQ(cache.Orphans().size(), 1u);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("late", 1)).ok());
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("late"))->free_cores(0).value(), 700);
+}
+
+TEST(ClusterCacheTest, ChangedHardwareKeepsThePodsThatStillFit) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("a", "n1", "GPU-n1-0")).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("b", "n1", "GPU-n1-1")).ok());
+  // GPU 1 is replaced by another card (new UUID): pod b's GPU is gone.
+  core::NodeInfo changed = MakeNode("n1", 2);
+  changed.gpus[1].uuid = core::GpuUuid("GPU-new");
+  ASSERT_TRUE(cache.UpsertNode(changed).ok());
+  EXPECT_EQ(cache.pod_count(), 1);
+  ASSERT_EQ(cache.Orphans().size(), 1u);
+  EXPECT_THAT(cache.Orphans()[0], HasSubstr("(b)"));
+  // Health changes in place.
+  core::NodeInfo sick = changed;
+  sick.gpus[0].health = core::GpuHealth::kUnhealthy;
+  ASSERT_TRUE(cache.UpsertNode(sick).ok());
+  EXPECT_FALSE(cache.Snapshot().FindNode(core::NodeName("n1"))->healthy().Has(0));
+  EXPECT_EQ(cache.pod_count(), 1);
+}
+
+TEST(ClusterCacheTest, ReservationsHoldUntilConfirmedOrReleased) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  core::PodRequest a = MakePod("a", {Share(60)});
+  core::PodRequest b = MakePod("b", {Share(60)});
+  absl::StatusOr<Reservation> r = cache.Reserve(a, core::NodeName("n1"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The share is held: b does not fit while a's bind is in flight.
+  EXPECT_FALSE(cache.Reserve(b, core::NodeName("n1")).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(cache.Reserve(a, core::NodeName("n1")).status()));
+  cache.Unreserve(a.uid);
+  EXPECT_TRUE(cache.Reserve(b, core::NodeName("n1")).ok());
+  cache.Confirm(b.uid);
+  cache.Unreserve(b.uid);  // confirmed: not a reservation any more
+  EXPECT_EQ(cache.pod_count(), 1);
+  // A reservation whose bind never finishes expires.
+  ClusterCache other(Options());
+  ASSERT_TRUE(other.UpsertNode(MakeNode("n1", 1)).ok());
+  ASSERT_TRUE(other.Reserve(a, core::NodeName("n1")).ok());
+  EXPECT_EQ(other.ExpireReservations(std::chrono::hours(1)), 0);
+  EXPECT_EQ(other.ExpireReservations(std::chrono::seconds(-1)), 1);
+  EXPECT_EQ(other.pod_count(), 0);
+}
+
+TEST(ClusterCacheTest, AReservationSurvivesAWatchEventThatPredatesTheBind) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  core::PodRequest a = MakePod("a", {Share(30, 2048)});
+  ASSERT_TRUE(cache.Reserve(a, core::NodeName("n1")).ok());
+  // The watch delivers the pod as it was before our bind: pending, no assignment.
+  formats::PodObject pending;
+  pending.spec.name = "a";
+  pending.spec.uid = "a";
+  pending.spec.containers.push_back(
+      {"main", {{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "2048"}}, {}, false});
+  pending.phase = "Pending";
+  ASSERT_TRUE(cache.ObservePod(pending).ok());
+  EXPECT_EQ(cache.pod_count(), 1);
+  // Then as bound: the reservation becomes a record.
+  formats::PodObject bound = BoundPod("a", "n1", "GPU-n1-0");
+  ASSERT_TRUE(cache.ObservePod(bound).ok());
+  EXPECT_FALSE(cache.FindPod(a.uid)->reserved);
+}
+
+TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  const std::vector<std::string> nodes = {"n1", "nowhere"};
+  FilterOutcome f = cache.Filter(MakePod("a", {Share(30)}), nodes);
+  EXPECT_EQ(f.fits, std::vector<std::string>{"n1"});
+  EXPECT_TRUE(f.unresolvable.contains("nowhere"));
+}
+
+TEST(ScaleScoresTest, BestIsTenWorstIsOneLowerTiersZero) {
+  std::vector<std::pair<std::string, core::NodeFit>> fits(4);
+  fits[0] = {"a", {}};
+  fits[0].second.score = 5;
+  fits[1] = {"b", {}};
+  fits[1].second.score = 1;
+  fits[2] = {"c", {}};
+  fits[2].second.score = 3;
+  fits[3] = {"d", {}};
+  fits[3].second.score = 100;
+  fits[3].second.tier = -1;
+  std::vector<HostScore> s = ScaleScores(fits);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].score, 10);
+  EXPECT_EQ(s[1].score, 1);
+  EXPECT_EQ(s[2].score, 5);
+  EXPECT_EQ(s[3].score, 0);
+}
+
+}  // namespace
+}  // namespace tessera::scheduler

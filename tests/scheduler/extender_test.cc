@@ -1,0 +1,314 @@
+// The extender verbs from request body to response body, fed the JSON kube-scheduler sends
+// (../shared/k8s-api/scheduler-extender-v1.md: field names as the Go types spell them, both nodeCacheCapable
+// modes, a full v1.Pod).
+#include "scheduler/extender.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "formats/assignment.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/standalone.h"
+#include "test_util.h"
+
+namespace tessera::scheduler {
+namespace {
+
+using ::nlohmann::json;
+using ::tessera::testing::MakeNode;
+using ::tessera::testing::ReadTestData;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+json Pod(const std::string& name, const std::string& uid, const json& limits,
+         const json& annotations = json::object()) {
+  return {
+      {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", uid}, {"annotations", annotations}}},
+      {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"limits", limits}}}}}}}},
+      {"status", {{"phase", "Pending"}}}};
+}
+
+// A share of one GPU; memory 0 leaves the memory out (a whole GPU comes with all of it).
+json Share(int cores, int memory) {
+  json limits = {{"tessera.dev/gpu-cores", std::to_string(cores)}};
+  if (memory > 0) limits["tessera.dev/gpu-memory"] = std::to_string(memory);
+  return limits;
+}
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  ExtenderTest() : cache_(Options()), extender_(cache_, binder_, nullptr) {
+    EXPECT_TRUE(cache_.UpsertNode(MakeNode("t4-a", 4, core::MiB(15360), "T4")).ok());
+    EXPECT_TRUE(cache_.UpsertNode(MakeNode("t4-b", 4, core::MiB(15360), "T4")).ok());
+    EXPECT_TRUE(cache_.UpsertNode(MakeNode("a100", 8, core::MiB(81920), "A100-SXM4-80GB")).ok());
+  }
+  static CacheOptions Options() {
+    CacheOptions o;
+    o.policy = "tessera";
+    o.seed = 42;
+    return o;
+  }
+  json Filter(const json& pod, const std::vector<std::string>& nodes) {
+    Response r = extender_.Filter(json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", nodes}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  }
+  json Bind(const std::string& name, const std::string& uid, const std::string& node) {
+    Response r = extender_.Bind(
+        json{{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", node}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  }
+  ClusterCache cache_;
+  StandaloneBinder binder_;
+  Extender extender_;
+};
+
+TEST_F(ExtenderTest, FilterWithNodeNamesAnswersNodeNames) {
+  json pod = json::parse(ReadTestData("extender/pod-share.json"));  // asks for T4 or A100, 30% + 4 GiB
+  json out = Filter(pod, {"t4-a", "a100", "cpu-only"});
+  EXPECT_TRUE(out["Nodes"].is_null());
+  EXPECT_THAT(out["NodeNames"].get<std::vector<std::string>>(), UnorderedElementsAre("t4-a", "a100"));
+  EXPECT_THAT(out["FailedAndUnresolvableNodes"]["cpu-only"].get<std::string>(), HasSubstr("no Tessera GPU"));
+  EXPECT_EQ(out["Error"], "");
+  EXPECT_TRUE(out.contains("FailedNodes"));
+}
+
+TEST_F(ExtenderTest, FilterWithNodeListAnswersTheFittingNodeObjects) {
+  json pod = Pod("p", "u1", Share(50, 20000));  // 20000 MiB: only the A100s have it
+  json nodes = {{"kind", "NodeList"},
+                {"items",
+                 {{{"metadata", {{"name", "t4-a"}, {"labels", {{"zone", "a"}}}}}},
+                  {{"metadata", {{"name", "a100"}, {"labels", {{"zone", "b"}}}}}}}}};
+  Response r = extender_.Filter(json{{"Pod", pod}, {"Nodes", nodes}, {"NodeNames", nullptr}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = json::parse(r.body);
+  EXPECT_TRUE(out["NodeNames"].is_null());
+  ASSERT_EQ(out["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(out["Nodes"]["items"][0]["metadata"]["name"], "a100");
+  EXPECT_EQ(out["Nodes"]["items"][0]["metadata"]["labels"]["zone"], "b");  // the object as sent
+  // A T4 has 15360 MiB: no preemption can make 20000 fit there.
+  EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("15360"));
+}
+
+TEST_F(ExtenderTest, FieldNamesAreReadCaseInsensitivelyAsGoDoes) {
+  json pod = Pod("p", "u1", Share(30, 1024));
+  Response r = extender_.Filter(json{{"pod", pod}, {"nodenames", {"t4-a"}}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(json::parse(r.body)["NodeNames"].get<std::vector<std::string>>(), ElementsAre("t4-a"));
+}
+
+TEST_F(ExtenderTest, ImpossibleRequestIsUnresolvableEverywhereWithTheReason) {
+  json out =
+      Filter(Pod("p", "u1", {{"tessera.dev/gpu-cores", "150"}, {"tessera.dev/gpu", "1"}}), {"t4-a", "a100"});
+  EXPECT_TRUE(out["NodeNames"].empty());
+  ASSERT_EQ(out["FailedAndUnresolvableNodes"].size(), 2u);
+  EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("150"));
+}
+
+TEST_F(ExtenderTest, PodsWithoutGpuAreNotJudged) {
+  json out = Filter(Pod("web", "u1", {{"cpu", "1"}}), {"t4-a", "cpu-only"});
+  EXPECT_THAT(out["NodeNames"].get<std::vector<std::string>>(), ElementsAre("t4-a", "cpu-only"));
+}
+
+TEST_F(ExtenderTest, FullNodeFailsWithAReasonPreemptionCouldFix) {
+  // Fill t4-a's four GPUs with 80% each; a 40% share then fits only on t4-b.
+  for (int i = 0; i < 4; ++i) {
+    const std::string uid = "fill-" + std::to_string(i);
+    Filter(Pod(uid, uid, Share(80, 1024)), {"t4-a"});
+    EXPECT_EQ(Bind(uid, uid, "t4-a")["Error"], "");
+  }
+  json out = Filter(Pod("p", "u1", Share(40, 1024)), {"t4-a", "t4-b"});
+  EXPECT_THAT(out["NodeNames"].get<std::vector<std::string>>(), ElementsAre("t4-b"));
+  EXPECT_THAT(out["FailedNodes"]["t4-a"].get<std::string>(), HasSubstr("compute"));
+  EXPECT_FALSE(out["FailedAndUnresolvableNodes"].contains("t4-a"));
+}
+
+TEST_F(ExtenderTest, PrioritizeScoresWithinZeroToTenAndPrefersTheFragment) {
+  // A 20% tenant on t4-a: tessera packs the next share beside it, leaving t4-b whole.
+  Filter(Pod("first", "u0", Share(20, 1024)), {"t4-a"});
+  ASSERT_EQ(Bind("first", "u0", "t4-a")["Error"], "");
+  // Give the policy a workload that values whole GPUs (whole-GPU pods are typical).
+  for (int i = 0; i < 20; ++i) {
+    core::PodRequest w = testing::MakePod("w" + std::to_string(i), {testing::Share(100)});
+    cache_.NoteWorkload(w);
+  }
+  Response r = extender_.Prioritize(
+      json{{"Pod", Pod("p", "u1", Share(30, 1024))}, {"NodeNames", {"t4-a", "t4-b"}}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = json::parse(r.body);
+  ASSERT_TRUE(out.is_array());
+  std::map<std::string, int64_t> score;
+  for (const json& h : out) {
+    EXPECT_GE(h["Score"].get<int64_t>(), 0);
+    EXPECT_LE(h["Score"].get<int64_t>(), 10);
+    score[h["Host"]] = h["Score"];
+  }
+  EXPECT_EQ(score["t4-a"], 10);
+  EXPECT_LT(score["t4-b"], 10);
+}
+
+TEST_F(ExtenderTest, BindRecordsTheAssignmentAndHoldsTheShare) {
+  Filter(Pod("p", "u1", Share(60, 2048)), {"t4-a"});
+  EXPECT_EQ(Bind("p", "u1", "t4-a")["Error"], "");
+  std::map<std::string, std::string> written = binder_.Assignments();
+  ASSERT_TRUE(written.contains("default/p"));
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(written["default/p"]);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->node.value(), "t4-a");
+  ASSERT_EQ(a->containers.size(), 1u);
+  EXPECT_EQ(a->containers[0].vgpus[0].cores.value(), 600);
+  EXPECT_EQ(a->containers[0].vgpus[0].memory.value(), 2048);
+  std::optional<PodEntry> entry = cache_.FindPod(core::PodUid("u1"));
+  ASSERT_TRUE(entry);
+  EXPECT_FALSE(entry->reserved);
+  // A retried bind (kube-scheduler's timeout) is answered alike and takes nothing more.
+  EXPECT_EQ(Bind("p", "u1", "t4-a")["Error"], "");
+  EXPECT_EQ(cache_.pod_count(), 1);
+}
+
+TEST_F(ExtenderTest, BindThatDoesNotFitSaysWhyAndHoldsNothing) {
+  Filter(Pod("big", "u1", Share(50, 20000)), {"a100"});
+  json out = Bind("big", "u1", "t4-a");
+  EXPECT_THAT(out["Error"].get<std::string>(), HasSubstr("15360"));
+  EXPECT_EQ(cache_.pod_count(), 0);
+}
+
+TEST_F(ExtenderTest, BindOfAPodNeverFilteredNeedsAPodSource) {
+  json out = Bind("ghost", "u9", "t4-a");
+  EXPECT_THAT(out["Error"].get<std::string>(), HasSubstr("never filtered"));
+}
+
+class FailingBinder : public Binder {
+ public:
+  absl::Status Bind(const BindTarget&, const core::Placement&) override {
+    return absl::UnavailableError("the API server is unreachable");
+  }
+  absl::Status UpdateAssignment(const BindTarget&, const core::Placement&) override {
+    return absl::OkStatus();
+  }
+};
+
+TEST_F(ExtenderTest, FailedBindGivesTheShareBack) {
+  FailingBinder failing;
+  Extender extender(cache_, failing, nullptr);
+  ASSERT_EQ(
+      extender.Filter(json{{"Pod", Pod("p", "u1", Share(100, 0))}, {"NodeNames", {"t4-a"}}}.dump()).status,
+      200);
+  Response r = extender.Bind(R"({"PodName":"p","PodNamespace":"default","PodUID":"u1","Node":"t4-a"})");
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("unreachable"));
+  EXPECT_EQ(cache_.pod_count(), 0);
+  EXPECT_EQ(cache_.Snapshot().FindNode(core::NodeName("t4-a"))->whole_free_gpus(), 4);
+}
+
+TEST_F(ExtenderTest, PreemptKeepsOnlyNodesWhereTheVictimsFreeEnough) {
+  // t4-a: four 80% tenants, one per GPU. t4-b: eight 45% tenants, two per GPU. A high-priority whole GPU
+  // needs a victim: on t4-a evicting one 80% tenant frees a GPU; on t4-b evicting one 45% tenant frees 55%.
+  for (int i = 0; i < 8; ++i) {
+    for (const char* node : {"t4-a", "t4-b"}) {
+      if (node[3] == 'a' && i >= 4) continue;
+      const std::string uid = std::string(node) + "-" + std::to_string(i);
+      Filter(Pod(uid, uid, Share(node[3] == 'a' ? 80 : 45, 1024)), {node});
+      ASSERT_EQ(Bind(uid, uid, node)["Error"], "");
+    }
+  }
+  ASSERT_EQ(cache_.Snapshot().FindNode(core::NodeName("t4-b"))->whole_free_gpus(), 0);
+  json args = {{"Pod", Pod("hp", "u-hp", {{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-cores", "100"}})},
+               {"NodeNameToVictims", nullptr},
+               {"NodeNameToMetaVictims",
+                {{"t4-a", {{"Pods", {{{"UID", "t4-a-0"}}}}, {"NumPDBViolations", 0}}},
+                 {"t4-b", {{"Pods", {{{"UID", "t4-b-0"}}}}, {"NumPDBViolations", 1}}}}}};
+  Response r = extender_.Preempt(args.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = json::parse(r.body)["NodeNameToMetaVictims"];
+  ASSERT_TRUE(out.contains("t4-a"));
+  EXPECT_FALSE(out.contains("t4-b"));
+  EXPECT_EQ(out["t4-a"]["Pods"][0]["UID"], "t4-a-0");
+  EXPECT_EQ(out["t4-a"]["NumPDBViolations"], 0);
+  // Nothing was evicted for real.
+  EXPECT_EQ(cache_.pod_count(), 12);
+}
+
+TEST_F(ExtenderTest, PreemptReadsFullVictimPodsToo) {
+  for (int i = 0; i < 4; ++i) {
+    const std::string uid = "v" + std::to_string(i);
+    Filter(Pod(uid, uid, Share(100, 0)), {"t4-a"});
+    ASSERT_EQ(Bind(uid, uid, "t4-a")["Error"], "");
+  }
+  json args = {{"Pod", Pod("hp", "u-hp", Share(50, 1024))},
+               {"NodeNameToVictims",
+                {{"t4-a", {{"Pods", {Pod("v0", "v0", Share(100, 0))}}, {"NumPDBViolations", 0}}}}}};
+  json out = json::parse(extender_.Preempt(args.dump()).body)["NodeNameToMetaVictims"];
+  ASSERT_TRUE(out.contains("t4-a"));
+  EXPECT_EQ(out["t4-a"]["Pods"][0]["UID"], "v0");
+}
+
+TEST_F(ExtenderTest, MalformedBodiesGet400WithAClearError) {
+  for (auto [verb, body] : std::vector<std::pair<std::string, std::string>>{
+           {"filter", "{not json"},
+           {"filter", "[1,2]"},
+           {"filter", R"({"NodeNames":["a"]})"},
+           {"filter", R"({"Pod":{"metadata":{"name":"p"},"spec":{"containers":"x"}},"NodeNames":["a"]})"},
+           {"filter", R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":"a"})"},
+           {"prioritize", "{"},
+           {"bind", R"({"PodName":"p"})"},
+           {"bind", "null"},
+           {"preempt", R"({"Pod":{"metadata":{"name":"p"}},"NodeNameToMetaVictims":{"n":{"Pods":[{}]}}})"},
+       }) {
+    Response r = verb == "filter"       ? extender_.Filter(body)
+                 : verb == "prioritize" ? extender_.Prioritize(body)
+                 : verb == "bind"       ? extender_.Bind(body)
+                                        : extender_.Preempt(body);
+    EXPECT_EQ(r.status, 400) << verb << " " << body;
+    json err = json::parse(r.body);
+    EXPECT_THAT(err["Error"].get<std::string>(), HasSubstr(verb)) << body;
+  }
+  EXPECT_EQ(extender_.counters().bad_request, 9u);
+}
+
+TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
+  // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
+  StandaloneBinder binder;
+  Extender extender(cache, binder, nullptr);
+  auto filter_bind = [&](const json& pod) {
+    const std::string name = pod["metadata"]["name"];
+    json f = json::parse(extender.Filter(json{{"Pod", pod}, {"NodeNames", {"solo"}}}.dump()).body);
+    EXPECT_THAT(f["NodeNames"].get<std::vector<std::string>>(), ElementsAre("solo")) << f.dump();
+    return json::parse(extender
+                           .Bind(json{{"PodName", name},
+                                      {"PodNamespace", "default"},
+                                      {"PodUID", pod["metadata"]["uid"]},
+                                      {"Node", "solo"}}
+                                     .dump())
+                           .body);
+  };
+  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
+  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
+  // The seed's example: B (high) asks 70 where 0 is free... here A and B low hold 40 + 60; a high-priority
+  // pod asks 30: D = 30, N = 2, R = 15: both give 15.
+  EXPECT_EQ(filter_bind(Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}}))["Error"], "");
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  std::map<std::string, std::string> written = binder.Assignments();
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(written["default/low-a"]);
+  absl::StatusOr<formats::Assignment> b = formats::ParseAssignment(written["default/low-b"]);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->containers[0].vgpus[0].cores.value(), 250);
+  EXPECT_EQ(a->containers[0].vgpus[0].requested.value(), 400);
+  EXPECT_EQ(b->containers[0].vgpus[0].cores.value(), 450);
+  // The high-priority pod leaves: both get their share back, and the assignments say so.
+  ASSERT_EQ(
+      ReleaseStandalone(cache, binder, R"({"PodUID":"h","PodNamespace":"default","PodName":"high"})").status,
+      200);
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  written = binder.Assignments();
+  a = formats::ParseAssignment(written["default/low-a"]);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->containers[0].vgpus[0].cores.value(), 400);
+  EXPECT_EQ(a->containers[0].vgpus[0].requested.value(), 0);
+}
+
+}  // namespace
+}  // namespace tessera::scheduler
