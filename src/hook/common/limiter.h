@@ -1,0 +1,219 @@
+// Compute-share policy for the hook libraries, as pure classes with time passed in (no clock reads), so they
+// are tested without a GPU and without sleeping:
+//
+// - TokenBucket: a budget of GPU time. It fills at the container's rate (share of one GPU, in parts per
+//   million) and every launch takes the launch's estimated GPU time from it. A launch that finds the budget
+//   empty waits until it refills. The state (BucketState) lives in the shared region, so every process of a
+//   container draws on one budget. The launch fast path is TryTake: one load and one atomic subtraction.
+// - ElasticController: GaiaGPU's elastic policy. Alone, a container may use idle compute up to a ceiling;
+//   when others want their share (the GPU is saturated) it gives the excess back step by step, without
+//   preempting anything: it only launches less. High priority grows and keeps; low priority yields at once.
+// - KernelCostTable: the measured GPU time of each kind of launch (function and launch shape, or graph),
+//   from sampled launches timed with the API's own events; the cost charged to the bucket at launch.
+// - SampleRing: the sampled launches in flight, handed from launching threads to the measuring thread.
+//
+//   BucketState b{};                                  // zeroed memory (a fresh region) is valid
+//   TokenBucket::Configure(&b, 300000, now);          // 30% of a GPU
+//   if (!TokenBucket::TryTake(&b, cost_ns)) { TokenBucket::Refill(&b, now); ... wait WaitNs(&b) ... }
+//
+// API-neutral: no CUDA or OpenCL types; events are opaque 64-bit handles.
+// Thread-safety: TokenBucket and ElasticController functions are safe between threads and processes on shared
+// state; KernelCostTable allows any number of readers and one writer per entry (Record from one thread);
+// SampleRing is multi-producer, single-consumer.
+#ifndef TESSERA_HOOK_COMMON_LIMITER_H_
+#define TESSERA_HOOK_COMMON_LIMITER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::hook {
+
+inline constexpr uint32_t kPpm = 1000000;  // parts per million of one GPU: the whole GPU
+
+// The GPU-time budget of one GPU of one container (128 bytes, shared between processes).
+struct BucketState {
+  std::atomic<int64_t> tokens_ns;           // 0: budget left; may go below zero by the launches in flight
+  uint8_t pad0[56];
+  std::atomic<uint64_t> last_refill_ns;     // 64: monotonic time of the last refill
+  std::atomic<uint64_t> refilled_total_ns;  // 72: all budget ever added (for measuring use)
+  std::atomic<uint32_t> rate_ppm;           // 80: current fill rate; kPpm or more = unlimited
+  std::atomic<uint32_t> limited;            // 84: 1 when launches are paced on this GPU
+  std::atomic<int64_t> capacity_ns;         // 88: the most budget that can be saved up (burst)
+  std::atomic<uint64_t> waited_ns;          // 96: total time launches spent waiting for budget
+  std::atomic<uint64_t> waits;              // 104: launches that had to wait
+  uint8_t reserved[128 - 112];
+};
+static_assert(sizeof(BucketState) == 128);
+
+class TokenBucket {
+ public:
+  // The budget saved up while idle: this many ns of GPU time at the current rate (and at least kMinBurstNs).
+  static constexpr int64_t kBurstWindowNs = 20000000;  // 20 ms
+  static constexpr int64_t kMinBurstNs = 1000000;      // 1 ms
+
+  // Sets the rate (kPpm = no limit) and the capacity that goes with it. Keeps the current budget (clamped).
+  static void Configure(BucketState* b, uint32_t rate_ppm, uint64_t now_ns);
+  // Changes only the rate (the elastic controller's output), adjusting the capacity.
+  static void SetRate(BucketState* b, uint32_t rate_ppm);
+
+  // Adds the budget earned since the last refill. Safe to call from every thread and process: one caller
+  // wins each interval (compare-and-swap on the refill time).
+  static void Refill(BucketState* b, uint64_t now_ns);
+
+  // The launch fast path: true when there is budget (then `cost_ns` is taken), false when the caller must
+  // refill and wait. Never blocks.
+  static bool TryTake(BucketState* b, int64_t cost_ns) {
+    if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) return false;
+    b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
+    return true;
+  }
+  // Takes budget unconditionally (after a wait, or to correct an estimate).
+  static void Take(BucketState* b, int64_t cost_ns) { b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed); }
+
+  // How long until the budget is positive again at the current rate (0 when it is).
+  static uint64_t WaitNs(const BucketState* b);
+  static bool Unlimited(const BucketState* b) { return b->limited.load(std::memory_order_relaxed) == 0; }
+};
+
+// The elastic controller's state for one GPU of one container (64 bytes, shared between processes).
+struct ControllerState {
+  std::atomic<uint64_t> last_step_ns;       // 0
+  std::atomic<uint64_t> last_refilled_ns;   // 8: bucket.refilled_total_ns at the last step
+  std::atomic<int64_t> last_tokens_ns;      // 16: bucket.tokens_ns at the last step
+  std::atomic<uint64_t> last_waits;         // 24: bucket.waits at the last step
+  std::atomic<uint32_t> share_ppm;          // 32: the configured share
+  std::atomic<uint32_t> ceiling_ppm;        // 36: elastic ceiling
+  std::atomic<uint32_t> policy;             // 40: ComputePolicy
+  std::atomic<uint32_t> priority;           // 44: Priority
+  std::atomic<uint32_t> own_util_ppm;       // 48: this container's use over the last step
+  std::atomic<int32_t> device_util_ppm;     // 52: the whole GPU's use over the last step (-1 unknown)
+  uint8_t reserved[64 - 56];
+};
+static_assert(sizeof(ControllerState) == 64);
+
+struct ElasticInputs {
+  uint32_t share_ppm = 0;       // the container's share
+  uint32_t ceiling_ppm = 0;     // the most it may take when the GPU is idle
+  bool high_priority = false;
+  uint32_t rate_ppm = 0;        // the current rate
+  uint32_t own_util_ppm = 0;    // what the container used over the last interval
+  int32_t device_util_ppm = -1; // what the whole GPU did over the last interval (NVML); -1 unknown
+  bool wanted_more = false;     // some launch waited for budget in the last interval
+};
+
+class ElasticController {
+ public:
+  static constexpr uint64_t kStepNs = 200000000;   // 200 ms: about NVML's utilization sample period
+  static constexpr uint32_t kMarginPpm = 30000;    // 3%: below this much idle, the GPU counts as saturated
+  static constexpr uint32_t kMinStepPpm = 20000;   // 2%: the smallest give-back step
+
+  // The next rate (pure). Hard policy and unknown device use keep the share.
+  static uint32_t NextRate(const ElasticInputs& in);
+
+  // One control step on shared state: at most one caller per kStepNs wins (compare-and-swap on the step
+  // time); the winner measures the container's use since the last step from the bucket, computes the next
+  // rate and applies it. `device_util_ppm` is the GPU's utilization (NVML), -1 when unknown. Returns true
+  // when this caller did the step.
+  static bool Step(ControllerState* c, BucketState* b, uint64_t now_ns, int32_t device_util_ppm);
+};
+
+// Measured GPU time per kind of launch, process-local. A kind is a 64-bit key (the hook hashes the function
+// and launch shape, or the graph). The estimate is the minimum of the last kWindow samples: queueing behind
+// other tenants only ever makes a sample longer, so the minimum is the kernel's own time.
+class KernelCostTable {
+ public:
+  static constexpr int kEntries = 4096;
+  static constexpr uint32_t kWindow = 4;
+  static constexpr uint32_t kSampleEvery = 64;  // after the first kWindow launches of a kind
+
+  struct Lookup {
+    int64_t estimate_ns;  // -1: not measured yet
+    bool sample;          // this launch should be timed
+  };
+
+  // The launch path: the estimate for `key` and whether to time this launch. Lock-free, no allocation.
+  Lookup Find(uint64_t key) {
+    Entry& e = entries_[Index(key)];
+    if (e.key.load(std::memory_order_acquire) != key) {
+      // A new kind (or a collision): take the entry over; the estimate starts unknown.
+      e.key.store(key, std::memory_order_release);
+      e.estimate_ns.store(-1, std::memory_order_relaxed);
+      e.launches.store(0, std::memory_order_relaxed);
+      e.window_count = 0;
+      return {fallback_ns_.load(std::memory_order_relaxed), true};
+    }
+    const uint32_t n = e.launches.fetch_add(1, std::memory_order_relaxed);
+    const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
+    const bool sample = n < kWindow || n % kSampleEvery == 0;
+    return {est >= 0 ? est : fallback_ns_.load(std::memory_order_relaxed), sample};
+  }
+
+  // Records one measured launch (from the measuring thread).
+  void Record(uint64_t key, int64_t measured_ns);
+  // The estimate for `key`, -1 when unknown (tests).
+  int64_t Estimate(uint64_t key) const;
+  void Clear();
+
+ private:
+  struct Entry {
+    std::atomic<uint64_t> key{0};
+    std::atomic<int64_t> estimate_ns{-1};
+    std::atomic<uint32_t> launches{0};
+    uint32_t window_count = 0;   // samples in the current window (writer only)
+    int64_t window_min = 0;      // minimum of the current window (writer only)
+  };
+  static int Index(uint64_t key) {
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return static_cast<int>(key & (kEntries - 1));
+  }
+  Entry entries_[kEntries];
+  // Charged for a kind not measured yet: the last measurement of any kind (a kernel is more like another
+  // kernel of the same program than like nothing).
+  std::atomic<int64_t> fallback_ns_{0};
+};
+
+// Sampled launches in flight: (key, start event, end event, device, charged estimate). Launching threads Push;
+// the measuring thread Drains what completed. Fixed capacity; Push fails (the launch goes unsampled) when full.
+class SampleRing {
+ public:
+  static constexpr int kCapacity = 256;
+  struct Sample {
+    uint64_t key;
+    uint64_t start_event;
+    uint64_t end_event;
+    int device;
+    int64_t charged_ns;  // what the launch was charged (the estimate at launch)
+  };
+  bool Push(const Sample& s);
+  // Calls `fn(sample, context)` for each ready sample; when it returns true the sample is removed.
+  template <typename Fn>
+  int Drain(Fn fn) {
+    int removed = 0;
+    for (int i = 0; i < kCapacity; ++i) {
+      Cell& c = cells_[i];
+      if (c.state.load(std::memory_order_acquire) != kReady) continue;
+      if (fn(c.sample)) {
+        c.state.store(kFree, std::memory_order_release);
+        ++removed;
+      }
+    }
+    return removed;
+  }
+  int InFlight() const;
+
+ private:
+  enum : uint32_t { kFree = 0, kWriting = 1, kReady = 2 };
+  struct Cell {
+    std::atomic<uint32_t> state{kFree};
+    Sample sample{};
+  };
+  Cell cells_[kCapacity];
+  std::atomic<uint32_t> next_{0};
+};
+
+}  // namespace tessera::hook
+
+#endif  // TESSERA_HOOK_COMMON_LIMITER_H_

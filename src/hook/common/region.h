@@ -1,0 +1,172 @@
+// The shared region: one file per container, mmapped by every process of that container that uses a GPU, so
+// that all of them share one memory quota and one compute budget per GPU. Its layout is a fixed ABI
+// (docs/hook-abi.md, "The shared region"): a header with magic, version and reserved space, one entry per GPU
+// (named by UUID) with its memory ledger and its GPU-time token bucket, and one slot per process.
+//
+//   tessera::hook::SharedRegion region;
+//   tessera::hook::Error error;
+//   if (!region.Open("/run/tessera/region", &error) || !region.Attach(&error)) { ... fail closed ... }
+//   int dev = region.FindOrAddDevice("GPU-5d3c...", &error);
+//   region.SetDeviceLimits(dev, 4ull << 30, ...);
+//   if (region.TryCharge(dev, bytes) == tessera::hook::ChargeResult::kOk) { ...real allocation... }
+//   region.Uncharge(dev, bytes);          // on free, or when the real allocation failed
+//
+// Memory is charged reserve-then-commit: TryCharge reserves under the GPU's lock, against the container's
+// total, before the real allocation is made, so two processes can never both pass the limit. The locks are
+// process-shared robust mutexes held only for a few loads and stores: a process killed while holding one
+// leaves it to the next locker (EOWNERDEAD), which rebuilds the total from the slots. A killed process's
+// charges are reclaimed by the next ReclaimDeadSlots() (called at Attach, before reporting an allocation as
+// out of memory, and about once a second by the hook's background thread). Slots are claimed without a lock,
+// so hundreds of processes starting at once do not wait on each other.
+//
+// API-neutral: no CUDA or OpenCL types. Thread-safety: all methods are thread-safe after Open, and safe
+// between processes. Not async-signal-safe.
+#ifndef TESSERA_HOOK_COMMON_REGION_H_
+#define TESSERA_HOOK_COMMON_REGION_H_
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "hook/common/base.h"
+#include "hook/common/limiter.h"
+#include "hook/common/limits.h"
+
+namespace tessera::hook {
+
+inline constexpr uint64_t kRegionMagic = 0x314E4F4947455254ull;  // "TREGION1" read as little-endian bytes
+inline constexpr uint32_t kRegionVersion = 1;
+inline constexpr uint32_t kRegionSlots = 1024;
+inline constexpr size_t kRegionHeaderBytes = 512;
+inline constexpr size_t kRegionDeviceBytes = 512;
+inline constexpr size_t kRegionDevicesOffset = 512;
+inline constexpr size_t kRegionSlotsOffset = 16384;
+inline constexpr size_t kRegionSlotBytes = 512;
+inline constexpr size_t kRegionBytes = kRegionSlotsOffset + kRegionSlots * kRegionSlotBytes;
+
+// The region's fixed header (offset 0, 512 bytes).
+struct RegionHeader {
+  uint64_t magic;                       // 0: kRegionMagic
+  uint32_t version;                     // 8: kRegionVersion
+  uint32_t header_bytes;                // 12: kRegionHeaderBytes
+  uint32_t device_bytes;                // 16
+  uint32_t device_count_max;            // 20: kMaxDevices
+  uint32_t slot_bytes;                  // 24
+  uint32_t slot_count;                  // 28
+  uint64_t devices_offset;              // 32
+  uint64_t slots_offset;                // 40
+  uint64_t region_bytes;                // 48
+  uint32_t creator_pid;                 // 56
+  uint32_t reserved0;                   // 60
+  pthread_mutex_t table_lock;           // 64: guards adding device entries (robust, process-shared)
+  uint8_t pad0[128 - 64 - sizeof(pthread_mutex_t)];
+  std::atomic<uint64_t> limits_generation;  // 128: generation of the limits last applied
+  std::atomic<uint32_t> device_count;       // 136: device entries in use
+  uint32_t reserved1;                       // 140
+  uint8_t reserved[kRegionHeaderBytes - 144];
+};
+static_assert(sizeof(RegionHeader) == kRegionHeaderBytes);
+
+// One GPU of the container (512 bytes each, kMaxDevices of them from offset 512).
+struct RegionDevice {
+  pthread_mutex_t lock;                 // 0: guards used_bytes and every slot's charged[] of this GPU
+  uint8_t pad0[64 - sizeof(pthread_mutex_t)];
+  char uuid[kUuidSize];                 // 64: "GPU-..." (or "index-<i>" when the UUID is unknown)
+  std::atomic<uint64_t> limit_bytes;    // 128: 0 = no limit
+  std::atomic<uint64_t> used_bytes;     // 136: sum of all slots' charged[] for this GPU
+  std::atomic<uint64_t> peak_bytes;     // 144: the most used_bytes has been
+  std::atomic<uint64_t> oom_count;      // 152: allocations refused for the limit
+  uint8_t pad1[192 - 160];
+  BucketState bucket;                   // 192: GPU-time budget (compute share), 128 bytes
+  ControllerState controller;           // 320: elastic controller's state, 64 bytes
+  uint8_t reserved[kRegionDeviceBytes - 384];
+};
+static_assert(sizeof(RegionDevice) == kRegionDeviceBytes);
+
+// One process (512 bytes each, kRegionSlots of them from offset 16384).
+struct RegionSlot {
+  std::atomic<uint64_t> owner;          // 0: pid (low 32 bits) | reclaiming pid (high 32 bits); 0 = free
+  std::atomic<uint64_t> start_time;     // 8: the owner's start time (/proc/<pid>/stat field 22); 0 unknown
+  std::atomic<uint64_t> attached_ns;    // 16: CLOCK_MONOTONIC when claimed
+  uint8_t pad0[64 - 24];
+  std::atomic<uint64_t> charged[kMaxDevices];  // 64: bytes this process holds per device entry
+  uint8_t reserved[kRegionSlotBytes - 64 - 8 * kMaxDevices];
+};
+static_assert(sizeof(RegionSlot) == kRegionSlotBytes);
+
+enum class ChargeResult { kOk, kOverLimit };
+
+class SharedRegion {
+ public:
+  SharedRegion() = default;
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+  // No destructor on purpose: the hook keeps its region in a global that must outlive every thread of the
+  // process (a destructor at exit would unmap it under a running thread). Call Close() when done.
+
+  // Opens the region file, creating it (fully initialized, then published with link(2)) when it does not
+  // exist. Fails with a message that says what to do when the file is not a region or of another version.
+  bool Open(const char* path, Error* error);
+  // Unmaps the region (keeps the file). The slot is not released: call Detach() first for that.
+  void Close();
+  bool is_open() const { return base_ != nullptr; }
+  const char* path() const { return path_; }
+
+  // Claims a slot for the calling process (reclaiming dead processes' slots first, and a slot this same pid
+  // held before an exec). Idempotent per process; call again after fork() in the child (ForgetSlot first).
+  bool Attach(Error* error);
+  // Releases this process's slot and every charge it holds (process exit).
+  void Detach();
+  // After fork(), in the child: the parent's slot is not the child's. Drops it without touching it.
+  void ForgetSlot() { slot_ = -1; }
+  int slot() const { return slot_; }
+
+  // The entry for a GPU, added when missing (up to kMaxDevices). -1 with `error` when the table is full.
+  int FindOrAddDevice(const char* uuid, Error* error);
+  // The entry for a GPU, or -1.
+  int FindDevice(const char* uuid) const;
+  int device_count() const;
+  RegionDevice* device(int index) const;
+  RegionSlot* slot_at(int index) const;
+
+  // Applies one GPU's limits (memory limit, compute share and policy). The memory limit may drop below what
+  // is in use: nothing is taken away, new charges fail until enough is freed.
+  void SetDeviceLimits(int device, const DeviceLimits& limits, uint64_t now_ns);
+
+  // Reserves `bytes` on `device` for this process, if the container's total stays within the limit.
+  ChargeResult TryCharge(int device, uint64_t bytes);
+  // Gives back `bytes` charged by this process (never below zero).
+  void Uncharge(int device, uint64_t bytes);
+  uint64_t Used(int device) const;
+  uint64_t Limit(int device) const;
+  uint64_t ChargedByMe(int device) const;
+
+  // Frees the slots of processes that no longer exist, and their charges. Returns how many were freed.
+  int ReclaimDeadSlots();
+
+  // Recomputes a device's total from the slots and compares (for tests and `tessera inspect`): true when
+  // consistent. Takes the lock.
+  bool CheckConsistent(int device);
+
+ private:
+  bool Create(const char* path, Error* error);
+  bool Map(int fd, Error* error);
+  void Lock(int device);
+  void Unlock(int device);
+  void LockTable();
+  void RepairLocked(int device);
+  bool ReclaimSlot(int index, uint64_t observed_owner);
+
+  RegionHeader* header() const { return static_cast<RegionHeader*>(base_); }
+
+  void* base_ = nullptr;
+  int slot_ = -1;
+  int pid_ = 0;
+  char path_[kPathSize] = {0};
+};
+
+}  // namespace tessera::hook
+
+#endif  // TESSERA_HOOK_COMMON_REGION_H_

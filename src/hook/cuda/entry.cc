@@ -1,0 +1,616 @@
+// libtessera-cuda.so: initialization, the real entry points, dlsym() and cuGetProcAddress(), device set-up,
+// the limiter thread and fork handling. docs/isolation.md explains the whole.
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hook/cuda/hook.h"
+#include "hook/cuda/visible_devices.h"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "0.0.0"
+#endif
+
+namespace tessera::cuda_hook {
+
+RealCuda g_cu;
+RealNvml g_nvml;
+HookState g_state;
+
+
+namespace {
+
+using hook::Error;
+using hook::LogLevel;
+using hook::LogLine;
+
+constexpr const char* kDefaultLimitsFile = "/etc/tessera/limits";
+constexpr const char* kDefaultAgentSocket = "/var/run/tessera/agent.sock";
+
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn g_real_dlsym = nullptr;
+void* g_libcuda = nullptr;
+void* g_libnvml = nullptr;
+pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t g_devices_mutex = PTHREAD_MUTEX_INITIALIZER;
+__thread int t_in_init __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<bool> g_thread_started{false};
+std::atomic<bool> g_nvml_tried{false};
+struct stat g_limits_stat;
+
+// The hooked names: for dlsym() and cuGetProcAddress().
+struct HookEntry {
+  const char* symbol;
+  const char* base;
+  int version;
+  int ptsz;
+  void* hook;
+  void** real;  // the slot in g_cu
+};
+
+#define TS_HOOK(sym, pfn, base, version, ptsz) \
+  {#sym, #base, version, ptsz, reinterpret_cast<void*>(&tessera_##sym), reinterpret_cast<void**>(&g_cu.real_##sym)},
+const HookEntry kCudaHooks[] = {
+#include "hook/cuda/cuda_hooks.def"
+};
+#undef TS_HOOK
+
+struct NvmlEntry {
+  const char* symbol;
+  void* hook;
+  void** real;
+};
+#define TS_NVML_HOOK(sym, type) \
+  {#sym, reinterpret_cast<void*>(&tessera_##sym), reinterpret_cast<void**>(&g_nvml.real_##sym)},
+const NvmlEntry kNvmlHooks[] = {
+#include "hook/cuda/nvml_hooks.def"
+};
+#undef TS_NVML_HOOK
+
+DlsymFn RealDlsym() {
+  if (g_real_dlsym == nullptr) {
+    // dlsym is ours; the real one comes from glibc by version (2.34 moved it into libc).
+    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
+    g_real_dlsym = reinterpret_cast<DlsymFn>(p);
+  }
+  return g_real_dlsym;
+}
+
+bool LoadRealCuda() {
+  if (g_libcuda != nullptr) return true;
+  const char* path = getenv("TESSERA_REAL_LIBCUDA");
+  void* h = dlopen(path != nullptr ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) return false;
+  DlsymFn real = RealDlsym();
+  for (const HookEntry& e : kCudaHooks) *e.real = real(h, e.symbol);
+#define TS_REAL(sym, pfn) g_cu.real_##sym = reinterpret_cast<pfn>(real(h, #sym));
+#include "hook/cuda/cuda_real.def"
+#undef TS_REAL
+  g_libcuda = h;
+  return true;
+}
+
+}  // namespace
+
+bool LoadRealNvml() {
+  if (g_libnvml != nullptr) return true;
+  if (g_nvml_tried.exchange(true)) return g_libnvml != nullptr;
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) return false;
+  DlsymFn real = RealDlsym();
+  g_nvml.nvmlInit_v2 = reinterpret_cast<nvmlInit_fn*>(real(h, "nvmlInit_v2"));
+  g_nvml.nvmlDeviceGetHandleByUUID = reinterpret_cast<nvmlDeviceGetHandleByUUID_fn*>(real(h, "nvmlDeviceGetHandleByUUID"));
+  g_nvml.nvmlDeviceGetUUID = reinterpret_cast<nvmlDeviceGetUUID_fn*>(real(h, "nvmlDeviceGetUUID"));
+  g_nvml.nvmlDeviceGetIndex = reinterpret_cast<nvmlDeviceGetIndex_fn*>(real(h, "nvmlDeviceGetIndex"));
+  g_nvml.nvmlDeviceGetMemoryInfo = reinterpret_cast<nvmlDeviceGetMemoryInfo_fn*>(real(h, "nvmlDeviceGetMemoryInfo"));
+  g_nvml.nvmlDeviceGetUtilizationRates =
+      reinterpret_cast<nvmlDeviceGetUtilizationRates_fn*>(real(h, "nvmlDeviceGetUtilizationRates"));
+  for (const NvmlEntry& e : kNvmlHooks) *e.real = real(h, e.symbol);
+  g_libnvml = h;
+  return true;
+}
+
+namespace {
+
+void FailClosed(const char* why) {
+  hook::WriteStderrLine("GPU access refused: %s", why);
+  g_state.mode.store(static_cast<int>(Mode::kFailClosed), std::memory_order_release);
+}
+
+const char* EnvLookup(const char* name) {
+  return getenv(name);
+}
+
+// Decides the mode: limits file, else environment, else pass-through. Opens the region and registers.
+Mode InitLocked() {
+  hook::SetLogLevelFromEnvironment();
+  if (!LoadRealCuda()) {
+    LogLine(LogLevel::kDebug, "no libcuda.so.1 (%s); CUDA calls will fail as without a driver", dlerror());
+  }
+  Error error;
+  const char* file = getenv("TESSERA_LIMITS_FILE");
+  struct stat st;
+  bool from_file = false;
+  if (file != nullptr && file[0] != 0) {
+    from_file = true;
+  } else if (stat(kDefaultLimitsFile, &st) == 0) {
+    file = kDefaultLimitsFile;
+    from_file = true;
+  }
+  if (from_file) {
+    hook::CopyString(g_state.limits_path, sizeof(g_state.limits_path), file);
+    stat(file, &g_limits_stat);
+    if (!hook::ReadLimitsFile(file, &g_state.limits, &error)) {
+      FailClosed(error.text);
+      return Mode::kFailClosed;
+    }
+    g_state.limits_from_file = true;
+  } else {
+    bool configured = false;
+    if (!hook::LimitsFromEnvironment(&EnvLookup, &g_state.limits, &configured, &error)) {
+      FailClosed(error.text);
+      return Mode::kFailClosed;
+    }
+    if (!configured) {
+      LogLine(LogLevel::kDebug, "no limits configured; passing through");
+      return Mode::kPassThrough;
+    }
+  }
+  if (const char* ctx = getenv("TESSERA_CONTEXT_BYTES")) {
+    if (!hook::ParseByteSize(ctx, &g_state.context_bytes_override)) {
+      hook::WriteStderrLine("TESSERA_CONTEXT_BYTES='%s' is not a size; measuring context memory instead", ctx);
+    } else {
+      g_state.context_bytes_set = true;
+    }
+  }
+  char region_path[hook::kPathSize];
+  if (const char* env_region = getenv("TESSERA_REGION"); env_region != nullptr && env_region[0] != 0) {
+    hook::CopyString(region_path, sizeof(region_path), env_region);
+  } else if (g_state.limits.region_path[0] != 0) {
+    hook::CopyString(region_path, sizeof(region_path), g_state.limits.region_path);
+  } else {
+    snprintf(region_path, sizeof(region_path), "/tmp/tessera-region-%u", static_cast<unsigned>(getuid()));
+  }
+  if (!g_state.region.Open(region_path, &error) || !g_state.region.Attach(&error)) {
+    FailClosed(error.text);
+    return Mode::kFailClosed;
+  }
+  // Registration with the node agent, when one is mounted. Not fatal: the limits file is the authority.
+  const char* socket_path = getenv("TESSERA_AGENT_SOCKET");
+  if ((socket_path == nullptr || socket_path[0] == 0) && from_file && access(kDefaultAgentSocket, F_OK) == 0) {
+    socket_path = kDefaultAgentSocket;
+  }
+  if (socket_path != nullptr && socket_path[0] != 0) {
+    hook::Hello hello;
+    hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+    hook::CopyString(hello.version, sizeof(hello.version), TESSERA_VERSION);
+    hello.pid = static_cast<int>(getpid());
+    hello.generation = g_state.limits.generation;
+    size_t used = 0;
+    for (int i = 0; i < g_state.limits.device_count; ++i) {
+      const char* u = g_state.limits.devices[i].uuid;
+      if (u[0] == 0) continue;
+      const int n = snprintf(hello.gpus + used, sizeof(hello.gpus) - used, "%s%s", used ? "," : "", u);
+      if (n < 0 || static_cast<size_t>(n) >= sizeof(hello.gpus) - used) break;
+      used += static_cast<size_t>(n);
+    }
+    hook::AgentMessage reply;
+    if (!g_state.agent.Register(socket_path, hello, 2000, &reply, &error)) {
+      hook::WriteStderrLine("warning: %s (running on the limits file alone)", error.text);
+    } else {
+      LogLine(LogLevel::kInfo, "registered with the node agent at %s", socket_path);
+    }
+  }
+  LogLine(LogLevel::kInfo, "limits from %s, generation %llu, region %s", from_file ? file : "the environment",
+          static_cast<unsigned long long>(g_state.limits.generation), region_path);
+  return Mode::kLimited;
+}
+
+void AtForkPrepare() {
+  pthread_mutex_lock(&g_init_mutex);
+}
+void AtForkParent() {
+  pthread_mutex_unlock(&g_init_mutex);
+}
+void AtForkChild() {
+  pthread_mutex_init(&g_init_mutex, nullptr);
+  pthread_mutex_init(&g_devices_mutex, nullptr);
+  // The limiter thread and the parent's slot stay with the parent. CUDA contexts do not survive fork(), so
+  // the child starts with nothing charged; it claims its own slot before its first charge.
+  g_thread_started.store(false);
+  g_state.region.ForgetSlot();
+  g_state.agent.Forget();
+  g_state.need_attach.store(true);
+  ResetAllocTableInChild();
+  for (HookDevice& d : g_state.devices) d.primary_refs = 0;
+}
+
+__attribute__((constructor)) void OnLoad() {
+  // Nothing heavy here: the library may be preloaded into every process of a machine (/etc/ld.so.preload).
+  pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
+}
+
+__attribute__((destructor)) void OnUnload() {
+  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) g_state.region.Detach();
+}
+
+}  // namespace
+
+Mode EnsureInit() {
+  const Mode m = CurrentMode();
+  if (m != Mode::kUninitialized) return m;
+  if (t_in_init != 0) return Mode::kPassThrough;  // a call made by the initialization itself
+  pthread_mutex_lock(&g_init_mutex);
+  Mode result = CurrentMode();
+  if (result == Mode::kUninitialized) {
+    t_in_init = 1;
+    result = InitLocked();
+    t_in_init = 0;
+    if (result != Mode::kFailClosed) g_state.mode.store(static_cast<int>(result), std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_init_mutex);
+  return result;
+}
+
+bool EnsureAttached() {
+  if (!g_state.need_attach.load(std::memory_order_acquire)) return true;
+  pthread_mutex_lock(&g_init_mutex);
+  bool ok = true;
+  if (g_state.need_attach.load()) {
+    Error error;
+    ok = g_state.region.Attach(&error);
+    if (!ok) hook::WriteStderrLine("%s", error.text);
+    else g_state.need_attach.store(false);
+  }
+  pthread_mutex_unlock(&g_init_mutex);
+  return ok;
+}
+
+HookDevice* DeviceAt(int ordinal) {
+  if (ordinal < 0 || ordinal >= g_state.device_count.load(std::memory_order_acquire)) return nullptr;
+  return &g_state.devices[ordinal];
+}
+
+int CurrentDevice() {
+  if (g_state.device_count.load(std::memory_order_relaxed) == 1) return 0;
+  CUdevice dev = -1;
+  if (g_cu.real_cuCtxGetDevice == nullptr || g_cu.real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+  return static_cast<int>(dev);
+}
+
+namespace {
+
+void FormatUuid(const CUuuid& u, char* out, size_t cap) {
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+// Applies the process's limits to its devices and to the shared region.
+void ApplyLimitsLocked() {
+  const uint64_t now = hook::MonotonicNs();
+  const int n = g_state.device_count.load();
+  for (int i = 0; i < n; ++i) {
+    HookDevice& d = g_state.devices[i];
+    const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.limits, d.uuid, i);
+    d.has_limits = l != nullptr;
+    if (l == nullptr) {
+      if (g_state.limits_from_file) {
+        hook::WriteStderrLine("GPU %d (%s) is visible but not in the limits file %s: its use is refused", i,
+                              d.uuid, g_state.limits_path);
+      }
+      continue;
+    }
+    d.limits = *l;
+    if (d.region_index >= 0) g_state.region.SetDeviceLimits(d.region_index, *l, now);
+  }
+}
+
+}  // namespace
+
+void SetUpDevices() {
+  if (CurrentMode() != Mode::kLimited) return;
+  pthread_mutex_lock(&g_devices_mutex);
+  if (g_state.device_count.load() == 0 && g_cu.real_cuDeviceGetCount != nullptr) {
+    int count = 0;
+    if (g_cu.real_cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+      if (count > hook::kMaxDevices) {
+        hook::WriteStderrLine("%d GPUs visible; Tessera limits the first %d, the others are refused", count,
+                              hook::kMaxDevices);
+        count = hook::kMaxDevices;
+      }
+      for (int i = 0; i < count; ++i) {
+        HookDevice& d = g_state.devices[i];
+        CUdevice dev = 0;
+        CUuuid uuid;
+        if (g_cu.real_cuDeviceGet(&dev, i) != CUDA_SUCCESS || g_cu.real_cuDeviceGetUuid_v2 == nullptr ||
+            g_cu.real_cuDeviceGetUuid_v2(&uuid, dev) != CUDA_SUCCESS) {
+          snprintf(d.uuid, sizeof(d.uuid), "index-%d", i);
+        } else {
+          FormatUuid(uuid, d.uuid, sizeof(d.uuid));
+        }
+        Error error;
+        d.region_index = g_state.region.FindOrAddDevice(d.uuid, &error);
+        if (d.region_index < 0) hook::WriteStderrLine("%s", error.text);
+        else d.shared = g_state.region.device(d.region_index);
+        d.present = true;
+      }
+      g_state.device_count.store(count, std::memory_order_release);
+      ApplyLimitsLocked();
+    }
+  }
+  pthread_mutex_unlock(&g_devices_mutex);
+  StartLimiterThread();
+}
+
+CUresult RefusalFor(int ordinal) {
+  (void)ordinal;
+  return CUDA_ERROR_NOT_PERMITTED;
+}
+
+CUresult ChargeBefore(int ordinal, uint64_t bytes) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || d->region_index < 0) return CUDA_SUCCESS;  // not a device we account (out of range)
+  if (!d->has_limits) return RefusalFor(ordinal);
+  if (!EnsureAttached()) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_state.region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) return CUDA_SUCCESS;
+  // Before saying no: processes of this container that died may still hold charges.
+  if (g_state.region.ReclaimDeadSlots() > 0 &&
+      g_state.region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) {
+    return CUDA_SUCCESS;
+  }
+  d->shared->oom_count.fetch_add(1, std::memory_order_relaxed);
+  LogLine(LogLevel::kInfo, "refused %llu bytes on GPU %d: %llu of %llu in use by the container",
+          static_cast<unsigned long long>(bytes), ordinal,
+          static_cast<unsigned long long>(g_state.region.Used(d->region_index)),
+          static_cast<unsigned long long>(g_state.region.Limit(d->region_index)));
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void Uncharge(int ordinal, uint64_t bytes) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || d->region_index < 0 || bytes == 0) return;
+  if (g_state.need_attach.load(std::memory_order_relaxed)) return;  // a forked child holds nothing
+  g_state.region.Uncharge(d->region_index, bytes);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The limiter thread: refills budgets, measures sampled launches, runs the elastic controller, picks up new
+// limits (file rewrite or the agent's RELOAD), reclaims dead processes' charges.
+
+namespace {
+
+int32_t DeviceUtilization(HookDevice& d) {
+  if (!LoadRealNvml() || g_nvml.nvmlDeviceGetUtilizationRates == nullptr) return -1;
+  if (d.nvml == nullptr) {
+    static bool nvml_init = false;
+    if (!nvml_init) {
+      if (g_nvml.nvmlInit_v2 == nullptr || g_nvml.nvmlInit_v2() != NVML_SUCCESS) return -1;
+      nvml_init = true;
+    }
+    if (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
+        g_nvml.nvmlDeviceGetHandleByUUID(d.uuid, &d.nvml) != NVML_SUCCESS) {
+      return -1;
+    }
+  }
+  nvmlUtilization_t u;
+  if (g_nvml.nvmlDeviceGetUtilizationRates(d.nvml, &u) != NVML_SUCCESS) return -1;
+  return static_cast<int32_t>(u.gpu) * 10000;
+}
+
+void ReloadLimits(bool forced) {
+  struct stat st;
+  if (!g_state.limits_from_file) return;
+  if (stat(g_state.limits_path, &st) != 0) return;  // being replaced: the next look finds it
+  if (!forced && st.st_ino == g_limits_stat.st_ino && st.st_mtim.tv_sec == g_limits_stat.st_mtim.tv_sec &&
+      st.st_mtim.tv_nsec == g_limits_stat.st_mtim.tv_nsec && st.st_size == g_limits_stat.st_size) {
+    return;
+  }
+  g_limits_stat = st;
+  hook::Limits next;
+  Error error;
+  if (!hook::ReadLimitsFile(g_state.limits_path, &next, &error)) {
+    hook::WriteStderrLine("keeping the current limits: %s", error.text);
+    return;
+  }
+  if (next.generation <= g_state.limits.generation) return;
+  pthread_mutex_lock(&g_devices_mutex);
+  g_state.limits = next;
+  ApplyLimitsLocked();
+  pthread_mutex_unlock(&g_devices_mutex);
+  LogLine(LogLevel::kInfo, "applied limits generation %llu", static_cast<unsigned long long>(next.generation));
+}
+
+bool DrainSample(const hook::SampleRing::Sample& s) {
+  CUevent start = reinterpret_cast<CUevent>(s.start_event);
+  CUevent end = reinterpret_cast<CUevent>(s.end_event);
+  const CUresult q = g_cu.real_cuEventQuery(end);
+  if (q == CUDA_ERROR_NOT_READY) return false;
+  if (q == CUDA_SUCCESS) {
+    float ms = 0;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (g_cu.real_cuEventElapsedTime_v2 != nullptr) r = g_cu.real_cuEventElapsedTime_v2(&ms, start, end);
+    if (r != CUDA_SUCCESS && g_cu.real_cuEventElapsedTime != nullptr) {
+      r = g_cu.real_cuEventElapsedTime(&ms, start, end);
+    }
+    if (r == CUDA_SUCCESS && ms >= 0) {
+      const int64_t ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+      g_state.costs.Record(s.key, ns);
+      // The sampled launch was charged its estimate; charge the difference to what it really took.
+      HookDevice* d = DeviceAt(s.device);
+      if (d != nullptr && d->shared != nullptr && ns > s.charged_ns) {
+        hook::TokenBucket::Take(&d->shared->bucket, ns - s.charged_ns);
+      }
+    }
+  }
+  g_cu.real_cuEventDestroy_v2(start);
+  g_cu.real_cuEventDestroy_v2(end);
+  return true;
+}
+
+void* LimiterThread(void*) {
+  uint64_t last_reload = 0;
+  uint64_t last_reclaim = 0;
+  for (;;) {
+    const uint64_t now = hook::MonotonicNs();
+    const int n = g_state.device_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      HookDevice& d = g_state.devices[i];
+      if (d.shared == nullptr) continue;
+      hook::TokenBucket::Refill(&d.shared->bucket, now);
+      // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
+      hook::ControllerState* c = &d.shared->controller;
+      const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
+      if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+        const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
+        hook::ElasticController::Step(c, &d.shared->bucket, now, util);
+      }
+    }
+    if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
+    if (now - last_reload >= 250000000ull) {
+      last_reload = now;
+      bool forced = false;
+      hook::AgentMessage msg;
+      while (g_state.agent.Poll(&msg)) {
+        if (msg.kind == hook::AgentMessageKind::kReload) forced = true;
+      }
+      ReloadLimits(forced);
+    }
+    if (now - last_reclaim >= 1000000000ull) {
+      last_reclaim = now;
+      g_state.region.ReclaimDeadSlots();
+    }
+    hook::SleepNs(1000000);  // 1 ms
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void StartLimiterThread() {
+  if (g_thread_started.exchange(true)) return;
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread inherits a mask with every signal blocked
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  if (pthread_create(&thread, &attr, &LimiterThread, nullptr) != 0) {
+    g_thread_started.store(false);
+    hook::WriteStderrLine("cannot start the limiter thread: compute limits are enforced without it");
+  } else {
+    pthread_setname_np(thread, "tessera-limit");
+  }
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// dlsym and cuGetProcAddress: the CUDA runtime reaches the driver through them, not through the linker.
+
+namespace {
+
+const HookEntry* FindHook(const char* symbol) {
+  for (const HookEntry& e : kCudaHooks) {
+    if (strcmp(e.symbol, symbol) == 0) return &e;
+  }
+  return nullptr;
+}
+
+// The wrapper to hand out for what the real cuGetProcAddress returned for `symbol`: the variant whose real
+// entry point it is, else the newest variant not newer than `version` with the asked stream semantics.
+void* HookForProc(const char* symbol, void* real, int version, cuuint64_t flags) {
+  const HookEntry* best = nullptr;
+  bool any = false;
+  for (const HookEntry& e : kCudaHooks) {
+    if (strcmp(e.base, symbol) != 0) continue;
+    any = true;
+    if (*e.real == real && real != nullptr) return e.hook;
+  }
+  if (!any) return real;
+  const int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0 ? 1 : 0;
+  for (const HookEntry& e : kCudaHooks) {
+    if (strcmp(e.base, symbol) != 0 || e.version > version) continue;
+    if (e.ptsz != want_ptsz && best != nullptr && best->ptsz == want_ptsz) continue;
+    if (best == nullptr || (e.ptsz == want_ptsz && best->ptsz != want_ptsz) ||
+        (e.ptsz == best->ptsz && e.version > best->version)) {
+      best = &e;
+    }
+  }
+  if (best == nullptr) return real;
+  LogLine(LogLevel::kDebug, "cuGetProcAddress(%s, %d): matched %s by version", symbol, version, best->symbol);
+  return best->hook;
+}
+
+}  // namespace
+
+}  // namespace tessera::cuda_hook
+
+using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points below
+
+extern "C" TS_EXPORT void* dlsym(void* handle, const char* symbol) {
+  DlsymFn real = RealDlsym();
+  if (real == nullptr) return nullptr;
+  void* p = real(handle, symbol);
+  if (p == nullptr || (symbol[0] != 'c' && symbol[0] != 'n')) return p;
+  // Hand out our wrapper when the symbol resolves into the real libcuda or libnvidia-ml.
+  Dl_info info;
+  if (dladdr(p, &info) == 0 || info.dli_fname == nullptr) return p;
+  const char* base = strrchr(info.dli_fname, '/');
+  base = base != nullptr ? base + 1 : info.dli_fname;
+  if (strncmp(base, "libcuda.so", 10) == 0) {
+    if (const HookEntry* e = FindHook(symbol)) return e->hook;
+  } else if (strncmp(base, "libnvidia-ml.so", 15) == 0) {
+    for (const NvmlEntry& e : kNvmlHooks) {
+      if (strcmp(e.symbol, symbol) == 0) return e.hook;
+    }
+  }
+  return p;
+}
+
+extern "C" CUresult tessera_cuInit(unsigned int flags) {
+  const Mode mode = EnsureInit();
+  if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_cu.real_cuInit == nullptr) return CUDA_ERROR_NO_DEVICE;
+  const CUresult r = g_cu.real_cuInit(flags);
+  if (r == CUDA_SUCCESS && mode == Mode::kLimited) SetUpDevices();
+  return r;
+}
+
+extern "C" CUresult tessera_cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_cu.real_cuGetProcAddress == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = g_cu.real_cuGetProcAddress(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr && symbol != nullptr) *pfn = HookForProc(symbol, *pfn, version, flags);
+  return r;
+}
+
+extern "C" CUresult tessera_cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                                CUdriverProcAddressQueryResult* status) {
+  if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_cu.real_cuGetProcAddress_v2 == nullptr) {
+    // A driver older than CUDA 12: answer through the 11.3 signature.
+    if (g_cu.real_cuGetProcAddress == nullptr) return CUDA_ERROR_NOT_FOUND;
+    const CUresult r = tessera_cuGetProcAddress(symbol, pfn, version, flags);
+    if (status != nullptr) {
+      *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    }
+    return r;
+  }
+  const CUresult r = g_cu.real_cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr && symbol != nullptr && *pfn != nullptr) {
+    *pfn = HookForProc(symbol, *pfn, version, flags);
+  }
+  return r;
+}

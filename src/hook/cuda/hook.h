@@ -1,0 +1,155 @@
+// Internal to libtessera-cuda.so: the real driver's entry points, the process's hook state, and the helpers
+// the API families (memory.cc, launch.cc, context.cc, nvml.cc, entry.cc) share. See docs/isolation.md.
+//
+// Thread-safety: Init() runs once under a mutex; afterwards the state is read lock-free on the launch path;
+// the allocation tables have their own mutex.
+#ifndef TESSERA_HOOK_CUDA_HOOK_H_
+#define TESSERA_HOOK_CUDA_HOOK_H_
+
+#define __CUDA_API_VERSION_INTERNAL 1  // every versioned entry point under its own name, as the driver has it
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "hook/common/limiter.h"
+#include "hook/common/limits.h"
+#include "hook/common/region.h"
+#include "hook/common/registration.h"
+#include "hook/cuda/nvml_types.h"
+
+#define TS_EXPORT __attribute__((visibility("default")))
+
+// The exported wrappers, declared from the symbol list with the driver's own function types: a wrapper whose
+// parameters differ from the driver's does not compile. tessera_<symbol> is exported as <symbol>.
+#define TS_HOOK(sym, pfn, base, version, ptsz) \
+  extern "C" std::remove_pointer_t<pfn> tessera_##sym __asm__(#sym) TS_EXPORT;
+#include "hook/cuda/cuda_hooks.def"
+#undef TS_HOOK
+#define TS_NVML_HOOK(sym, type) extern "C" type tessera_##sym __asm__(#sym) TS_EXPORT;
+#include "hook/cuda/nvml_hooks.def"
+#undef TS_NVML_HOOK
+
+namespace tessera::cuda_hook {
+
+// The real driver's entry points, resolved once from libcuda.so.1 with the real dlsym.
+struct RealCuda {
+#define TS_HOOK(sym, pfn, base, version, ptsz) pfn real_##sym;
+#include "hook/cuda/cuda_hooks.def"
+#undef TS_HOOK
+#define TS_REAL(sym, pfn) pfn real_##sym;
+#include "hook/cuda/cuda_real.def"
+#undef TS_REAL
+};
+
+struct RealNvml {
+  nvmlInit_fn* nvmlInit_v2;
+  nvmlDeviceGetHandleByUUID_fn* nvmlDeviceGetHandleByUUID;
+  nvmlDeviceGetUUID_fn* nvmlDeviceGetUUID;
+  nvmlDeviceGetIndex_fn* nvmlDeviceGetIndex;
+  nvmlDeviceGetMemoryInfo_fn* nvmlDeviceGetMemoryInfo;
+  nvmlDeviceGetUtilizationRates_fn* nvmlDeviceGetUtilizationRates;
+#define TS_NVML_HOOK(sym, type) type* real_##sym;
+#include "hook/cuda/nvml_hooks.def"
+#undef TS_NVML_HOOK
+};
+
+extern RealCuda g_cu;
+extern RealNvml g_nvml;
+
+// What the hook does in this process.
+enum class Mode : int {
+  kUninitialized = 0,
+  kPassThrough = 1,  // no limits configured: every call goes straight to the driver
+  kLimited = 2,      // limits apply
+  kFailClosed = 3,   // limits were configured but cannot be read: GPU use is refused
+};
+
+// One CUDA device ordinal of this process.
+struct HookDevice {
+  bool present = false;
+  bool has_limits = false;        // false: a GPU the limits do not name (refused when the limits come from a file)
+  char uuid[hook::kUuidSize] = {0};
+  int region_index = -1;
+  hook::DeviceLimits limits;
+  hook::RegionDevice* shared = nullptr;  // the container's entry in the shared region
+  nvmlDevice_t nvml = nullptr;           // for utilization (elastic policy), resolved lazily
+  uint64_t context_bytes = 0;            // charged per context on this device
+  int primary_refs = 0;                  // primary context retains by this process
+};
+
+struct HookState {
+  std::atomic<int> mode{0};
+  std::atomic<int> device_count{0};      // CUDA devices set up (after cuInit)
+  HookDevice devices[hook::kMaxDevices];
+  hook::Limits limits;
+  bool limits_from_file = false;
+  char limits_path[hook::kPathSize] = {0};
+  hook::SharedRegion region;
+  hook::AgentConnection agent;
+  hook::KernelCostTable costs;
+  hook::SampleRing samples;
+  std::atomic<int> capturing{0};         // streams being captured in this process
+  std::atomic<bool> need_attach{false};  // after fork(): claim a new slot before the next charge
+  uint64_t context_bytes_override = 0;   // TESSERA_CONTEXT_BYTES (0: measure)
+  bool context_bytes_set = false;
+};
+
+extern HookState g_state;
+
+// Resolves the real entry points and reads the limits, once. Returns the mode. Safe to call from any hook.
+Mode EnsureInit();
+// After the real cuInit succeeded: set up devices (UUIDs, limits, region entries) and start the limiter
+// thread. Idempotent.
+void SetUpDevices();
+
+inline Mode CurrentMode() {
+  return static_cast<Mode>(g_state.mode.load(std::memory_order_acquire));
+}
+
+// The calling thread's current device ordinal, or -1 (no context).
+int CurrentDevice();
+// The hook device for an ordinal, or null when out of range / not set up.
+HookDevice* DeviceAt(int ordinal);
+// Claims this process's slot again after fork() when needed. False when the region refuses.
+bool EnsureAttached();
+
+// Reserve-then-commit: charges `bytes` on `ordinal`, runs `call`, and gives the charge back when it fails.
+// Over the limit: CUDA_ERROR_OUT_OF_MEMORY, and `call` is not made.
+CUresult ChargeBefore(int ordinal, uint64_t bytes);
+void Uncharge(int ordinal, uint64_t bytes);
+// Refusal for devices the limits do not name and for fail-closed mode.
+CUresult RefusalFor(int ordinal);
+
+// Process-local records of what was charged, keyed by handle or address.
+enum class AllocKind : uint32_t { kLinear = 1, kArray = 2, kMipmapped = 3, kVmmHandle = 4, kMapping = 5, kGraph = 6, kContext = 7, kPool = 8 };
+struct AllocRecord {
+  uint64_t bytes = 0;
+  int ordinal = -1;
+  uint64_t owner = 0;     // the context (linear, arrays) or graph (graph allocations) or handle (mappings)
+  int refs = 0;           // VMM handles: retains not yet released
+  int mapped = 0;         // VMM handles: live mappings
+  bool released = false;  // VMM handles: cuMemRelease seen for the creating reference
+};
+void RecordAlloc(AllocKind kind, uint64_t key, const AllocRecord& record);
+bool TakeAlloc(AllocKind kind, uint64_t key, AllocRecord* out);  // removes
+bool FindAlloc(AllocKind kind, uint64_t key, AllocRecord* out);
+bool UpdateAlloc(AllocKind kind, uint64_t key, const AllocRecord& record);
+// Removes and uncharges every record of `kind` whose owner is `owner` (a destroyed context or graph).
+void ReleaseOwned(AllocKind kind, uint64_t owner);
+// Copies up to `max` records of `kind` with key in [begin, end) into keys/records; returns how many.
+int CollectInRange(AllocKind kind, uint64_t begin, uint64_t end, uint64_t* keys, AllocRecord* records, int max);
+
+// The limiter thread (started by SetUpDevices in limited mode).
+void StartLimiterThread();
+// Loads libnvidia-ml.so.1 and resolves what the hook needs from it, once. False when there is none.
+bool LoadRealNvml();
+// After fork(), in the child: forgets the parent's allocation records.
+void ResetAllocTableInChild();
+
+}  // namespace tessera::cuda_hook
+
+#endif  // TESSERA_HOOK_CUDA_HOOK_H_
