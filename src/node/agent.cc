@@ -369,14 +369,9 @@ absl::Status NodeAgent::Materialize(Tenant* t) {
                   ec);  // container users of any UID create nothing here,
                         // but the hook may re-create a deleted region
   if (absl::Status s = WriteLimits(t->record); !s.ok()) return s;
-  t->region = std::make_unique<hook::SharedRegion>();
-  hook::Error error;
-  const std::string region = (fs::path(t->record.region_dir) / "region").string();
-  if (!t->region->Open(region.c_str(), &error)) {
-    t->region.reset();
-    return absl::InternalError(StrCat("cannot create the shared region ", region, ": ", error.text));
-  }
-  ApplyRegionLimits(t);
+  // The region itself (half a MiB, initialized and fsynced) is created by the next reconcile pass, off the
+  // Allocate path; a hooked process that starts first creates it the same way (SharedRegion::Open publishes
+  // a fully initialized file with link(2), so the two cannot clash).
   return SaveRecord(t->record);
 }
 
@@ -417,6 +412,19 @@ void NodeAgent::Event(const NodePod& pod, const std::string& type, const std::st
 
 // --- Allocate --------------------------------------------------------------------------------------------
 
+absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& uid, const std::string& text) {
+  {
+    std::lock_guard<std::mutex> lock(parse_mu_);
+    auto it = parse_cache_.find(uid);
+    if (it != parse_cache_.end() && it->second.first == text) return it->second.second;
+  }
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+  std::lock_guard<std::mutex> lock(parse_mu_);
+  if (parse_cache_.size() > 4096) parse_cache_.clear();
+  parse_cache_[uid] = {text, a};
+  return a;
+}
+
 absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector<NodePod>& pods) {
   // Parse outside the lock; malformed annotations are reported once per pod and value.
   std::vector<std::pair<const NodePod*, formats::Assignment>> parsed;
@@ -425,7 +433,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     const std::string phase = Annotation(pod, formats::kAnnotationPhase);
     if (phase != formats::kPhaseBound && phase != formats::kPhaseAllocated) continue;
     const std::string text = Annotation(pod, formats::kAnnotationAssignment);
-    absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+    absl::StatusOr<formats::Assignment> a = ParseCached(pod.uid, text);
     std::string problem;
     if (!a.ok()) {
       problem =
@@ -613,6 +621,7 @@ absl::Status NodeAgent::ReconcileOnce() {
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
   std::shared_ptr<const std::vector<NodePod>> pods = Pods();
   RetryReclaims();
+  OpenRegions();
   ReconcilePodResources(*pods);
   ReportPhases(*pods);
   ApplyAssignmentChanges(*pods);
@@ -974,6 +983,22 @@ void NodeAgent::OnGone(int pid, const std::string& tenant) {
   stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
   if (freed <= 0) pending_reclaims_.insert(tenant);
   log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}, {"slots_freed", StrCat(freed)}});
+}
+
+void NodeAgent::OpenRegions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, t] : tenants_) {
+    if (t.region) continue;
+    auto region = std::make_unique<hook::SharedRegion>();
+    hook::Error error;
+    const std::string path = (fs::path(t.record.region_dir) / "region").string();
+    if (!region->Open(path.c_str(), &error)) {
+      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
+      continue;
+    }
+    t.region = std::move(region);
+    ApplyRegionLimits(&t);
+  }
 }
 
 void NodeAgent::RetryReclaims() {

@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/request.h"
+#include "formats/assignment.h"
 #include "formats/inventory.h"
 #include "hook/common/region.h"
 #include "kubelet/allocation_backend.h"
@@ -151,6 +152,7 @@ class NodeAgent : public kubelet::AllocationBackend {
 
   absl::StatusOr<kubelet::ContainerAllocation> AllocateOne(const kubelet::AllocateContainerRequest& request);
   // Picks and claims the oldest matching container; NotFound when none.
+  absl::StatusOr<formats::Assignment> ParseCached(const std::string& uid, const std::string& text);
   absl::StatusOr<ContainerRecord> Claim(size_t count, const std::vector<NodePod>& pods);
   absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
   kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
@@ -171,6 +173,7 @@ class NodeAgent : public kubelet::AllocationBackend {
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
   void RetryReclaims();
+  void OpenRegions();  // creates the regions of new tenants
   void Loop();
 
   const NodeAgentConfig config_;
@@ -186,6 +189,9 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::set<std::string> pending_reclaims_;   // tenants whose exited process was not reaped yet (zombie)
   std::set<std::string> reported_problems_;  // "<uid>|<annotation>" already told as an event
   AgentStats stats_;
+
+  std::mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
+  std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_;
 
   std::mutex reconcile_mu_;  // one reconcile pass at a time
   std::mutex loop_mu_;

@@ -267,7 +267,8 @@ TEST_F(AgentTest, ResponseCarriesMountsEnvAndNumaCpus) {
   ASSERT_FALSE(c.devices.empty());
   EXPECT_EQ(c.devices[0].container_path, "/dev/nvidia2");
   EXPECT_EQ(c.devices[1].container_path, "/dev/nvidia3");
-  // The region exists with the limits applied, before any process ran.
+  // After the next pass the region exists with the limits applied, before any process ran.
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
   hook::SharedRegion region;
   hook::Error error;
   ASSERT_TRUE(region.Open((mounts.at("/var/lib/tessera/region").host_path + "/region").c_str(), &error));
