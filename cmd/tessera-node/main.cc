@@ -1,0 +1,169 @@
+// tessera-node: the node agent (a DaemonSet on every GPU node): GPU inventory and health, the kubelet device
+// plugin for tessera.dev/gpu, per-container limits files and shared regions, the hook registration socket,
+// reconciliation, garbage collection and metrics. See docs/node-agent.md.
+#include <httplib.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "gpu/gpu_source.h"
+#include "gpu/health_monitor.h"
+#include "kubelet/device_plugin.h"
+#include "kubelet/pod_resources_client.h"
+#include "node/agent.h"
+#include "node/node_api.h"
+
+namespace {
+
+using namespace tessera;  // NOLINT
+
+struct Options {
+  std::string node_name;
+  std::string kubeconfig;
+  std::string fake_api;
+  std::string fake_gpus;
+  std::string device_plugin_dir = kubelet::kDevicePluginDir;
+  std::string pod_resources_socket = kubelet::kPodResourcesSocket;
+  std::string state_dir = "/var/lib/tessera";
+  std::string hook_dir;
+  std::string metrics_listen = "0.0.0.0:9402";
+  int slots_per_gpu = 10;
+  bool device_nodes = false;
+  bool verbose = false;
+};
+
+int Fail(const std::string& message) {
+  std::cerr << "tessera-node: " << message << "\n";
+  return 2;
+}
+
+int Run(const Options& o) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (o.node_name.empty())
+    return Fail("give --node-name (in the DaemonSet: the downward API's spec.nodeName)");
+  std::unique_ptr<node::NodeApi> api;
+  if (!o.fake_api.empty()) {
+    api = std::make_unique<node::FileNodeApi>(o.fake_api, o.node_name);
+  } else {
+    return Fail(
+        "this build talks to the Kubernetes API only through --fake-api FILE (the Kubernetes client is being "
+        "integrated; see docs/node-agent.md); give --fake-api FILE");
+  }
+  gpu::GpuSourceOptions gso;
+  gso.fake_gpus_file = o.fake_gpus;
+  gso.node_name = o.node_name;
+  absl::StatusOr<std::unique_ptr<gpu::GpuSource>> source = gpu::OpenGpuSource(gso);
+  if (!source.ok()) return Fail(Message(source.status()));
+  absl::StatusOr<formats::GpuInventory> inventory = (*source)->Read();
+  if (!inventory.ok()) return Fail(Message(inventory.status()));
+
+  absl::StatusOr<std::unique_ptr<kubelet::PodResourcesClient>> pod_resources =
+      kubelet::PodResourcesClient::Connect(o.pod_resources_socket);
+  if (!pod_resources.ok()) return Fail(Message(pod_resources.status()));
+
+  node::NodeAgentConfig config;
+  config.node_name = o.node_name;
+  config.state_dir = o.state_dir;
+  config.hook_dir = o.hook_dir;
+  config.device_nodes = o.device_nodes;
+  node::NodeAgent agent(config, api.get(), *inventory, pod_resources->get());
+  if (absl::Status s = agent.Start(); !s.ok()) return Fail(Message(s));
+
+  kubelet::DevicePluginConfig pc;
+  pc.plugin_dir = o.device_plugin_dir;
+  pc.slots_per_gpu = o.slots_per_gpu;
+  pc.links = inventory->links;
+  absl::StatusOr<std::unique_ptr<kubelet::DevicePlugin>> plugin =
+      kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(*inventory), &agent);
+  if (!plugin.ok()) return Fail(Message(plugin.status()));
+  if (absl::Status s = (*plugin)->Start(); !s.ok()) return Fail(Message(s));
+
+  gpu::HealthMonitor monitor(source->get(), *inventory, [&](const gpu::HealthUpdate& u) {
+    const bool healthy = u.health == core::GpuHealth::kHealthy;
+    (*plugin)->SetGpuHealth(u.uuid, healthy);
+    agent.SetGpuHealth(u.uuid, healthy, u.reason);
+    log::Warn(healthy ? "GPU healthy again" : "GPU unhealthy",
+              {{"gpu", u.uuid.value()}, {"reason", u.reason}});
+  });
+
+  httplib::Server http;
+  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(agent.MetricsText(), "text/plain; version=0.0.4");
+  });
+  http.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content((*plugin)->registered() ? "ok\n" : "not registered with the kubelet yet\n", "text/plain");
+  });
+  std::thread http_thread;
+  if (!o.metrics_listen.empty()) {
+    const size_t colon = o.metrics_listen.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || !ParseInt(o.metrics_listen.substr(colon + 1), &port)) {
+      return Fail("--metrics-listen must be HOST:PORT, e.g. 0.0.0.0:9402");
+    }
+    if (!http.bind_to_port(o.metrics_listen.substr(0, colon), port)) {
+      return Fail(
+          StrCat("cannot listen on ", o.metrics_listen, " for metrics; choose another --metrics-listen"));
+    }
+    http_thread = std::thread([&] { http.listen_after_bind(); });
+  }
+  log::Info("tessera-node running", {{"node", o.node_name},
+                                     {"gpus", StrCat(inventory->gpus.size())},
+                                     {"source", inventory->source},
+                                     {"socket", (*plugin)->socket_path()}});
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log::Info("stopping", {{"signal", std::to_string(sig)}});
+  http.stop();
+  if (http_thread.joinable()) http_thread.join();
+  (*plugin)->Stop();
+  agent.Stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "tessera-node: the Tessera node agent (DaemonSet). Publishes the node's GPUs, serves the kubelet "
+      "device "
+      "plugin for tessera.dev/gpu, writes each GPU container's limits and registers its processes. "
+      "See docs/node-agent.md."};
+  app.add_option("--node-name", o.node_name, "This node's name (the downward API's spec.nodeName)")
+      ->required();
+  app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig file (default: in-cluster service account)");
+  app.add_option("--fake-api", o.fake_api,
+                 "Standalone: a JSON file standing in for the API server ({\"pods\": [v1.Pod...]})");
+  app.add_option("--fake-gpus", o.fake_gpus, "A fake-GPU file (YAML/JSON) instead of NVML")
+      ->check(CLI::ExistingFile);
+  app.add_option("--device-plugin-dir", o.device_plugin_dir, "The kubelet's device-plugin directory")
+      ->capture_default_str();
+  app.add_option("--pod-resources-socket", o.pod_resources_socket, "The kubelet's pod-resources socket")
+      ->capture_default_str();
+  app.add_option("--state-dir", o.state_dir, "Where containers' limits, regions and records live")
+      ->capture_default_str();
+  app.add_option("--hook-dir", o.hook_dir, "Host directory of libtessera-*.so (default: STATE_DIR/lib)");
+  app.add_option("--slots-per-gpu", o.slots_per_gpu, "tessera.dev/gpu devices advertised per physical GPU")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--metrics-listen", o.metrics_listen, "HOST:PORT of /metrics and /healthz (empty: off)")
+      ->capture_default_str();
+  app.add_flag("--device-nodes", o.device_nodes,
+               "Also hand out /dev/nvidia* (container runtimes without the NVIDIA runtime)");
+  app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
+  CLI11_PARSE(app, argc, argv);
+  log::Init("tessera-node", o.verbose ? log::Level::kInfo : log::Level::kWarn);
+  if (!o.kubeconfig.empty() && !o.fake_api.empty()) return Fail("give --kubeconfig or --fake-api, not both");
+  return Run(o);
+}

@@ -1,0 +1,1168 @@
+#include "node/agent.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "core/request_parser.h"
+#include "core/strings.h"
+#include "formats/assignment.h"
+#include "node/cgroup.h"
+
+namespace tessera::node {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string Now() {
+  return formats::FormatHeartbeat(std::chrono::system_clock::now());
+}
+
+std::string Annotation(const NodePod& pod, const std::string& key) {
+  auto it = pod.annotations.find(key);
+  return it == pod.annotations.end() ? std::string() : it->second;
+}
+
+std::string RecordFileName(const ContainerRecord& r) {
+  return StrCat(r.pod_uid, "_", r.container, ".json");
+}
+
+json ToJson(const ContainerRecord& r) {
+  json vgpus = json::array();
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    vgpus.push_back({{"uuid", v.uuid.value()},
+                     {"index", v.gpu_index},
+                     {"milliCores", v.cores.value()},
+                     {"memoryMiB", v.memory.value()},
+                     {"requestedMilliCores", v.requested.value()}});
+  }
+  return {{"version", 1},
+          {"podUID", r.pod_uid},
+          {"namespace", r.ns},
+          {"pod", r.pod_name},
+          {"container", r.container},
+          {"vgpus", vgpus},
+          {"numaNode", r.numa_node},
+          {"cpus", r.cpus},
+          {"deviceIDs", r.device_ids},
+          {"generation", r.generation},
+          {"dir", r.dir},
+          {"regionDir", r.region_dir},
+          {"computePolicy", r.compute_policy},
+          {"priority", r.priority},
+          {"allocatedAt", r.allocated_at},
+          {"reported", r.reported},
+          {"confirmed", r.confirmed}};
+}
+
+absl::StatusOr<ContainerRecord> FromJson(const json& j) {
+  try {
+    if (j.at("version").get<int>() != 1) return absl::InvalidArgumentError("unknown record version");
+    ContainerRecord r;
+    r.pod_uid = j.at("podUID").get<std::string>();
+    r.ns = j.at("namespace").get<std::string>();
+    r.pod_name = j.at("pod").get<std::string>();
+    r.container = j.at("container").get<std::string>();
+    for (const json& v : j.at("vgpus")) {
+      core::VGpuAssignment a;
+      a.uuid = core::GpuUuid(v.at("uuid").get<std::string>());
+      a.gpu_index = v.at("index").get<int>();
+      a.cores = core::MilliGpu(v.at("milliCores").get<int32_t>());
+      a.memory = core::MiB(v.at("memoryMiB").get<int64_t>());
+      a.requested = core::MilliGpu(v.value("requestedMilliCores", 0));
+      r.vgpus.push_back(a);
+    }
+    r.numa_node = j.value("numaNode", -1);
+    r.cpus = j.value("cpus", "");
+    r.device_ids = j.at("deviceIDs").get<std::vector<std::string>>();
+    r.generation = j.at("generation").get<uint64_t>();
+    r.dir = j.at("dir").get<std::string>();
+    r.region_dir = j.at("regionDir").get<std::string>();
+    r.compute_policy = j.value("computePolicy", "hard");
+    r.priority = j.value("priority", "low");
+    r.allocated_at = j.value("allocatedAt", "");
+    r.reported = j.value("reported", false);
+    r.confirmed = j.value("confirmed", false);
+    return r;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+}
+
+// The request signature of a container's assignment (count, shares, memory) plus the pod's constraints: two
+// containers with equal signatures may trade their allocations without breaking any promise.
+std::string Signature(const std::vector<core::VGpuAssignment>& vgpus, const std::string& policy,
+                      const std::string& priority) {
+  std::vector<std::string> parts;
+  for (const core::VGpuAssignment& v : vgpus)
+    parts.push_back(StrCat(v.requested_or_cores().value(), ":", v.memory.value()));
+  std::sort(parts.begin(), parts.end());
+  return StrCat(vgpus.size(), "|", StrJoin(parts, ","), "|", policy, "|", priority);
+}
+
+bool SameGpus(const std::vector<core::VGpuAssignment>& a, const std::vector<core::VGpuAssignment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].uuid != b[i].uuid) return false;
+  }
+  return true;
+}
+
+bool SameLimits(const std::vector<core::VGpuAssignment>& a, const std::vector<core::VGpuAssignment>& b) {
+  if (!SameGpus(a, b)) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].cores != b[i].cores || a[i].memory != b[i].memory) return false;
+  }
+  return true;
+}
+
+std::string EscapeLabel(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct NodeAgent::Candidate {
+  std::string sort_key;
+  const NodePod* pod = nullptr;
+  const core::ContainerAssignment* container = nullptr;
+};
+
+hook::Limits LimitsFor(const ContainerRecord& r) {
+  hook::Limits l;
+  l.generation = r.generation;
+  hook::CopyString(l.region_path, sizeof(l.region_path), kContainerRegionFile);
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    if (l.device_count >= hook::kMaxDevices) break;
+    hook::DeviceLimits& d = l.devices[l.device_count++];
+    hook::CopyString(d.uuid, sizeof(d.uuid), v.uuid.value().c_str());
+    d.index = hook::kByUuid;
+    d.memory_bytes = static_cast<uint64_t>(v.memory.value()) << 20;
+    const int percent = static_cast<int>(std::lround(v.cores.value() / 10.0));
+    d.cores_percent = static_cast<uint32_t>(std::clamp(percent, 1, 100));
+    d.policy = r.compute_policy == "elastic" ? hook::ComputePolicy::kElastic : hook::ComputePolicy::kHard;
+    d.ceiling_percent = std::max<uint32_t>(hook::kDefaultCeilingPercent, d.cores_percent);
+    d.priority = r.priority == "high" ? hook::Priority::kHigh : hook::Priority::kLow;
+  }
+  return l;
+}
+
+NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory inventory,
+                     kubelet::PodResourcesClient* pod_resources)
+    : config_(std::move(config)),
+      api_(api),
+      pod_resources_(pod_resources),
+      inventory_(std::move(inventory)),
+      pods_(std::make_shared<std::vector<NodePod>>()) {
+  registration_ = std::make_unique<RegistrationServer>(
+      registration_socket(),
+      RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
+                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }});
+}
+
+NodeAgent::~NodeAgent() {
+  Stop();
+}
+
+std::string NodeAgent::registration_socket() const {
+  return config_.state_dir + "/sock/agent.sock";
+}
+
+absl::Status NodeAgent::Start(bool background) {
+  std::error_code ec;
+  for (const char* sub : {"containers", "regions", "records", "sock", "lib"}) {
+    fs::create_directories(fs::path(config_.state_dir) / sub, ec);
+    if (ec) {
+      return absl::InternalError(StrCat("cannot create ", config_.state_dir, "/", sub, ": ", ec.message(),
+                                        "; check --state-dir and that the agent runs as root"));
+    }
+  }
+  // /etc/ld.so.preload for the containers: the hook libraries present in the hook directory.
+  const std::string hook_dir = config_.hook_dir.empty() ? config_.state_dir + "/lib" : config_.hook_dir;
+  std::string preload;
+  for (const char* lib : {"libtessera-cuda.so", "libtessera-opencl.so"}) {
+    if (fs::exists(fs::path(hook_dir) / lib)) preload += StrCat(kContainerHookDir, "/", lib, "\n");
+  }
+  {
+    const std::string path = config_.state_dir + "/ld.so.preload";
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << preload;
+    fs::rename(tmp, path, ec);
+  }
+  if (preload.empty()) {
+    log::Warn("no hook library in the hook directory: containers get limits files but no enforcement",
+              {{"dir", hook_dir}});
+  }
+  LoadRecords();
+  if (absl::Status s = registration_->Start(); !s.ok()) return s;
+  if (absl::Status s = RefreshPods(); !s.ok()) {
+    log::Warn("cannot list this node's pods yet; will retry", {{"error", Message(s)}});
+  }
+  if (background) {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    stopping_ = false;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  return absl::OkStatus();
+}
+
+void NodeAgent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (registration_) registration_->Stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, t] : tenants_) {
+    if (t.region) t.region->Close();
+    t.region.reset();
+  }
+}
+
+void NodeAgent::Nudge() {
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    nudged_ = true;
+  }
+  loop_cv_.notify_all();
+}
+
+void NodeAgent::Loop() {
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_heartbeat) {
+      if (absl::Status s = PublishInventory(); !s.ok()) {
+        log::Warn("cannot publish the node's inventory", {{"error", Message(s)}});
+      }
+      next_heartbeat = now + config_.heartbeat;
+    }
+    if (absl::Status s = ReconcileOnce(); !s.ok()) log::Warn("reconcile failed", {{"error", Message(s)}});
+    std::unique_lock<std::mutex> lock(loop_mu_);
+    loop_cv_.wait_for(lock,
+                      std::min<std::chrono::milliseconds>(
+                          config_.resync, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              next_heartbeat - std::chrono::steady_clock::now()) +
+                                              std::chrono::milliseconds(1)),
+                      [this] { return stopping_ || nudged_; });
+    if (stopping_) return;
+    nudged_ = false;
+  }
+}
+
+// --- records ---------------------------------------------------------------------------------------------
+
+absl::Status NodeAgent::SaveRecord(const ContainerRecord& r) const {
+  const fs::path path = fs::path(config_.state_dir) / "records" / RecordFileName(r);
+  const std::string tmp = StrCat(path.string(), ".tmp.", gettid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << ToJson(r).dump() << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; is ", config_.state_dir, " full?"));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+void NodeAgent::LoadRecords() {
+  std::error_code ec;
+  std::map<std::string, Tenant> loaded;
+  for (const auto& entry : fs::directory_iterator(fs::path(config_.state_dir) / "records", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".json") {
+      if (name.find(".tmp.") != std::string::npos) fs::remove(entry.path(), ec);  // a write cut short
+      continue;
+    }
+    std::ifstream in(entry.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j = json::parse(ss.str(), nullptr, false);
+    absl::StatusOr<ContainerRecord> r =
+        j.is_discarded() ? absl::InvalidArgumentError("not JSON") : FromJson(j);
+    if (!r.ok()) {
+      log::Error("unreadable record; moved aside",
+                 {{"file", entry.path().string()}, {"error", Message(r.status())}});
+      fs::rename(entry.path(), entry.path().string() + ".bad", ec);
+      continue;
+    }
+    Tenant t;
+    t.record = std::move(*r);
+    // The limits file and region stay as they were; make sure they exist (a crash may have cut the first
+    // write short).
+    if (!fs::exists(fs::path(t.record.dir) / "limits")) {
+      if (absl::Status s = WriteLimits(t.record); !s.ok())
+        log::Error("cannot rewrite limits", {{"error", Message(s)}});
+    }
+    t.region = std::make_unique<hook::SharedRegion>();
+    hook::Error error;
+    if (!t.region->Open((fs::path(t.record.region_dir) / "region").c_str(), &error)) {
+      log::Error("cannot open a tenant's region", {{"tenant", t.record.key()}, {"error", error.text}});
+      t.region.reset();
+    }
+    loaded[t.record.key()] = std::move(t);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, t] : loaded) tenants_[key] = std::move(t);
+  if (!loaded.empty()) log::Info("records loaded", {{"containers", StrCat(loaded.size())}});
+}
+
+absl::Status NodeAgent::WriteLimits(const ContainerRecord& r) const {
+  hook::Limits limits = LimitsFor(r);
+  hook::Error error;
+  if (!hook::ValidateLimits(limits, &error)) {
+    return absl::InvalidArgumentError(StrCat("limits of ", r.key(), " are invalid: ", error.text));
+  }
+  const std::string path = (fs::path(r.dir) / "limits").string();
+  if (!hook::WriteLimitsFile(path.c_str(), limits, &error)) {
+    return absl::InternalError(StrCat("cannot write ", path, ": ", error.text));
+  }
+  return absl::OkStatus();
+}
+
+void NodeAgent::ApplyRegionLimits(Tenant* t) {
+  if (!t->region) return;
+  hook::Limits limits = LimitsFor(t->record);
+  hook::Error error;
+  for (int i = 0; i < limits.device_count; ++i) {
+    const int dev = t->region->FindOrAddDevice(limits.devices[i].uuid, &error);
+    if (dev >= 0) t->region->SetDeviceLimits(dev, limits.devices[i], MonotonicNs());
+  }
+}
+
+absl::Status NodeAgent::Materialize(Tenant* t) {
+  std::error_code ec;
+  fs::create_directories(t->record.dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.dir, ": ", ec.message()));
+  fs::create_directories(t->record.region_dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.region_dir, ": ", ec.message()));
+  fs::permissions(t->record.region_dir, fs::perms::all,
+                  ec);  // container users of any UID create nothing here,
+                        // but the hook may re-create a deleted region
+  if (absl::Status s = WriteLimits(t->record); !s.ok()) return s;
+  // The region itself (half a MiB, initialized and fsynced) is created by the next reconcile pass, off the
+  // Allocate path; a hooked process that starts first creates it the same way (SharedRegion::Open publishes
+  // a fully initialized file with link(2), so the two cannot clash).
+  return SaveRecord(t->record);
+}
+
+// --- pods ------------------------------------------------------------------------------------------------
+
+std::shared_ptr<const std::vector<NodePod>> NodeAgent::Pods() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pods_;
+}
+
+absl::Status NodeAgent::RefreshPods() {
+  absl::StatusOr<std::vector<NodePod>> pods = api_->ListNodePods();
+  if (!pods.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.api_errors;
+    return pods.status();
+  }
+  auto snapshot = std::make_shared<const std::vector<NodePod>>(std::move(*pods));
+  std::lock_guard<std::mutex> lock(mu_);
+  pods_ = std::move(snapshot);
+  return absl::OkStatus();
+}
+
+void NodeAgent::Event(const NodePod& pod, const std::string& type, const std::string& reason,
+                      const std::string& message) {
+  NodeEvent e;
+  e.ns = pod.ns;
+  e.pod_name = pod.name;
+  e.pod_uid = pod.uid;
+  e.type = type;
+  e.reason = reason;
+  e.message = message;
+  if (absl::Status s = api_->PostEvent(e); !s.ok()) {
+    log::Warn("cannot post an event", {{"pod", pod.key()}, {"reason", reason}, {"error", Message(s)}});
+  }
+  if (type == "Warning") log::Warn(message, {{"pod", pod.key()}, {"reason", reason}});
+}
+
+// --- Allocate --------------------------------------------------------------------------------------------
+
+absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& uid, const std::string& text) {
+  {
+    std::lock_guard<std::mutex> lock(parse_mu_);
+    auto it = parse_cache_.find(uid);
+    if (it != parse_cache_.end() && it->second.first == text) return it->second.second;
+  }
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+  std::lock_guard<std::mutex> lock(parse_mu_);
+  if (parse_cache_.size() > 4096) parse_cache_.clear();
+  parse_cache_[uid] = {text, a};
+  return a;
+}
+
+absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector<NodePod>& pods) {
+  // Parse outside the lock; malformed annotations are reported once per pod and value.
+  std::vector<std::pair<const NodePod*, formats::Assignment>> parsed;
+  for (const NodePod& pod : pods) {
+    if (pod.deleting || pod.terminated()) continue;
+    const std::string phase = Annotation(pod, formats::kAnnotationPhase);
+    if (phase != formats::kPhaseBound && phase != formats::kPhaseAllocated) continue;
+    const std::string text = Annotation(pod, formats::kAnnotationAssignment);
+    absl::StatusOr<formats::Assignment> a = ParseCached(pod.uid, text);
+    std::string problem;
+    if (!a.ok()) {
+      problem =
+          StrCat("cannot read tessera.dev/assignment: ", Message(a.status()),
+                 "; the pod gets no GPU until the scheduler rewrites it (delete the pod to reschedule)");
+    } else if (a->node.value() != config_.node_name) {
+      problem = StrCat("tessera.dev/assignment names node ", a->node.value(), " but the pod is bound to ",
+                       config_.node_name, "; delete the pod to reschedule");
+    }
+    if (!problem.empty()) {
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        first = reported_problems_.insert(StrCat(pod.uid, "|", text)).second;
+      }
+      if (first) Event(pod, "Warning", "MalformedAssignment", problem);
+      continue;
+    }
+    parsed.emplace_back(&pod, std::move(*a));
+  }
+  std::vector<Candidate> candidates;
+  for (const auto& [pod, a] : parsed) {
+    std::string at = Annotation(*pod, formats::kAnnotationAssignedAt);
+    if (at.empty()) at = pod->creation_timestamp;
+    for (const core::ContainerAssignment& c : a.containers) {
+      if (c.vgpus.size() != count) continue;
+      candidates.push_back({StrCat(at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c});
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.sort_key < y.sort_key; });
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Candidate& c : candidates) {
+    const std::string key = c.pod->uid + "/" + c.container->name;
+    if (tenants_.count(key) > 0 || claims_.count(key) > 0) continue;
+    // Every vGPU must be a GPU of this node.
+    ContainerRecord r;
+    r.pod_uid = c.pod->uid;
+    r.ns = c.pod->ns;
+    r.pod_name = c.pod->name;
+    r.container = c.container->name;
+    r.vgpus = c.container->vgpus;
+    bool known = true;
+    for (core::VGpuAssignment& v : r.vgpus) {
+      auto it = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
+                             [&](const formats::InventoryGpu& g) { return g.info.uuid == v.uuid; });
+      if (it == inventory_.gpus.end()) {
+        known = false;
+        break;
+      }
+      v.gpu_index = it->info.index;
+    }
+    if (!known) continue;
+    r.numa_node = c.container->numa_node;
+    r.cpus = c.container->cpus;
+    r.compute_policy = Annotation(*c.pod, core::kAnnotationComputePolicy) == "elastic" ? "elastic" : "hard";
+    r.priority = Annotation(*c.pod, core::kAnnotationPriority) == "high" ? "high" : "low";
+    claims_.insert(key);
+    return r;
+  }
+  return absl::NotFoundError("none");
+}
+
+absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
+    const kubelet::AllocateContainerRequest& req) {
+  const size_t count = req.devices.size();
+  absl::StatusOr<ContainerRecord> claimed = Claim(count, *Pods());
+  if (!claimed.ok()) {
+    // The pod may have been bound a moment ago: look again with a fresh list.
+    if (absl::Status s = RefreshPods(); !s.ok()) {
+      return absl::UnavailableError(StrCat("cannot list this node's pods from the API server: ", Message(s),
+                                           "; the kubelet will retry"));
+    }
+    claimed = Claim(count, *Pods());
+  }
+  if (!claimed.ok()) {
+    return absl::FailedPreconditionError(
+        StrCat("no pod bound to node ", config_.node_name,
+               " by tessera-scheduler waits for a container with ", count,
+               " vGPU(s) (tessera.dev/phase: bound, a readable tessera.dev/assignment); schedule GPU pods "
+               "with schedulerName tessera-scheduler or check the pod's events"));
+  }
+  Tenant t;
+  t.record = std::move(*claimed);
+  for (const kubelet::DeviceSlot& d : req.devices) t.record.device_ids.push_back(d.id);
+  t.record.dir =
+      (fs::path(config_.state_dir) / "containers" / t.record.pod_uid / t.record.container).string();
+  t.record.region_dir =
+      (fs::path(config_.state_dir) / "regions" / t.record.pod_uid / t.record.container).string();
+  t.record.allocated_at = Now();
+  const std::string key = t.record.key();
+  if (absl::Status s = Materialize(&t); !s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    claims_.erase(key);
+    if (t.region) t.region->Close();
+    return s;
+  }
+  kubelet::ContainerAllocation response = Response(t.record);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    claims_.erase(key);
+    tenants_[key] = std::move(t);
+  }
+  return response;
+}
+
+kubelet::ContainerAllocation NodeAgent::Response(const ContainerRecord& r) const {
+  kubelet::ContainerAllocation a;
+  std::vector<std::string> uuids;
+  std::vector<int> indices;
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    uuids.push_back(v.uuid.value());
+    indices.push_back(v.gpu_index);
+  }
+  a.envs["NVIDIA_VISIBLE_DEVICES"] = StrJoin(uuids, ",");
+  a.envs["TESSERA_LIMITS_FILE"] = kContainerLimitsFile;
+  a.envs["TESSERA_AGENT_SOCKET"] = kContainerSocket;
+  a.envs["TESSERA_REGION"] = kContainerRegionFile;
+  if (r.numa_node >= 0) {
+    a.envs["TESSERA_NUMA_NODE"] = StrCat(r.numa_node);
+    a.envs["TESSERA_CPUS"] = r.cpus;
+    a.annotations["tessera.dev/cpus"] = r.cpus;
+  }
+  a.annotations["tessera.dev/pod"] = StrCat(r.ns, "/", r.pod_name);
+  a.annotations["tessera.dev/container"] = r.container;
+  a.mounts.push_back({kContainerLimitsDir, r.dir, true});
+  a.mounts.push_back({kContainerRegionDir, r.region_dir, false});
+  a.mounts.push_back({kContainerSocketDir, config_.state_dir + "/sock", true});
+  const std::string hook_dir = config_.hook_dir.empty() ? config_.state_dir + "/lib" : config_.hook_dir;
+  const std::string preload = config_.state_dir + "/ld.so.preload";
+  std::error_code ec;
+  if (fs::file_size(preload, ec) > 0 && !ec) {
+    a.mounts.push_back({kContainerHookDir, hook_dir, true});
+    a.mounts.push_back({"/etc/ld.so.preload", preload, true});
+  }
+  if (config_.device_nodes) a.devices = kubelet::NvidiaDeviceNodes(indices, config_.dev_root);
+  return a;
+}
+
+absl::StatusOr<std::vector<kubelet::ContainerAllocation>> NodeAgent::Allocate(
+    const kubelet::AllocateRequestView& request) {
+  std::vector<kubelet::ContainerAllocation> out;
+  for (const kubelet::AllocateContainerRequest& c : request.containers) {
+    absl::StatusOr<kubelet::ContainerAllocation> a = AllocateOne(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!a.ok()) {
+      ++stats_.allocation_errors;
+      return a.status();
+    }
+    ++stats_.allocations;
+    out.push_back(std::move(*a));
+  }
+  Nudge();  // report the phase soon
+  return out;
+}
+
+absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& request) {
+  // Every device must belong to a record: the container starts with limits in place.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const kubelet::DeviceSlot& d : request.devices) {
+    bool found = false;
+    for (const auto& [key, t] : tenants_) {
+      if (std::find(t.record.device_ids.begin(), t.record.device_ids.end(), d.id) !=
+          t.record.device_ids.end()) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return absl::FailedPreconditionError(
+          StrCat("device ", d.id, " was not allocated by tessera-node; restart the pod"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- reconcile -------------------------------------------------------------------------------------------
+
+absl::Status NodeAgent::ReconcileOnce() {
+  std::lock_guard<std::mutex> pass(reconcile_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.reconciles;
+  }
+  if (absl::Status s = RefreshPods(); !s.ok()) return s;
+  std::shared_ptr<const std::vector<NodePod>> pods = Pods();
+  RetryReclaims();
+  OpenRegions();
+  ReconcilePodResources(*pods);
+  ReportPhases(*pods);
+  ApplyAssignmentChanges(*pods);
+  std::set<std::string> kubelet_pods;
+  bool pr_ok = pod_resources_ == nullptr;
+  if (pod_resources_ != nullptr) {
+    absl::StatusOr<std::vector<kubelet::PodResources>> list = pod_resources_->List();
+    if (list.ok()) {
+      pr_ok = true;
+      for (const kubelet::PodResources& p : *list) kubelet_pods.insert(p.ns + "/" + p.name);
+    }
+  }
+  Collect(*pods, pr_ok, kubelet_pods);
+  return absl::OkStatus();
+}
+
+void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
+  // Pods with records not yet reported: write the truth (the containers' assignment as applied) and
+  // tessera.dev/phase: allocated once every GPU container of the pod is allocated.
+  std::map<std::string, std::vector<ContainerRecord>> by_uid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, t] : tenants_) by_uid[t.record.pod_uid].push_back(t.record);
+  }
+  for (const NodePod& pod : pods) {
+    auto it = by_uid.find(pod.uid);
+    if (it == by_uid.end()) continue;
+    const std::vector<ContainerRecord>& recs = it->second;
+    if (std::all_of(recs.begin(), recs.end(), [](const ContainerRecord& r) { return r.reported; })) continue;
+    absl::StatusOr<formats::Assignment> a =
+        formats::ParseAssignment(Annotation(pod, formats::kAnnotationAssignment));
+    if (!a.ok()) continue;
+    bool all = true;
+    bool changed = false;
+    for (core::ContainerAssignment& c : a->containers) {
+      auto r = std::find_if(recs.begin(), recs.end(),
+                            [&](const ContainerRecord& x) { return x.container == c.name; });
+      if (r == recs.end()) {
+        all = false;
+        continue;
+      }
+      if (!SameLimits(c.vgpus, r->vgpus)) {
+        c.vgpus = r->vgpus;
+        changed = true;
+      }
+    }
+    AnnotationPatch patch;
+    if (changed) {
+      core::Placement p = formats::ToPlacement(*a);
+      patch[formats::kAnnotationAssignment] = formats::FormatAssignment(p);
+    }
+    if (all) patch[formats::kAnnotationPhase] = std::string(formats::kPhaseAllocated);
+    if (patch.empty()) continue;
+    absl::Status s = api_->PatchPodAnnotations(pod.ns, pod.name, patch);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.api_errors;
+      log::Warn("cannot write the pod's phase; will retry", {{"pod", pod.key()}, {"error", Message(s)}});
+      continue;
+    }
+    if (!all) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ContainerRecord& r : recs) {
+      auto t = tenants_.find(r.key());
+      if (t == tenants_.end()) continue;
+      t->second.record.reported = true;
+      if (absl::Status st = SaveRecord(t->second.record); !st.ok())
+        log::Warn("cannot save a record", {{"error", Message(st)}});
+    }
+  }
+}
+
+void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
+  std::map<std::string, const NodePod*> by_uid;
+  for (const NodePod& p : pods) by_uid[p.uid] = &p;
+  std::vector<std::pair<std::string, uint64_t>> reloads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, t] : tenants_) {
+      if (!t.record.reported) continue;  // our own write has not landed yet
+      auto p = by_uid.find(t.record.pod_uid);
+      if (p == by_uid.end()) continue;
+      absl::StatusOr<formats::Assignment> a =
+          formats::ParseAssignment(Annotation(*p->second, formats::kAnnotationAssignment));
+      if (!a.ok()) {
+        if (reported_problems_
+                .insert(StrCat(t.record.pod_uid, "|", Annotation(*p->second, formats::kAnnotationAssignment)))
+                .second) {
+          NodeEvent e{p->second->ns,
+                      p->second->name,
+                      p->second->uid,
+                      "Warning",
+                      "MalformedAssignment",
+                      StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
+                             "; the container keeps its current limits")};
+          if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
+          log::Warn(e.message, {{"pod", p->second->key()}});
+        }
+        continue;
+      }
+      auto c = std::find_if(a->containers.begin(), a->containers.end(),
+                            [&](const core::ContainerAssignment& x) { return x.name == t.record.container; });
+      if (c == a->containers.end() || SameLimits(c->vgpus, t.record.vgpus)) continue;
+      if (!SameGpus(c->vgpus, t.record.vgpus)) {
+        log::Warn("assignment names other GPUs than the running container has; ignored",
+                  {{"pod", p->second->key()}, {"container", t.record.container}});
+        continue;
+      }
+      for (size_t i = 0; i < c->vgpus.size(); ++i) {
+        t.record.vgpus[i].cores = c->vgpus[i].cores;
+        t.record.vgpus[i].memory = c->vgpus[i].memory;
+        t.record.vgpus[i].requested = c->vgpus[i].requested;
+      }
+      t.record.generation += 1;
+      if (absl::Status s = WriteLimits(t.record); !s.ok()) {
+        log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
+        continue;
+      }
+      ApplyRegionLimits(&t);
+      if (absl::Status s = SaveRecord(t.record); !s.ok())
+        log::Warn("cannot save a record", {{"error", Message(s)}});
+      ++stats_.limit_updates;
+      reloads.emplace_back(key, t.record.generation);
+      log::Info("limits changed", {{"tenant", key}, {"generation", StrCat(t.record.generation)}});
+    }
+  }
+  for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
+}
+
+void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
+  if (pod_resources_ == nullptr) return;
+  absl::StatusOr<std::vector<kubelet::PodResources>> list = pod_resources_->List();
+  if (!list.ok()) {
+    log::Debug("pod-resources unavailable", {{"error", Message(list.status())}});
+    return;
+  }
+  std::map<std::string, std::string> uid_of;  // ns/name -> uid
+  for (const NodePod& p : pods) uid_of[p.key()] = p.uid;
+  std::vector<NodeEvent> events;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const kubelet::PodResources& p : *list) {
+    for (const kubelet::ContainerResources& c : p.containers) {
+      std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
+      if (ids.empty()) continue;
+      std::sort(ids.begin(), ids.end());
+      // The record that handed out these devices.
+      Tenant* holder = nullptr;
+      for (auto& [key, t] : tenants_) {
+        std::vector<std::string> mine = t.record.device_ids;
+        std::sort(mine.begin(), mine.end());
+        if (mine == ids) {
+          holder = &t;
+          break;
+        }
+      }
+      if (holder == nullptr) continue;
+      ContainerRecord& r = holder->record;
+      if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
+        if (!r.confirmed) {
+          r.confirmed = true;
+          [[maybe_unused]] absl::Status s = SaveRecord(r);
+        }
+        continue;
+      }
+      // The kubelet started another pod's container with this allocation: the records follow the truth. The
+      // container that really holds these devices takes over the record (its mounts name the directory
+      // already); the pod we thought of gets the other record, if any, or none (it will be allocated anew).
+      auto uid = uid_of.find(p.ns + "/" + p.name);
+      if (uid == uid_of.end()) continue;
+      const std::string real_key = uid->second + "/" + c.name;
+      auto other = tenants_.find(real_key);
+      Tenant moved = std::move(*holder);
+      const std::string old_key = moved.record.key();
+      const std::string old_sig =
+          Signature(moved.record.vgpus, moved.record.compute_policy, moved.record.priority);
+      ContainerRecord old_identity = moved.record;
+      tenants_.erase(old_key);
+      if (other != tenants_.end()) {
+        Tenant second = std::move(other->second);
+        tenants_.erase(other);
+        const std::string new_sig =
+            Signature(second.record.vgpus, second.record.compute_policy, second.record.priority);
+        second.record.pod_uid = old_identity.pod_uid;
+        second.record.ns = old_identity.ns;
+        second.record.pod_name = old_identity.pod_name;
+        second.record.container = old_identity.container;
+        second.record.reported = false;
+        second.record.confirmed = false;
+        if (new_sig != old_sig) {
+          events.push_back({old_identity.ns, old_identity.pod_name, old_identity.pod_uid, "Warning",
+                            "AllocationSwapped",
+                            "the kubelet started this pod with another pod's GPUs of a different shape; "
+                            "delete the pod so that it is placed again"});
+        }
+        fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(second.record));
+        [[maybe_unused]] absl::Status s2 = SaveRecord(second.record);
+        tenants_[second.record.key()] = std::move(second);
+      }
+      fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(old_identity));
+      moved.record.pod_uid = uid->second;
+      moved.record.ns = p.ns;
+      moved.record.pod_name = p.name;
+      moved.record.container = c.name;
+      moved.record.reported = false;
+      moved.record.confirmed = true;
+      [[maybe_unused]] absl::Status s1 = SaveRecord(moved.record);
+      log::Warn("allocation swapped between pods; records corrected",
+                {{"from", old_key}, {"to", moved.record.key()}});
+      tenants_[moved.record.key()] = std::move(moved);
+      ++stats_.swaps;
+    }
+  }
+  for (const NodeEvent& e : events) {
+    if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
+  }
+}
+
+void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
+  std::error_code ec;
+  fs::remove_all(r.dir, ec);
+  fs::remove_all(r.region_dir, ec);
+  fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(r), ec);
+  for (const char* top : {"containers", "regions"}) {
+    const fs::path pod_dir = fs::path(config_.state_dir) / top / r.pod_uid;
+    if (fs::is_empty(pod_dir, ec)) fs::remove(pod_dir, ec);
+  }
+}
+
+void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
+                        const std::set<std::string>& kubelet_pods) {
+  std::map<std::string, const NodePod*> by_uid;
+  for (const NodePod& p : pods) by_uid[p.uid] = &p;
+  const std::map<int, std::string> live = registration_->All();
+  std::vector<std::pair<ContainerRecord, std::unique_ptr<hook::SharedRegion>>> gone;
+  std::set<std::string> known_dirs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = tenants_.begin(); it != tenants_.end();) {
+      const ContainerRecord& r = it->second.record;
+      auto p = by_uid.find(r.pod_uid);
+      const bool pod_running = p != by_uid.end() && !p->second->terminated();
+      const bool pod_finished = p != by_uid.end() && p->second->terminated();
+      // The kubelet's view wins over the API's when it has one: a pod force-deleted from the API may still
+      // run.
+      const bool kubelet_has = pod_resources_ok && pod_resources_ != nullptr &&
+                               kubelet_pods.count(r.ns + "/" + r.pod_name) > 0 && !pod_finished;
+      bool process_alive = false;
+      for (const auto& [pid, tenant] : live) process_alive |= tenant == it->first && kill(pid, 0) == 0;
+      if (pod_running || kubelet_has || process_alive) {
+        known_dirs.insert(r.dir);
+        ++it;
+        continue;
+      }
+      gone.emplace_back(r, std::move(it->second.region));
+      it = tenants_.erase(it);
+      ++stats_.collected;
+    }
+    // Directories of claims in flight are not orphans.
+    for (const std::string& key : claims_)
+      known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
+  }
+  for (auto& [r, region] : gone) {
+    if (region) region->Close();
+    RemoveTenantFiles(r);
+    log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
+  }
+  // Orphan directories (a crash between creating a directory and writing its record).
+  std::error_code ec;
+  for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
+    std::error_code ec2;
+    for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
+      if (known_dirs.count(ctr.path().string()) > 0) continue;
+      const fs::path record =
+          fs::path(config_.state_dir) / "records" /
+          StrCat(pod_dir.path().filename().string(), "_", ctr.path().filename().string(), ".json");
+      if (fs::exists(record, ec2)) continue;
+      if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
+      fs::remove_all(ctr.path(), ec2);
+      fs::remove_all(
+          fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename(), ec2);
+    }
+    if (fs::is_empty(pod_dir.path(), ec2)) fs::remove(pod_dir.path(), ec2);
+  }
+}
+
+// --- registration ----------------------------------------------------------------------------------------
+
+absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const hook::Hello& hello) {
+  absl::StatusOr<CgroupIdentity> id = IdentifyProcess(config_.proc_root, pid);
+  auto refuse = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.registrations_refused;
+    return s;
+  };
+  if (!id.ok()) {
+    return refuse(absl::PermissionDeniedError(
+        StrCat("host process ", pid, " is not in a Kubernetes pod (", Message(id.status()), ")")));
+  }
+  std::shared_ptr<const std::vector<NodePod>> pods = Pods();
+  auto container_name_of = [&](const std::string& uid) -> std::string {
+    for (const NodePod& p : *pods) {
+      if (p.uid != uid) continue;
+      for (const auto& [name, cid] : p.container_ids) {
+        if (!id->container_id.empty() && cid == id->container_id) return name;
+      }
+    }
+    return "";
+  };
+  std::string name = container_name_of(id->pod_uid);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Tenant*> mine;
+  for (const auto& [key, t] : tenants_) {
+    if (t.record.pod_uid == id->pod_uid) mine.push_back(&t);
+  }
+  if (mine.empty()) {
+    ++stats_.registrations_refused;
+    return absl::PermissionDeniedError(
+        StrCat("pod ", id->pod_uid, " of host process ", pid, " holds no Tessera GPU on this node"));
+  }
+  const Tenant* tenant = nullptr;
+  if (!name.empty()) {
+    for (const Tenant* t : mine) {
+      if (t->record.container == name) tenant = t;
+    }
+  } else if (mine.size() == 1) {
+    tenant = mine[0];
+  }
+  if (tenant == nullptr) {
+    ++stats_.registrations_refused;
+    return absl::UnavailableError(
+        StrCat("cannot tell which container of pod ", id->pod_uid, " host process ", pid,
+               " belongs to yet (its container ID is not in the pod's status); retry in a second"));
+  }
+  // What the process says must agree with what it was given.
+  if (hello.gpus[0] != 0) {
+    for (std::string_view g : StrSplit(hello.gpus, ',')) {
+      if (g.empty()) continue;
+      const bool given = std::any_of(tenant->record.vgpus.begin(), tenant->record.vgpus.end(),
+                                     [&](const core::VGpuAssignment& v) { return v.uuid.value() == g; });
+      if (!given) {
+        ++stats_.registrations_refused;
+        return absl::PermissionDeniedError(StrCat("host process ", pid, " of ", tenant->record.ns, "/",
+                                                  tenant->record.pod_name, " claims GPU ", g,
+                                                  ", which was not given to its container"));
+      }
+    }
+  }
+  ++stats_.registrations;
+  return RegistrationServer::Accepted{tenant->record.key(), tenant->record.generation};
+}
+
+void NodeAgent::OnGone(int pid, const std::string& tenant) {
+  // The process exited (or was killed): free what it held in the region now, not at the next charge. Until
+  // its parent reaps it the process is a zombie and still counts as alive; then the reconcile pass retries.
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end() || !it->second.region) return;
+  const int freed = it->second.region->ReclaimDeadSlots();
+  stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
+  if (freed <= 0) pending_reclaims_.insert(tenant);
+  log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}, {"slots_freed", StrCat(freed)}});
+}
+
+void NodeAgent::OpenRegions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, t] : tenants_) {
+    if (t.region) continue;
+    auto region = std::make_unique<hook::SharedRegion>();
+    hook::Error error;
+    const std::string path = (fs::path(t.record.region_dir) / "region").string();
+    if (!region->Open(path.c_str(), &error)) {
+      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
+      continue;
+    }
+    t.region = std::move(region);
+    ApplyRegionLimits(&t);
+  }
+}
+
+void NodeAgent::RetryReclaims() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto key = pending_reclaims_.begin(); key != pending_reclaims_.end();) {
+    auto it = tenants_.find(*key);
+    if (it == tenants_.end() || !it->second.region) {
+      key = pending_reclaims_.erase(key);
+      continue;
+    }
+    const int freed = it->second.region->ReclaimDeadSlots();
+    stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
+    key = freed > 0 ? pending_reclaims_.erase(key) : std::next(key);
+  }
+}
+
+// --- inventory, health, metrics --------------------------------------------------------------------------
+
+absl::Status NodeAgent::PublishInventory() {
+  std::string inventory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inventory = formats::SerializeGpuInventory(inventory_);
+  }
+  return api_->PatchNodeAnnotations(
+      {{formats::kGpuInventoryAnnotation, inventory}, {formats::kHeartbeatAnnotation, Now()}});
+}
+
+void NodeAgent::SetGpuHealth(const core::GpuUuid& uuid, bool healthy, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (formats::InventoryGpu& g : inventory_.gpus) {
+      if (g.info.uuid != uuid) continue;
+      g.info.health = healthy ? core::GpuHealth::kHealthy : core::GpuHealth::kUnhealthy;
+      g.health_reason = healthy ? "" : reason;
+    }
+  }
+  if (absl::Status s = PublishInventory(); !s.ok())
+    log::Warn("cannot publish GPU health", {{"error", Message(s)}});
+}
+
+std::vector<ContainerRecord> NodeAgent::Records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ContainerRecord> out;
+  for (const auto& [key, t] : tenants_) out.push_back(t.record);
+  return out;
+}
+
+std::vector<int> NodeAgent::TenantPids(const std::string& pod_uid, const std::string& container) const {
+  return registration_->Pids(pod_uid + "/" + container);
+}
+
+AgentStats NodeAgent::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string NodeAgent::MetricsText() const {
+  const std::map<int, std::string> procs = registration_->All();
+  std::map<std::string, int> procs_of;
+  for (const auto& [pid, tenant] : procs) ++procs_of[tenant];
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  struct GpuSum {
+    uint64_t mem_used = 0, mem_limit = 0;
+    double cores_used = 0, cores_limit = 0;
+    int tenants = 0;
+  };
+  std::map<std::string, GpuSum> per_gpu;
+  std::string ctr_lines[5];
+  for (const auto& [key, t] : tenants_) {
+    const ContainerRecord& r = t.record;
+    for (const core::VGpuAssignment& v : r.vgpus) {
+      const std::string labels =
+          StrCat("namespace=\"", EscapeLabel(r.ns), "\",pod=\"", EscapeLabel(r.pod_name), "\",container=\"",
+                 EscapeLabel(r.container), "\",gpu=\"", v.uuid.value(), "\"");
+      const uint64_t limit = static_cast<uint64_t>(v.memory.value()) << 20;
+      uint64_t used = 0;
+      double cores_used = 0;
+      if (t.region) {
+        const int dev = t.region->FindDevice(v.uuid.value().c_str());
+        if (dev >= 0) {
+          used = t.region->Used(dev);
+          cores_used =
+              t.region->device(dev)->controller.own_util_ppm.load(std::memory_order_relaxed) / 10000.0;
+        }
+      }
+      const double cores_limit = v.cores.value() / 10.0;
+      StrAppend(&ctr_lines[0], "tessera_container_memory_used_bytes{", labels, "} ", used, "\n");
+      StrAppend(&ctr_lines[1], "tessera_container_memory_limit_bytes{", labels, "} ", limit, "\n");
+      StrAppend(&ctr_lines[2], "tessera_container_cores_used_percent{", labels, "} ", cores_used, "\n");
+      StrAppend(&ctr_lines[3], "tessera_container_cores_limit_percent{", labels, "} ", cores_limit, "\n");
+      GpuSum& g = per_gpu[v.uuid.value()];
+      g.mem_used += used;
+      g.mem_limit += limit;
+      g.cores_used += cores_used;
+      g.cores_limit += cores_limit;
+      g.tenants += 1;
+    }
+    StrAppend(&ctr_lines[4], "tessera_container_processes{namespace=\"", EscapeLabel(r.ns), "\",pod=\"",
+              EscapeLabel(r.pod_name), "\",container=\"", EscapeLabel(r.container), "\"} ", procs_of[key],
+              "\n");
+  }
+  const char* ctr_help[5][2] = {
+      {"tessera_container_memory_used_bytes", "GPU memory a container holds on a GPU (its shared region)."},
+      {"tessera_container_memory_limit_bytes", "GPU memory limit of a container on a GPU."},
+      {"tessera_container_cores_used_percent",
+       "Compute a container used on a GPU over the hook's last step, percent of the GPU."},
+      {"tessera_container_cores_limit_percent", "Compute share of a container on a GPU, percent of the GPU."},
+      {"tessera_container_processes", "Processes of a container registered with the agent."}};
+  for (int i = 0; i < 5; ++i) {
+    StrAppend(&out, "# HELP ", ctr_help[i][0], " ", ctr_help[i][1], "\n# TYPE ", ctr_help[i][0], " gauge\n",
+              ctr_lines[i]);
+  }
+  const char* gpu_help[6][2] = {
+      {"tessera_gpu_health", "1 when the GPU is healthy, 0 when not."},
+      {"tessera_gpu_memory_used_bytes", "GPU memory held by all Tessera containers on the GPU."},
+      {"tessera_gpu_memory_limit_bytes", "Sum of the memory limits of the containers on the GPU."},
+      {"tessera_gpu_cores_used_percent", "Compute used by all Tessera containers on the GPU, percent."},
+      {"tessera_gpu_cores_limit_percent", "Sum of the compute shares given on the GPU, percent."},
+      {"tessera_gpu_tenants", "Containers sharing the GPU."}};
+  for (int i = 0; i < 6; ++i) {
+    StrAppend(&out, "# HELP ", gpu_help[i][0], " ", gpu_help[i][1], "\n# TYPE ", gpu_help[i][0], " gauge\n");
+    for (const formats::InventoryGpu& g : inventory_.gpus) {
+      const GpuSum s = per_gpu.count(g.info.uuid.value()) ? per_gpu.at(g.info.uuid.value()) : GpuSum{};
+      const std::string labels = StrCat("{gpu=\"", g.info.uuid.value(), "\",index=\"", g.info.index,
+                                        "\",model=\"", EscapeLabel(g.info.model), "\"} ");
+      switch (i) {
+        case 0:
+          StrAppend(&out, gpu_help[i][0], labels, g.info.health == core::GpuHealth::kHealthy ? 1 : 0, "\n");
+          break;
+        case 1:
+          StrAppend(&out, gpu_help[i][0], labels, s.mem_used, "\n");
+          break;
+        case 2:
+          StrAppend(&out, gpu_help[i][0], labels, s.mem_limit, "\n");
+          break;
+        case 3:
+          StrAppend(&out, gpu_help[i][0], labels, s.cores_used, "\n");
+          break;
+        case 4:
+          StrAppend(&out, gpu_help[i][0], labels, s.cores_limit, "\n");
+          break;
+        default:
+          StrAppend(&out, gpu_help[i][0], labels, s.tenants, "\n");
+          break;
+      }
+    }
+  }
+  StrAppend(&out, "# HELP tessera_node_tenants Containers with a Tessera allocation on this node.\n",
+            "# TYPE tessera_node_tenants gauge\ntessera_node_tenants ", tenants_.size(), "\n");
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"tessera_allocations_total", stats_.allocations},
+      {"tessera_allocation_errors_total", stats_.allocation_errors},
+      {"tessera_limit_updates_total", stats_.limit_updates},
+      {"tessera_containers_collected_total", stats_.collected},
+      {"tessera_registrations_total", stats_.registrations},
+      {"tessera_registrations_refused_total", stats_.registrations_refused},
+      {"tessera_region_slots_reclaimed_total", stats_.slots_reclaimed},
+      {"tessera_api_errors_total", stats_.api_errors}};
+  for (const auto& [name, value] : counters) {
+    StrAppend(&out, "# TYPE ", name, " counter\n", name, " ", value, "\n");
+  }
+  return out;
+}
+
+}  // namespace tessera::node

@@ -1,0 +1,612 @@
+// The node agent against the fake kubelet (real gRPC over unix sockets: the device plugin with the agent as
+// its backend, pod-resources), an in-memory API, real files, real processes (fork) on the registration
+// socket.
+#include "node/agent.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "core/strings.h"
+#include "formats/assignment.h"
+#include "hook/common/limits.h"
+#include "hook/common/region.h"
+#include "hook/common/registration.h"
+#include "kubelet/device_plugin.h"
+#include "kubelet/fake_kubelet.h"
+#include "node/cgroup.h"
+#include "temp_dir.h"
+
+namespace tessera::node {
+namespace {
+
+namespace fs = std::filesystem;
+using tessera::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr auto kWait = std::chrono::seconds(30);  // a guard against hangs, never a timing assertion
+
+std::string Uid(int i) {
+  return StrCat("00000000-0000-4000-8000-", std::string(12 - StrCat(i).size(), '0'), i);
+}
+
+formats::GpuInventory Inventory(int n) {
+  formats::GpuInventory inv;
+  for (int i = 0; i < n; ++i) {
+    formats::InventoryGpu g;
+    g.info.uuid = core::GpuUuid(StrCat("GPU-", i));
+    g.info.index = i;
+    g.info.model = "T4";
+    g.info.memory = core::MiB(16384);
+    g.info.numa_node = i < n / 2 ? 0 : 1;
+    g.cpus = i < n / 2 ? "0-7" : "8-15";
+    inv.gpus.push_back(g);
+  }
+  inv.links = core::LinkMatrix(n, core::Link::Of(core::LinkKind::kSys));
+  inv.source = "test";
+  return inv;
+}
+
+// A pod bound to gpu-1 by the scheduler: one container "main" with the given vGPUs (GPU index, percent, MiB).
+NodePod BoundPod(int i, std::vector<std::tuple<int, int, int>> vgpus, const std::string& node = "gpu-1") {
+  NodePod p;
+  p.ns = "default";
+  p.name = StrCat("pod-", i);
+  p.uid = Uid(i);
+  p.creation_timestamp = StrCat("2026-11-22T10:00:", i < 10 ? "0" : "", i % 60, "Z");
+  p.phase = "Pending";
+  core::Placement placement;
+  placement.node = core::NodeName(node);
+  core::ContainerAssignment c;
+  c.name = "main";
+  for (auto [gpu, percent, mib] : vgpus) {
+    core::VGpuAssignment v;
+    v.gpu_index = gpu;
+    v.uuid = core::GpuUuid(StrCat("GPU-", gpu));
+    v.cores = core::MilliGpu(percent * 10);
+    v.memory = core::MiB(mib);
+    c.vgpus.push_back(v);
+  }
+  placement.containers.push_back(c);
+  p.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(placement);
+  p.annotations[formats::kAnnotationAssignedAt] = p.creation_timestamp;
+  p.annotations[formats::kAnnotationPhase] = formats::kPhaseBound;
+  return p;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kubelet::FakeKubeletOptions ko;
+    ko.plugin_dir = dir_.path() + "/dp";
+    ko.pod_resources_socket = dir_.path() + "/pr/kubelet.sock";
+    auto k = kubelet::FakeKubelet::Start(ko);
+    ASSERT_TRUE(k.ok()) << k.status();
+    kubelet_ = std::move(*k);
+    auto pr = kubelet::PodResourcesClient::Connect(ko.pod_resources_socket);
+    ASSERT_TRUE(pr.ok());
+    pod_resources_ = std::move(*pr);
+    config_.node_name = "gpu-1";
+    config_.state_dir = dir_.path() + "/state";
+    config_.proc_root = dir_.path() + "/proc";
+  }
+
+  std::unique_ptr<NodeAgent> StartAgent(bool with_plugin = true) {
+    auto agent = std::make_unique<NodeAgent>(config_, &api_, Inventory(4), pod_resources_.get());
+    EXPECT_TRUE(agent->Start(/*background=*/false).ok());
+    if (with_plugin) {
+      kubelet::DevicePluginConfig pc;
+      pc.plugin_dir = dir_.path() + "/dp";
+      pc.slots_per_gpu = 20;
+      auto plugin = kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(Inventory(4)), agent.get());
+      EXPECT_TRUE(plugin.ok());
+      plugin_ = std::move(*plugin);
+      EXPECT_TRUE(plugin_->Start().ok());
+      EXPECT_TRUE(kubelet_->WaitForRegistrations(++registrations_, kWait));
+    }
+    return agent;
+  }
+
+  std::unique_ptr<kubelet::FakePluginClient> Client() {
+    auto c = kubelet_->ConnectPlugin("tessera-gpu.sock");
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+
+  // Tells the fake kubelet's pod-resources which devices each record's pod got (what the kubelet
+  // checkpoints).
+  void PublishPodResources(const std::vector<ContainerRecord>& records) {
+    std::vector<kubelet::PodResources> pods;
+    for (const ContainerRecord& r : records) {
+      kubelet::PodResources p;
+      p.ns = r.ns;
+      p.name = r.pod_name;
+      kubelet::ContainerResources c;
+      c.name = r.container;
+      c.devices.push_back({"tessera.dev/gpu", r.device_ids, {}});
+      p.containers.push_back(c);
+      pods.push_back(p);
+    }
+    kubelet_->SetPodResources(pods);
+  }
+
+  // Makes <proc_root>/<pid>/cgroup say that `pid` is container `cid` of pod `uid` (systemd driver layout).
+  void FakeCgroup(int pid, const std::string& uid, const std::string& cid) {
+    std::string u = uid;
+    for (char& c : u) {
+      if (c == '-') c = '_';
+    }
+    dir_.Write(StrCat("proc/", pid, "/cgroup"),
+               StrCat("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod", u,
+                      ".slice/cri-containerd-", cid, ".scope\n"));
+  }
+
+  TempDir dir_;
+  InMemoryNodeApi api_{"gpu-1"};
+  std::unique_ptr<kubelet::FakeKubelet> kubelet_;
+  std::unique_ptr<kubelet::PodResourcesClient> pod_resources_;
+  std::unique_ptr<kubelet::DevicePlugin> plugin_;
+  NodeAgentConfig config_;
+  size_t registrations_ = 0;
+};
+
+TEST(CgroupTest, ParsesBothDrivers) {
+  auto systemd = ParseCgroupFile(
+      "0::/kubepods.slice/kubepods-besteffort.slice/"
+      "kubepods-besteffort-pod0f0c6a4e_1b2c_4d5e_8f90_123456789abc."
+      "slice/cri-containerd-3b1f00aa11bb22cc33dd44ee55ff66007788990011aabbccddeeff0011223344.scope\n");
+  ASSERT_TRUE(systemd.ok()) << systemd.status();
+  EXPECT_EQ(systemd->pod_uid, "0f0c6a4e-1b2c-4d5e-8f90-123456789abc");
+  EXPECT_EQ(systemd->container_id, "3b1f00aa11bb22cc33dd44ee55ff66007788990011aabbccddeeff0011223344");
+  auto cgroupfs = ParseCgroupFile(
+      "12:memory:/kubepods/burstable/pod0f0c6a4e-1b2c-4d5e-8f90-123456789abc/abcdef0123456789abcdef\n"
+      "0::/\n");
+  ASSERT_TRUE(cgroupfs.ok());
+  EXPECT_EQ(cgroupfs->pod_uid, "0f0c6a4e-1b2c-4d5e-8f90-123456789abc");
+  EXPECT_EQ(cgroupfs->container_id, "abcdef0123456789abcdef");
+  EXPECT_EQ(ParseCgroupFile("0::/user.slice/user-1000.slice/session-2.scope\n").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(AgentTest, FiftyPodsOfOneShapeAllocatedConcurrentlyAllGetCorrectRecords) {
+  // 50 pods of one shape (1 vGPU, 8%, 1 GiB) spread over 4 GPUs by the "scheduler".
+  for (int i = 0; i < 50; ++i) api_.UpsertPod(BoundPod(i, {{i % 4, 8, 1024}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  std::vector<std::future<absl::StatusOr<std::vector<kubelet::ContainerAllocation>>>> calls;
+  for (int i = 0; i < 50; ++i) {
+    calls.push_back(std::async(std::launch::async, [&client, i] {
+      return client->Allocate({{StrCat("GPU-", i % 4, "::", i / 4)}});
+    }));
+  }
+  std::set<std::string> limits_dirs;
+  for (auto& f : calls) {
+    auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 1u);
+    const kubelet::ContainerAllocation& a = (*r)[0];
+    ASSERT_GE(a.mounts.size(), 3u);
+    EXPECT_EQ(a.mounts[0].container_path, "/etc/tessera");
+    EXPECT_TRUE(a.mounts[0].read_only);
+    limits_dirs.insert(a.mounts[0].host_path);
+    // The GPU handed out is the one in that directory's pod's assignment.
+    hook::Limits limits;
+    hook::Error error;
+    ASSERT_TRUE(hook::ReadLimitsFile((a.mounts[0].host_path + "/limits").c_str(), &limits, &error))
+        << error.text;
+    ASSERT_EQ(limits.device_count, 1);
+    EXPECT_EQ(a.envs.at("NVIDIA_VISIBLE_DEVICES"), limits.devices[0].uuid);
+    EXPECT_EQ(limits.devices[0].memory_bytes, 1024ull << 20);
+    EXPECT_EQ(limits.devices[0].cores_percent, 8u);
+  }
+  EXPECT_EQ(limits_dirs.size(), 50u);  // 50 distinct containers
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 50u);
+  for (const ContainerRecord& r : records) {
+    const int i = std::stoi(r.pod_name.substr(4));
+    EXPECT_EQ(r.pod_uid, Uid(i));
+    ASSERT_EQ(r.vgpus.size(), 1u);
+    EXPECT_EQ(r.vgpus[0].uuid.value(), StrCat("GPU-", i % 4));  // the pod's own assignment
+  }
+  PublishPodResources(records);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  for (int i = 0; i < 50; ++i) {
+    auto pod = api_.GetPod("default", StrCat("pod-", i));
+    EXPECT_EQ(pod->annotations.at(formats::kAnnotationPhase), "allocated") << pod->name;
+    EXPECT_EQ(pod->annotations.at(formats::kAnnotationAssignment),
+              BoundPod(i, {{i % 4, 8, 1024}}).annotations.at(formats::kAnnotationAssignment));
+  }
+  for (const ContainerRecord& r : agent->Records()) EXPECT_TRUE(r.confirmed && r.reported) << r.key();
+  // A 51st container finds no pod: a clear refusal, nothing disturbed.
+  auto extra = client->Allocate({{"GPU-0::19"}});
+  ASSERT_FALSE(extra.ok());
+  EXPECT_THAT(std::string(extra.status().message()), HasSubstr("no pod bound to node gpu-1"));
+  EXPECT_EQ(agent->Records().size(), 50u);
+}
+
+TEST_F(AgentTest, ResponseCarriesMountsEnvAndNumaCpus) {
+  NodePod p = BoundPod(1, {{2, 50, 4096}, {3, 50, 4096}});
+  auto a = formats::ParseAssignment(p.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].numa_node = 1;
+  a->containers[0].cpus = "8-15";
+  p.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(p);
+  fs::create_directories(config_.state_dir + "/lib");
+  std::ofstream(config_.state_dir + "/lib/libtessera-cuda.so") << "x";
+  config_.device_nodes = true;
+  config_.dev_root = dir_.path() + "/dev";
+  auto agent = StartAgent();
+  auto r = Client()->Allocate({{"GPU-0::0", "GPU-1::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const kubelet::ContainerAllocation& c = (*r)[0];
+  EXPECT_EQ(c.envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-2,GPU-3");
+  EXPECT_EQ(c.envs.at("TESSERA_CPUS"), "8-15");
+  EXPECT_EQ(c.envs.at("TESSERA_NUMA_NODE"), "1");
+  std::map<std::string, kubelet::Mount> mounts;
+  for (const kubelet::Mount& m : c.mounts) mounts[m.container_path] = m;
+  EXPECT_TRUE(mounts.at("/etc/tessera").read_only);
+  EXPECT_FALSE(mounts.at("/var/lib/tessera/region").read_only);
+  EXPECT_EQ(mounts.at("/var/run/tessera").host_path, config_.state_dir + "/sock");
+  EXPECT_EQ(mounts.at("/usr/lib/tessera").host_path, config_.state_dir + "/lib");
+  EXPECT_EQ(ReadFile(mounts.at("/etc/ld.so.preload").host_path), "/usr/lib/tessera/libtessera-cuda.so\n");
+  ASSERT_FALSE(c.devices.empty());
+  EXPECT_EQ(c.devices[0].container_path, "/dev/nvidia2");
+  EXPECT_EQ(c.devices[1].container_path, "/dev/nvidia3");
+  // After the next pass the region exists with the limits applied, before any process ran.
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  hook::SharedRegion region;
+  hook::Error error;
+  ASSERT_TRUE(region.Open((mounts.at("/var/lib/tessera/region").host_path + "/region").c_str(), &error));
+  const int dev = region.FindDevice("GPU-3");
+  ASSERT_GE(dev, 0);
+  EXPECT_EQ(region.Limit(dev), 4096ull << 20);
+  region.Close();
+}
+
+TEST_F(AgentTest, KubeletRestartReRegistersAndKeepsEveryTenant) {
+  for (int i = 0; i < 3; ++i) api_.UpsertPod(BoundPod(i, {{i, 30, 2048}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, kWait));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      "tessera.dev/gpu", [](const std::vector<kubelet::FakeDevice>& d) { return d.size() == 80; }, kWait));
+  EXPECT_EQ(agent->Records().size(), 1u);
+  ASSERT_TRUE(Client()->Allocate({{"GPU-1::0"}}).ok());
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::0"}}).ok());
+  EXPECT_EQ(agent->Records().size(), 3u);
+}
+
+TEST_F(AgentTest, AgentRestartMidAllocationLosesNoTenant) {
+  for (int i = 0; i < 2; ++i) api_.UpsertPod(BoundPod(i, {{i, 25, 1024}}));
+  auto agent = StartAgent();
+  api_.FailPatches(1000);  // the API server is unreachable: the phase cannot be written
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "bound");
+  // The agent dies before it could report: nothing but its state directory survives.
+  plugin_->Stop();
+  plugin_.reset();
+  agent->Stop();
+  agent.reset();
+  api_.FailPatches(0);
+
+  auto again = StartAgent();
+  std::vector<ContainerRecord> records = again->Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].pod_name, "pod-0");
+  EXPECT_TRUE(fs::exists(records[0].dir + "/limits"));
+  ASSERT_TRUE(again->ReconcileOnce().ok());
+  EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "allocated");
+  // The next container of that shape is pod-1, not pod-0 again.
+  auto r = Client()->Allocate({{"GPU-1::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
+}
+
+TEST_F(AgentTest, MalformedAssignmentIsAnEventAndDisturbsNothingElse) {
+  NodePod bad = BoundPod(0, {{0, 30, 1024}});
+  bad.annotations[formats::kAnnotationAssignment] = "{\"version\": 1, \"containers\": [";
+  api_.UpsertPod(bad);
+  NodePod other_node = BoundPod(1, {{0, 30, 1024}}, "gpu-7");
+  api_.UpsertPod(other_node);
+  api_.UpsertPod(BoundPod(2, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  auto r = Client()->Allocate({{"GPU-0::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-2");
+  auto again = Client()->Allocate({{"GPU-0::1"}});
+  EXPECT_FALSE(again.ok());
+  std::vector<NodeEvent> events = api_.events();
+  ASSERT_EQ(events.size(), 2u);  // once per pod, however often it is looked at
+  for (const NodeEvent& e : events) {
+    EXPECT_EQ(e.type, "Warning");
+    EXPECT_EQ(e.reason, "MalformedAssignment");
+  }
+  EXPECT_THAT(events[0].message + events[1].message, HasSubstr("tessera.dev/assignment"));
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "bound");
+  EXPECT_EQ(api_.GetPod("default", "pod-2")->annotations.at(formats::kAnnotationPhase), "allocated");
+}
+
+TEST_F(AgentTest, ChangedAssignmentReachesTheRunningContainerWithReload) {
+  NodePod p = BoundPod(0, {{0, 60, 8192}});
+  p.annotations["tessera.dev/priority"] = "low";
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  const ContainerRecord rec = agent->Records().at(0);
+  // A process of the container registers (its cgroup says so).
+  FakeCgroup(getpid(), p.uid, "aa11bb22cc33dd44ee55ff66");
+  hook::AgentConnection conn;
+  hook::Hello hello;
+  hello.pid = 7;
+  hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+  hook::CopyString(hello.gpus, sizeof(hello.gpus), "GPU-0");
+  hello.generation = 1;
+  hook::AgentMessage reply;
+  hook::Error error;
+  ASSERT_TRUE(conn.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &error)) << error.text;
+  EXPECT_EQ(reply.generation, 1u);
+  EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{getpid()});
+
+  // The scheduler compresses it (a high-priority pod arrived): 60% -> 35%, requestedCores kept.
+  NodePod now = *api_.GetPod("default", "pod-0");
+  auto a = formats::ParseAssignment(now.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].vgpus[0].requested = core::MilliGpu(600);
+  a->containers[0].vgpus[0].cores = core::MilliGpu(350);
+  now.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(now);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  hook::Limits limits;
+  ASSERT_TRUE(hook::ReadLimitsFile((rec.dir + "/limits").c_str(), &limits, &error)) << error.text;
+  EXPECT_EQ(limits.generation, 2u);
+  EXPECT_EQ(limits.devices[0].cores_percent, 35u);
+  // The process hears RELOAD.
+  hook::AgentMessage msg;
+  bool got = false;
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!got && std::chrono::steady_clock::now() < deadline) {
+    got = conn.Poll(&msg);
+    if (!got) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(got);
+  EXPECT_EQ(msg.kind, hook::AgentMessageKind::kReload);
+  EXPECT_EQ(msg.generation, 2u);
+  conn.Close();
+  EXPECT_EQ(agent->stats().limit_updates, 1u);
+}
+
+TEST_F(AgentTest, RegistrationRefusesImpostors) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  hook::Hello hello;
+  hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+  hook::AgentMessage reply;
+  hook::Error error;
+  {
+    // Not in any pod.
+    hook::AgentConnection c;
+    EXPECT_FALSE(c.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &error));
+    EXPECT_THAT(error.text, HasSubstr("not in a Kubernetes pod"));
+    c.Close();
+  }
+  {
+    // In a pod that has no GPU here.
+    FakeCgroup(getpid(), Uid(9), "ffee");
+    hook::AgentConnection c;
+    EXPECT_FALSE(c.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &error));
+    EXPECT_THAT(error.text, HasSubstr("holds no Tessera GPU"));
+    c.Close();
+  }
+  {
+    // The right pod, claiming a GPU it was not given.
+    FakeCgroup(getpid(), Uid(0), "ffee");
+    hook::CopyString(hello.gpus, sizeof(hello.gpus), "GPU-0,GPU-3");
+    hook::AgentConnection c;
+    EXPECT_FALSE(c.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &error));
+    EXPECT_THAT(error.text, HasSubstr("claims GPU GPU-3"));
+    c.Close();
+  }
+  EXPECT_EQ(agent->stats().registrations_refused, 3u);
+  EXPECT_EQ(agent->stats().registrations, 0u);
+}
+
+TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContainerLives) {
+  NodePod p = BoundPod(0, {{0, 30, 4096}});
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  const ContainerRecord rec = agent->Records().at(0);
+  const std::string region_path = rec.region_dir + "/region";
+  const std::string socket = agent->registration_socket();
+
+  int go[2];
+  int ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The tenant: waits until its cgroup is set up, attaches, charges 1 GiB, registers, then runs forever.
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(1);
+    hook::SharedRegion region;
+    hook::Error e;
+    if (!region.Open(region_path.c_str(), &e) || !region.Attach(&e)) _exit(2);
+    const int dev = region.FindDevice("GPU-0");
+    if (dev < 0 || region.TryCharge(dev, 1ull << 30) != hook::ChargeResult::kOk) _exit(3);
+    hook::AgentConnection conn;
+    hook::Hello h;
+    hook::CopyString(h.lib, sizeof(h.lib), "cuda");
+    hook::AgentMessage r;
+    if (!conn.Register(socket.c_str(), h, 5000, &r, &e)) _exit(4);
+    if (write(ready[1], "r", 1) != 1) _exit(5);
+    while (true) pause();
+  }
+  FakeCgroup(child, p.uid, "0123456789abcdef0123");
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  hook::SharedRegion region;
+  hook::Error error;
+  ASSERT_TRUE(region.Open(region_path.c_str(), &error));
+  const int dev = region.FindDevice("GPU-0");
+  EXPECT_EQ(region.Used(dev), 1ull << 30);
+  EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{child});
+  EXPECT_THAT(agent->MetricsText(),
+              HasSubstr("tessera_container_processes{namespace=\"default\",pod=\"pod-0\","
+                        "container=\"main\"} 1"));
+  EXPECT_THAT(agent->MetricsText(), HasSubstr(StrCat("container=\"main\",gpu=\"GPU-0\"} ", 1ull << 30)));
+
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!agent->TenantPids(p.uid, "main").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // The agent heard the EOF; if the process was still a zombie then, the next pass frees its slot.
+  if (agent->stats().slots_reclaimed == 0) {
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+  }
+  EXPECT_EQ(agent->stats().slots_reclaimed, 1u);
+  EXPECT_EQ(region.Used(dev), 0u);
+  EXPECT_TRUE(region.CheckConsistent(dev));
+  EXPECT_TRUE(agent->TenantPids(p.uid, "main").empty());
+  // The container lives on (its pod is there): its directory stays.
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(fs::exists(rec.dir + "/limits"));
+  EXPECT_TRUE(fs::exists(region_path));
+  region.Close();
+
+  // The pod goes away (from the API and the kubelet): directory, region and record are collected.
+  api_.DeletePod("default", "pod-0");
+  kubelet_->SetPodResources({});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_FALSE(fs::exists(rec.dir));
+  EXPECT_FALSE(fs::exists(rec.region_dir));
+  EXPECT_TRUE(agent->Records().empty());
+  EXPECT_EQ(agent->stats().collected, 1u);
+}
+
+TEST_F(AgentTest, NeverCollectsALiveContainer) {
+  NodePod p = BoundPod(0, {{1, 30, 1024}});
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-1::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  PublishPodResources(agent->Records());
+  // Gone from the API (force-deleted) but the kubelet still runs it: kept.
+  api_.DeletePod("default", "pod-0");
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->Records().size(), 1u);
+  // A registered process alive in it: kept even when the kubelet forgot it too.
+  FakeCgroup(getpid(), p.uid, "aa");
+  hook::AgentConnection conn;
+  hook::Hello hello;
+  hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+  hook::AgentMessage reply;
+  hook::Error error;
+  ASSERT_TRUE(conn.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &error)) << error.text;
+  kubelet_->SetPodResources({});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->Records().size(), 1u);
+  conn.Close();
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!agent->TenantPids(p.uid, "main").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(agent->Records().empty());
+}
+
+TEST_F(AgentTest, SwappedAllocationIsCorrectedFromPodResources) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  auto first = Client()->Allocate({{"GPU-2::0"}});   // the agent picks pod-0 (oldest)...
+  auto second = Client()->Allocate({{"GPU-2::1"}});  // ...and pod-1
+  ASSERT_TRUE(first.ok() && second.ok());
+  // ...but the kubelet was starting pod-1 first: pod-resources shows the devices the other way round.
+  std::vector<ContainerRecord> records = agent->Records();
+  std::sort(records.begin(), records.end(), [](auto& a, auto& b) { return a.pod_name < b.pod_name; });
+  std::swap(records[0].device_ids, records[1].device_ids);
+  PublishPodResources(records);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->stats().swaps, 1u);  // one correction moves both records
+  // Annotations tell the truth: pod-1 runs on pod-0's GPU and the other way round.
+  auto a0 =
+      formats::ParseAssignment(api_.GetPod("default", "pod-0")->annotations[formats::kAnnotationAssignment]);
+  auto a1 =
+      formats::ParseAssignment(api_.GetPod("default", "pod-1")->annotations[formats::kAnnotationAssignment]);
+  EXPECT_EQ(a0->containers[0].vgpus[0].uuid.value(), "GPU-1");
+  EXPECT_EQ(a1->containers[0].vgpus[0].uuid.value(), "GPU-0");
+  EXPECT_EQ(api_.GetPod("default", "pod-1")->annotations[formats::kAnnotationPhase], "allocated");
+  EXPECT_TRUE(api_.events().empty());  // equal shapes: harmless, no warning
+}
+
+TEST_F(AgentTest, PublishesInventoryHeartbeatAndHealth) {
+  auto agent = StartAgent(/*with_plugin=*/false);
+  ASSERT_TRUE(agent->PublishInventory().ok());
+  auto ann = api_.node_annotations();
+  auto inv = formats::ParseGpuInventory(ann.at(formats::kGpuInventoryAnnotation));
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->gpus.size(), 4u);
+  EXPECT_EQ(inv->gpus[3].cpus, "8-15");
+  EXPECT_TRUE(formats::ParseHeartbeat(ann.at(formats::kHeartbeatAnnotation)).ok());
+  agent->SetGpuHealth(core::GpuUuid("GPU-2"), false, "XID 79");
+  inv = formats::ParseGpuInventory(api_.node_annotations().at(formats::kGpuInventoryAnnotation));
+  EXPECT_EQ(inv->gpus[2].info.health, core::GpuHealth::kUnhealthy);
+  EXPECT_EQ(inv->gpus[2].health_reason, "XID 79");
+  EXPECT_THAT(agent->MetricsText(),
+              HasSubstr("tessera_gpu_health{gpu=\"GPU-2\",index=\"2\",model=\"T4\"} 0"));
+}
+
+TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
+  TempDir dir;
+  const std::string path = dir.Write("api.json", R"({"pods": [
+    {"metadata": {"name": "a", "namespace": "ml", "uid": "u-a", "annotations": {"tessera.dev/phase": "bound"}},
+     "spec": {"nodeName": "gpu-1"},
+     "status": {"phase": "Pending", "containerStatuses": [{"name": "main", "containerID": "containerd://abc"}]}},
+    {"metadata": {"name": "b", "uid": "u-b"}, "spec": {"nodeName": "gpu-2"}}]})");
+  FileNodeApi api(path, "gpu-1");
+  auto pods = api.ListNodePods();
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  ASSERT_EQ(pods->size(), 1u);
+  EXPECT_EQ((*pods)[0].key(), "ml/a");
+  EXPECT_EQ((*pods)[0].container_ids.at("main"), "abc");
+  ASSERT_TRUE(
+      api.PatchPodAnnotations("ml", "a", {{"tessera.dev/phase", "allocated"}, {"x", std::nullopt}}).ok());
+  ASSERT_TRUE(api.PatchNodeAnnotations({{"tessera.dev/heartbeat", "t"}}).ok());
+  ASSERT_TRUE(api.PostEvent({"ml", "a", "u-a", "Warning", "R", "m"}).ok());
+  EXPECT_EQ(api.PatchPodAnnotations("ml", "zz", {}).code(), absl::StatusCode::kNotFound);
+  pods = api.ListNodePods();
+  EXPECT_EQ((*pods)[0].annotations.at("tessera.dev/phase"), "allocated");
+  EXPECT_THAT(ReadFile(path), HasSubstr("\"tessera.dev/heartbeat\": \"t\""));
+  dir.Write("api.json", "{not json");
+  auto broken = api.ListNodePods();
+  EXPECT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("fix its syntax"));
+}
+
+}  // namespace
+}  // namespace tessera::node
