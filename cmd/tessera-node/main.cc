@@ -14,9 +14,12 @@
 #include "core/strings.h"
 #include "gpu/gpu_source.h"
 #include "gpu/health_monitor.h"
+#include "k8s/config.h"
+#include "k8s/kube_api.h"
 #include "kubelet/device_plugin.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/agent.h"
+#include "node/kube_node_api.h"
 #include "node/node_api.h"
 
 namespace {
@@ -53,12 +56,26 @@ int Run(const Options& o) {
   if (o.node_name.empty())
     return Fail("give --node-name (in the DaemonSet: the downward API's spec.nodeName)");
   std::unique_ptr<node::NodeApi> api;
+  std::unique_ptr<k8s::KubeApi> kube;
   if (!o.fake_api.empty()) {
     api = std::make_unique<node::FileNodeApi>(o.fake_api, o.node_name);
   } else {
-    return Fail(
-        "this build talks to the Kubernetes API only through --fake-api FILE (the Kubernetes client is being "
-        "integrated; see docs/node-agent.md); give --fake-api FILE");
+    absl::StatusOr<k8s::ClientConfig> config =
+        o.kubeconfig.empty() && k8s::InCluster()
+            ? k8s::LoadInClusterConfig()
+            : k8s::LoadKubeconfig({.paths = o.kubeconfig, .context = ""});
+    if (!config.ok()) {
+      return Fail(
+          StrCat(Message(config.status()), " (or give --fake-api FILE to run without an API server)"));
+    }
+    config->user_agent = "tessera-node";
+    absl::StatusOr<std::unique_ptr<k8s::KubeApi>> made = k8s::NewKubeApi(*config);
+    if (!made.ok()) return Fail(Message(made.status()));
+    kube = *std::move(made);
+    absl::StatusOr<std::unique_ptr<node::KubeNodeApi>> node_api =
+        node::KubeNodeApi::Start(*kube, o.node_name, std::chrono::seconds(30));
+    if (!node_api.ok()) return Fail(Message(node_api.status()));
+    api = *std::move(node_api);
   }
   gpu::GpuSourceOptions gso;
   gso.fake_gpus_file = o.fake_gpus;
@@ -142,7 +159,8 @@ int main(int argc, char** argv) {
       "See docs/node-agent.md."};
   app.add_option("--node-name", o.node_name, "This node's name (the downward API's spec.nodeName)")
       ->required();
-  app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig file (default: in-cluster service account)");
+  app.add_option("--kubeconfig", o.kubeconfig,
+                 "kubeconfig file (default: in a pod its service account, else $KUBECONFIG or ~/.kube/config)");
   app.add_option("--fake-api", o.fake_api,
                  "Standalone: a JSON file standing in for the API server ({\"pods\": [v1.Pod...]})");
   app.add_option("--fake-gpus", o.fake_gpus, "A fake-GPU file (YAML/JSON) instead of NVML")
