@@ -73,7 +73,7 @@ int Cluster::ModelId(std::string_view model) const {
 }
 
 int Cluster::NodeIndex(const NodeName& name) const {
-  auto it = node_index_.find(name);
+  auto it = node_index_.find(name.value());
   return it == node_index_.end() ? -1 : it->second;
 }
 
@@ -84,7 +84,7 @@ const NodeState* Cluster::FindNode(const NodeName& name) const {
 
 absl::Status Cluster::AddNode(NodeInfo info) {
   if (info.name.empty()) return absl::InvalidArgumentError("a node needs a name");
-  if (node_index_.contains(info.name)) {
+  if (node_index_.contains(info.name.value())) {
     return absl::AlreadyExistsError(StrCat("node ", info.name.value(), " is already in the cluster"));
   }
   const int n = static_cast<int>(info.gpus.size());
@@ -157,7 +157,7 @@ absl::Status Cluster::AddNode(NodeInfo info) {
   state.info_ = std::move(info);
   state.Recompute();
   Touch(state);
-  node_index_[state.info_.name] = static_cast<int>(nodes_.size());
+  node_index_[state.info_.name.value()] = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(state));
   return absl::OkStatus();
 }
@@ -174,12 +174,12 @@ absl::Status Cluster::RemoveNode(const NodeName& name) {
   const int last = static_cast<int>(nodes_.size()) - 1;
   if (i != last) {
     std::swap(nodes_[static_cast<size_t>(i)], nodes_[static_cast<size_t>(last)]);
-    node_index_[nodes_[static_cast<size_t>(i)].name()] = i;
+    node_index_[nodes_[static_cast<size_t>(i)].name().value()] = i;
     for (auto& [uid, record] : pods_) {
       if (record.node == last) record.node = i;
     }
   }
-  node_index_.erase(name);
+  node_index_.erase(name.value());
   nodes_.pop_back();
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/cluster_types.h"
@@ -193,7 +194,9 @@ class Cluster {
 
   std::vector<NodeState> nodes_;
   uint64_t last_version_ = 0;
-  std::unordered_map<NodeName, int> node_index_;
+  // Node name -> position in nodes_. An open-addressing table: the extender resolves thousands of names per
+  // request, and a node-based map's pointer chasing showed up as a fifth of its time.
+  absl::flat_hash_map<std::string, int> node_index_;
   std::vector<std::string> models_;
   std::unordered_map<std::string, int> model_index_;
   std::unordered_map<PodUid, PodRecord> pods_;

@@ -55,7 +55,7 @@ void ClusterCache::RebuildPolicyLocked() {
   s.policy = *std::move(policy);
   s.policy_name = std::string(s.policy->name());
   s.placer = std::make_unique<core::Placer>(*s.policy, options_.placement);
-  s.evaluations = core::EvaluationCache();
+  s.evaluations.Clear();
   s.since_rebuild = 0;
   s.models_at_rebuild = s.cluster.model_count();
 }
@@ -280,9 +280,11 @@ FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<co
   FilterOutcome out;
   const core::CompiledRequest compiled(s.cluster, request);
   core::NodeFit scratch;
-  std::vector<NodeName> known;
+  std::vector<const core::NodeState*> known;
+  known.reserve(nodes.empty() ? static_cast<size_t>(s.cluster.node_count()) : nodes.size());
+  out.fits.reserve(known.capacity());
   auto consider = [&](const core::NodeState& node) {
-    known.push_back(node.name());
+    known.push_back(&node);
     const core::NodeFit& fit =
         s.placer->EvaluateCached(s.cluster, node, compiled, s.rng, &s.evaluations, scratch);
     if (fit.fits()) {
@@ -307,7 +309,9 @@ FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<co
   }
   // A high-priority pod that fits nowhere may still fit by compressing low-priority tenants (SharedGPU).
   if (out.fits.empty() && request.priority == core::Priority::kHigh && !known.empty()) {
-    absl::StatusOr<core::Placement> p = s.placer->Place(s.cluster, request, s.rng, known);
+    std::vector<NodeName> names;
+    for (const core::NodeState* n : known) names.push_back(n->name());
+    absl::StatusOr<core::Placement> p = s.placer->Place(s.cluster, request, s.rng, names);
     if (p.ok() && !p->compressions.empty()) {
       const std::string node = p->node.value();
       out.failed.erase(node);

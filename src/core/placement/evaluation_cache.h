@@ -13,6 +13,8 @@
 #ifndef TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
 #define TESSERA_CORE_PLACEMENT_EVALUATION_CACHE_H_
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -26,24 +28,32 @@ class EvaluationCache {
   const NodeFit* Find(size_t node, uint64_t node_version, uint64_t fingerprint) const {
     if (node >= slots_.size()) return nullptr;
     const Slot& s = slots_[node][fingerprint % kWays];
-    return s.version == node_version && s.fingerprint == fingerprint ? &s.fit : nullptr;
+    return s.version == node_version && s.fingerprint == fingerprint && s.generation == generation_ ? &s.fit
+                                                                                                    : nullptr;
   }
   void Store(size_t node, uint64_t node_version, uint64_t fingerprint, const NodeFit& fit) {
-    if (node >= slots_.size()) slots_.resize(node + 1);
+    // Grow geometrically: growing one node at a time moved every row (32 slots) on each new node.
+    if (node >= slots_.size()) slots_.resize(std::max(node + 1, slots_.size() * 2));
     Slot& s = slots_[node][fingerprint % kWays];
     s.version = node_version;
     s.fingerprint = fingerprint;
+    s.generation = generation_;
     s.fit = fit;
   }
+  // Forgets every answer (the policy changed) in O(1), keeping the memory: refilling tens of megabytes of
+  // fresh pages after each policy rebuild cost the scheduler more than the evaluations themselves.
+  void Clear() { ++generation_; }
 
  private:
   static constexpr size_t kWays = 32;  // distinct pod shapes remembered per node
   struct Slot {
     uint64_t version = 0;  // 0: empty (node versions start at 1)
     uint64_t fingerprint = 0;
+    uint64_t generation = 0;
     NodeFit fit;
   };
   std::vector<std::array<Slot, kWays>> slots_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace tessera::core
