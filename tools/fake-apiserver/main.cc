@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       "configmaps, "
       "leases; get/list/watch/create/update/patch/delete, pods/binding), for demos and tests. It schedules "
       "nothing "
-      "and runs no controllers. docs/kubernetes-client.md says what it fakes."};
+      "and runs no controllers. docs/k8s-client.md says what it fakes."};
   fake::FakeApiServerOptions options;
   std::string kubeconfig_path, load_file, ca_out;
   std::string cert_file, key_file, client_ca_file;
