@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -473,6 +474,25 @@ TEST(KubeApiTest, BearerTokensAndTokenFileRotation) {
   ASSERT_TRUE(other.ok());
   absl::Status denied = (*other)->Get(kNodes, "", "n").status();
   EXPECT_TRUE(absl::IsUnauthenticated(denied)) << denied;
+}
+
+TEST(KubeApiTest, TokenFileChangeIsPickedUpWithoutA401) {
+  TempDir dir;
+  std::string token_file = dir.Write("token", "first\n");
+  ClientConfig config;
+  config.token_file = token_file;
+  FakeCluster c({.tokens = {"first", "second"}}, config);
+  ASSERT_TRUE(c.api->Create(kNodes, "", MakeNodeObject("n")).ok());
+  EXPECT_EQ(c.server->recent_requests().back().user, "token:firs");
+  // The kubelet replaces the projected token by a symlink swap: a new inode.
+  std::string next = dir.Write("token.new", "second\n");
+  ASSERT_EQ(std::rename(next.c_str(), token_file.c_str()), 0);
+  // The client notices the change within about a second (it stats the file at most once a second).
+  EXPECT_TRUE(WaitUntil([&] {
+    EXPECT_TRUE(c.api->Get(kNodes, "", "n").ok());
+    return c.server->recent_requests().back().user == "token:seco";
+  }));
+  for (const fake::RecordedRequest& r : c.server->recent_requests()) EXPECT_NE(r.status, 401);
 }
 
 TEST(KubeApiTest, TlsWithCaAndClientCertificates) {
