@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cctype>
 #include <condition_variable>
 #include <list>
 
@@ -222,6 +223,8 @@ absl::Status FakeApiServer::Listen() {
                                          options_.port, " (in use? pick another --port)"));
   }
   listener_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() does nothing before the accept loop runs: wait for it, so that Stop() always works.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return absl::OkStatus();
 }
 
@@ -233,7 +236,8 @@ void FakeApiServer::Stop() {
 }
 
 std::string FakeApiServer::url() const {
-  return StrCat(tls_ ? "https://" : "http://", options_.address, ":", port_);
+  bool v6 = options_.address.find(':') != std::string::npos;
+  return StrCat(tls_ ? "https://" : "http://", v6 ? "[" : "", options_.address, v6 ? "]" : "", ":", port_);
 }
 
 Resource* FakeApiServer::FindGroupResource(std::string_view group_resource) const {
@@ -507,6 +511,45 @@ void FakeApiServer::Handle(const httplib::Request& req, httplib::Response& res) 
       if (route.resource != nullptr && ObjectStore::Info(*route.resource).namespaced && !route.name.empty()) {
         parsed = false;
       }
+    }
+  }
+  // A resource the server does not know (a custom resource) comes into being with its first object, created
+  // at the collection path: /apis/GROUP/VERSION/namespaces/NS/RESOURCE (namespaced) or
+  // /apis/GROUP/VERSION/RESOURCE (cluster-scoped). Until then, as for a CRD that is not installed, its paths
+  // answer 404.
+  std::vector<std::string_view> tail;
+  if (parsed) tail.assign(segs.begin() + static_cast<std::ptrdiff_t>(rest), segs.end());
+  bool unknown_namespaced = tail.size() == 3 && tail[0] == "namespaces" && tail[2] != "status" &&
+                            tail[2] != "finalize" &&
+                            store_.Find(core ? "" : segs[1], segs[core ? 1 : 2], tail[2]) == nullptr;
+  if (parsed && (route.resource == nullptr || unknown_namespaced) && req.method == "POST") {
+    std::string group = core ? "" : std::string(segs[1]);
+    std::string version(segs[core ? 1 : 2]);
+    const std::vector<std::string_view>& r = tail;
+    route = Route();
+    ResourceInfo info;
+    info.group = group;
+    info.version = version;
+    if (r.size() == 3 && r[0] == "namespaces") {
+      info.resource = std::string(r[2]);
+      info.namespaced = true;
+      route.ns = std::string(r[1]);
+    } else if (r.size() == 1) {
+      info.resource = std::string(r[0]);
+      info.namespaced = false;
+    }
+    Json body = Json::parse(req.body, nullptr, false);
+    if (!info.resource.empty() && body.is_object() && body.contains("kind") && body["kind"].is_string()) {
+      info.kind = body["kind"].get<std::string>();
+    } else if (!info.resource.empty()) {
+      info.kind = info.resource;
+      if (info.kind.ends_with("s")) info.kind.pop_back();
+      if (!info.kind.empty())
+        info.kind[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(info.kind[0])));
+    }
+    if (!info.resource.empty()) {
+      store_.Register(info);
+      route.resource = store_.Find(group, version, info.resource);
     }
   }
   if (!parsed || route.resource == nullptr) {

@@ -1,7 +1,7 @@
 // FakeApiServer: a faithful fake of the Kubernetes API server's REST protocol, over real HTTP or HTTPS on
 // loopback, for tests, benchmarks and demos (build/bin/fake-apiserver). It keeps objects in memory
 // (ObjectStore) and speaks the API's paths, verbs, content types, Status errors, list pagination and watch
-// streams. It fakes no scheduling, kubelet, garbage collection, admission or RBAC; docs/kubernetes-client.md
+// streams. It fakes no scheduling, kubelet, garbage collection, admission or RBAC; docs/k8s-client.md
 // lists what it does.
 //
 //   absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start({.tokens = {"secret"}});

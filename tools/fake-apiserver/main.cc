@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       "configmaps, "
       "leases; get/list/watch/create/update/patch/delete, pods/binding), for demos and tests. It schedules "
       "nothing "
-      "and runs no controllers. docs/kubernetes-client.md says what it fakes."};
+      "and runs no controllers. docs/k8s-client.md says what it fakes."};
   fake::FakeApiServerOptions options;
   std::string kubeconfig_path, load_file, ca_out;
   std::string cert_file, key_file, client_ca_file;
@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   int nodes = 0, pods = 0;
   int64_t bookmark_ms = 1000;
   bool verbose = false;
+  std::string listen;
+  app.add_option("--listen", listen,
+                 "ADDRESS:PORT to listen on (instead of --address and --port), e.g. 127.0.0.1:6443");
   app.add_option("--address", options.address, "Address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "Port (0: any free port, printed at start)")->capture_default_str();
   app.add_option("--token", options.tokens,
@@ -72,6 +75,20 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (!listen.empty()) {
+    size_t colon = listen.rfind(':');
+    int port = -1;
+    if (colon == std::string::npos || !tessera::ParseInt(std::string_view(listen).substr(colon + 1), &port) ||
+        port < 0 || port > 65535) {
+      std::cerr << "fake-apiserver: --listen '" << listen << "' is not ADDRESS:PORT (e.g. 127.0.0.1:6443)\n";
+      return 2;
+    }
+    options.address = listen.substr(0, colon);
+    if (options.address.size() >= 2 && options.address.front() == '[' && options.address.back() == ']') {
+      options.address = options.address.substr(1, options.address.size() - 2);
+    }
+    options.port = port;
   }
   tessera::log::Init("fake-apiserver", verbose ? tessera::log::Level::kInfo : tessera::log::Level::kWarn);
   options.store.bookmark_interval = std::chrono::milliseconds(bookmark_ms);

@@ -151,6 +151,10 @@ absl::StatusOr<Json> MergeMap(const Json& original, const Json& patch, bool* del
     if (value.is_null()) {
       out.erase(key);
     } else if (value.is_object()) {
+      if (out.contains(key) && out[key].is_array()) {
+        return absl::InvalidArgumentError(
+            StrCat("strategic merge patch: ", key, " is a list in the object but a map in the patch"));
+      }
       bool del = false;
       absl::StatusOr<Json> merged = MergeMap(out.contains(key) ? out[key] : Json::object(), value, &del);
       if (!merged.ok()) return merged.status();

@@ -33,6 +33,21 @@ bool ValidKey(std::string_view k) {
   return true;
 }
 
+// A label value: empty, or at most 63 characters of [A-Za-z0-9_.-] starting and ending with a letter or
+// digit.
+bool ValidValue(std::string_view v) {
+  if (v.empty()) return true;
+  if (v.size() > 63) return false;
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (!alnum(v.front()) || !alnum(v.back())) return false;
+  for (char c : v) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<LabelSelector> LabelSelector::Parse(std::string_view text) {
@@ -87,6 +102,14 @@ absl::StatusOr<LabelSelector> LabelSelector::Parse(std::string_view text) {
     if (!ValidKey(r.key)) {
       return absl::InvalidArgumentError(
           StrCat("unable to parse requirement: invalid label key \"", r.key, "\""));
+    }
+    for (const std::string& v : r.values) {
+      if (!ValidValue(v)) {
+        return absl::InvalidArgumentError(StrCat("unable to parse requirement: invalid label value \"", v,
+                                                 "\": at most 63 characters of letters, digits, '-', '_' and "
+                                                 "'.', starting and ending with a letter or "
+                                                 "digit"));
+      }
     }
     sel.requirements_.push_back(std::move(r));
   }
