@@ -342,7 +342,7 @@ bool ReadLimitsFile(const char* path, Limits* out, Error* error) {
   return true;
 }
 
-bool WriteLimitsFile(const char* path, const Limits& limits, Error* error) {
+bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool durable) {
   if (!ValidateLimits(limits, error)) return false;
   char text[16 * 1024];
   const size_t len = FormatLimits(limits, text, sizeof(text));
@@ -373,7 +373,7 @@ bool WriteLimitsFile(const char* path, const Limits& limits, Error* error) {
     }
     done += static_cast<size_t>(w);
   }
-  if (fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
+  if (fchmod(fd, 0644) != 0 || (durable && fsync(fd) != 0)) {
     error->Set("cannot sync %s: %s", tmp, strerror(errno));
     close(fd);
     unlink(tmp);
@@ -385,6 +385,7 @@ bool WriteLimitsFile(const char* path, const Limits& limits, Error* error) {
     unlink(tmp);
     return false;
   }
+  if (!durable) return true;
   // Make the rename durable: fsync the directory.
   char dir[kPathSize + 32];
   CopyString(dir, sizeof(dir), path);

@@ -73,7 +73,10 @@ bool ReadLimitsFile(const char* path, Limits* out, Error* error);
 
 // Writes `limits` atomically: a temporary file in the same directory, fsync, rename over `path`, fsync of the
 // directory. Readers see the old file or the new one, never a mix. Mode 0644.
-bool WriteLimitsFile(const char* path, const Limits& limits, Error* error);
+// Atomic (temporary file + rename). `durable` also fsyncs the file and its directory, for a file that must
+// survive a power loss; a file whose reader dies with the machine anyway (a container's limits, written before
+// the container starts) need not wait for the disk.
+bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool durable = true);
 
 // The entry that applies to a GPU: the one with this UUID, else the one with this index, else kAnyDevice.
 // `uuid` may be null or empty and `index` negative when unknown. Null when none applies.
