@@ -75,6 +75,23 @@ TEST_F(ExtenderTest, FilterWithNodeNamesAnswersNodeNames) {
   EXPECT_TRUE(out.contains("FailedNodes"));
 }
 
+TEST_F(ExtenderTest, NoCandidateNodesMeansNoneFit) {
+  json out = Filter(Pod("p", "u1", Share(30, 1024)), {});
+  EXPECT_TRUE(out["NodeNames"].empty());
+  Response r = extender_.Prioritize(
+      json{{"Pod", Pod("p", "u1", Share(30, 1024))}, {"NodeNames", json::array()}}.dump());
+  EXPECT_EQ(r.body, "[]");
+}
+
+TEST_F(ExtenderTest, NodeNamesAreReadInAnyCaseAndEscapedOnTheWayOut) {
+  ASSERT_TRUE(cache_.UpsertNode(MakeNode("we\"ird", 1, core::MiB(15360), "T4")).ok());
+  Response r = extender_.Filter(
+      json{{"pod", Pod("p", "u1", Share(30, 1024))}, {"nodenames", {"we\"ird", "t4-a"}}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = json::parse(r.body);
+  EXPECT_THAT(out["NodeNames"].get<std::vector<std::string>>(), UnorderedElementsAre("we\"ird", "t4-a"));
+}
+
 TEST_F(ExtenderTest, FilterWithNodeListAnswersTheFittingNodeObjects) {
   json pod = Pod("p", "u1", Share(50, 20000));  // 20000 MiB: only the A100s have it
   json nodes = {{"kind", "NodeList"},
@@ -251,6 +268,8 @@ TEST_F(ExtenderTest, MalformedBodiesGet400WithAClearError) {
            {"filter", R"({"NodeNames":["a"]})"},
            {"filter", R"({"Pod":{"metadata":{"name":"p"},"spec":{"containers":"x"}},"NodeNames":["a"]})"},
            {"filter", R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":"a"})"},
+           {"filter", R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":["a",1]})"},
+           {"filter", R"({"Pod":{"metadata":{"name":"p"}},"nodenames":[{"name":"a"}]})"},
            {"prioritize", "{"},
            {"bind", R"({"PodName":"p"})"},
            {"bind", "null"},
@@ -264,7 +283,7 @@ TEST_F(ExtenderTest, MalformedBodiesGet400WithAClearError) {
     json err = json::parse(r.body);
     EXPECT_THAT(err["Error"].get<std::string>(), HasSubstr(verb)) << body;
   }
-  EXPECT_EQ(extender_.counters().bad_request, 9u);
+  EXPECT_EQ(extender_.counters().bad_request, 11u);
 }
 
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
