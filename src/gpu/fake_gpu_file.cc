@@ -15,61 +15,20 @@
 #include "absl/status/status.h"
 #include "core/gpu_mask.h"
 #include "core/strings.h"
+#include "formats/yaml_fields.h"
 
 namespace tessera::gpu {
 
 namespace {
 
+using formats::Bool;
+using formats::CheckKeys;
+using formats::Fail;
+using formats::FileError;
 using formats::GpuInventory;
+using formats::Int;
 using formats::InventoryGpu;
-
-struct FileError {
-  int line;
-  std::string message;
-};
-
-[[noreturn]] void Fail(const YAML::Node& at, std::string message) {
-  throw FileError{at.Mark().line >= 0 ? at.Mark().line + 1 : 0, std::move(message)};
-}
-
-void CheckKeys(const YAML::Node& map, std::initializer_list<const char*> allowed, std::string_view what) {
-  if (!map.IsMap()) Fail(map, StrCat(what, " must be a mapping (key: value)"));
-  for (const auto& kv : map) {
-    const std::string key = kv.first.as<std::string>();
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || key == a;
-    if (!ok) {
-      std::vector<std::string> names(allowed.begin(), allowed.end());
-      Fail(kv.first,
-           StrCat("unknown field \"", key, "\" in ", what, "; expected one of: ", StrJoin(names, ", ")));
-    }
-  }
-}
-
-std::string Str(const YAML::Node& n, std::string_view field) {
-  if (!n.IsScalar()) Fail(n, StrCat(field, " must be a single value"));
-  return n.as<std::string>();
-}
-
-int64_t Int(const YAML::Node& n, std::string_view field, int64_t min, int64_t max) {
-  if (!n.IsScalar()) Fail(n, StrCat(field, " must be a number"));
-  int64_t v = 0;
-  try {
-    v = n.as<int64_t>();
-  } catch (const YAML::Exception&) {
-    Fail(n, StrCat(field, " must be a whole number, not \"", n.as<std::string>(), "\""));
-  }
-  if (v < min || v > max) Fail(n, StrCat(field, " is ", v, "; expected ", min, " to ", max));
-  return v;
-}
-
-bool Bool(const YAML::Node& n, std::string_view field) {
-  try {
-    return n.as<bool>();
-  } catch (const YAML::Exception&) {
-    Fail(n, StrCat(field, " must be true or false"));
-  }
-}
+using formats::Str;
 
 std::string CpuList(const YAML::Node& n, std::string_view field) {
   std::string text = Str(n, field);
@@ -83,7 +42,8 @@ std::string DefaultUuid(std::string_view node, int index) {
 }
 
 InventoryGpu ParseGpu(const YAML::Node& n, int index, std::string_view node) {
-  CheckKeys(n, {"uuid", "model", "memoryMiB", "numa", "pciBusId", "cpus", "healthy", "healthReason"}, "a GPU");
+  CheckKeys(n, {"uuid", "model", "memoryMiB", "numa", "pciBusId", "cpus", "healthy", "healthReason"},
+            "a GPU");
   InventoryGpu g;
   g.info.index = index;
   g.info.uuid = core::GpuUuid(n["uuid"] ? Str(n["uuid"], "uuid") : DefaultUuid(node, index));
@@ -100,7 +60,8 @@ InventoryGpu ParseGpu(const YAML::Node& n, int index, std::string_view node) {
     g.health_reason = "marked unhealthy in the fake-GPU file";
   }
   if (n["healthReason"]) {
-    if (g.info.health == core::GpuHealth::kHealthy) Fail(n["healthReason"], "healthReason needs healthy: false");
+    if (g.info.health == core::GpuHealth::kHealthy)
+      Fail(n["healthReason"], "healthReason needs healthy: false");
     g.health_reason = Str(n["healthReason"], "healthReason");
   }
   return g;
@@ -110,7 +71,8 @@ GpuInventory ParseDocument(const YAML::Node& doc, std::string_view node) {
   if (!doc || doc.IsNull()) Fail(doc, "the file is empty; expected a mapping with a list of gpus");
   CheckKeys(doc, {"apiVersion", "kind", "driverVersion", "gpus", "topology", "links"}, "a fake-GPU file");
   if (doc["kind"] && Str(doc["kind"], "kind") != "FakeGpus") {
-    Fail(doc["kind"], StrCat("kind is ", doc["kind"].as<std::string>(), "; a fake-GPU file has kind: FakeGpus"));
+    Fail(doc["kind"],
+         StrCat("kind is ", doc["kind"].as<std::string>(), "; a fake-GPU file has kind: FakeGpus"));
   }
   GpuInventory inv;
   if (doc["driverVersion"]) inv.driver_version = Str(doc["driverVersion"], "driverVersion");
@@ -147,12 +109,14 @@ GpuInventory ParseDocument(const YAML::Node& doc, std::string_view node) {
     }
   }
   const int count = static_cast<int>(inv.gpus.size());
-  if (doc["topology"] && doc["links"]) Fail(doc, "give either topology (nvidia-smi topo -m text) or links, not both");
+  if (doc["topology"] && doc["links"])
+    Fail(doc, "give either topology (nvidia-smi topo -m text) or links, not both");
   if (doc["topology"]) {
     absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(doc["topology"], "topology"));
     if (!topo.ok()) Fail(doc["topology"], StrCat("topology: ", topo.status().message()));
     if (topo->links.size() != count) {
-      Fail(doc["topology"], StrCat("topology describes ", topo->links.size(), " GPUs but the file lists ", count));
+      Fail(doc["topology"],
+           StrCat("topology describes ", topo->links.size(), " GPUs but the file lists ", count));
     }
     inv.links = topo->links;
     for (int i = 0; i < count; ++i) {
@@ -238,7 +202,8 @@ absl::StatusOr<GpuInventory> FakeGpuSource::Read() {
   return ReadFile(&content);
 }
 
-absl::StatusOr<std::vector<HealthUpdate>> FakeGpuSource::WaitForHealthEvents(std::chrono::milliseconds timeout) {
+absl::StatusOr<std::vector<HealthUpdate>> FakeGpuSource::WaitForHealthEvents(
+    std::chrono::milliseconds timeout) {
   if (inotify_fd_ >= 0) {
     pollfd p{inotify_fd_, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(timeout.count())) > 0) {
@@ -258,7 +223,8 @@ absl::StatusOr<std::vector<HealthUpdate>> FakeGpuSource::WaitForHealthEvents(std
                         StrCat(inv.status().message(), " (keeping the GPUs' last known health)"));
   }
   std::vector<HealthUpdate> out;
-  for (const formats::InventoryGpu& g : inv->gpus) out.push_back({g.info.uuid, g.info.health, g.health_reason});
+  for (const formats::InventoryGpu& g : inv->gpus)
+    out.push_back({g.info.uuid, g.info.health, g.health_reason});
   return out;
 }
 
