@@ -1,5 +1,5 @@
-// Which isolation libraries `tessera run` preloads into the command it runs, for the lead to wire into the
-// `run` subcommand (docs/opencl.md, "tessera run"): `--api auto` (the default) preloads every hook library
+// Which isolation libraries `tessera run` preloads into the command it runs (docs/opencl.md, "tessera run";
+// run_command.cc): `--api auto` (the default) preloads every hook library
 // that was built, so a CUDA program and an OpenCL program run under the same flags; `--api cuda` or
 // `--api opencl` preloads only that one. The libraries are put in front of an LD_PRELOAD already set.
 //
