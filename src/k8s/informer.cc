@@ -124,11 +124,15 @@ absl::Status Informer::Relist(const std::stop_token& stop) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.synthesized_deletes += vanished;
-    synced_ = true;
     last_error_ = absl::OkStatus();
+  }
+  // The handler first, then "synced": whoever WaitForSync() wakes finds what on_synced did done.
+  if (handlers_.on_synced) handlers_.on_synced();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    synced_ = true;
     cv_.notify_all();
   }
-  if (handlers_.on_synced) handlers_.on_synced();
   return absl::OkStatus();
 }
 

@@ -58,7 +58,8 @@ struct InformerHandlers {
   std::function<void(const Json& old_object, const Json& object)> on_update;
   // final_state_unknown: the object vanished across a relist; `last` is the last state the informer saw.
   std::function<void(const Json& last, bool final_state_unknown)> on_delete;
-  // After each full list has been applied to the store (the first one and every relist).
+  // After each full list has been applied to the store (the first one and every relist); the first call
+  // returns before HasSynced() turns true.
   std::function<void()> on_synced;
 };
 
