@@ -278,6 +278,17 @@ absl::Status ObjectStore::CheckFields(const Resource& r, const FieldSelector& f)
   return absl::OkStatus();
 }
 
+// Appends a change to the resource's watch history (dropping the oldest past history_limit, which is what
+// makes an old resourceVersion "gone") and wakes its watches. Called with r.mu held.
+void ObjectStore::Publish(Resource& r, std::shared_ptr<HistoryEvent> ev) {
+  r.history.push_back(std::move(ev));
+  while (r.history.size() > options_.history_limit) {
+    r.floor = r.history.front()->rv;
+    r.history.pop_front();
+  }
+  r.cv.notify_all();
+}
+
 void ObjectStore::NotifyAll() {
   std::lock_guard<std::mutex> lock(registry_mu_);
   for (auto& [k, r] : resources_) {
@@ -366,12 +377,7 @@ Outcome ObjectStore::Create(Resource& r, std::string_view ns, Json object) {
   ev->rv = rv;
   ev->type = EventType::kAdded;
   ev->object = obj;
-  r.history.push_back(std::move(ev));
-  while (r.history.size() > options_.history_limit) {
-    r.floor = r.history.front()->rv;
-    r.history.pop_front();
-  }
-  r.cv.notify_all();
+  Publish(r, std::move(ev));
   Outcome o;
   o.code = 201;
   o.object = obj;
@@ -479,12 +485,7 @@ Outcome ObjectStore::CommitUpdate(Resource& r, const std::string& key, const Obj
     ev->type = EventType::kModified;
     ev->old = old;
   }
-  r.history.push_back(std::move(ev));
-  while (r.history.size() > options_.history_limit) {
-    r.floor = r.history.front()->rv;
-    r.history.pop_front();
-  }
-  r.cv.notify_all();
+  Publish(r, std::move(ev));
   Outcome o;
   o.object = obj;
   return o;
@@ -582,12 +583,7 @@ Outcome ObjectStore::Delete(Resource& r, std::string_view ns, std::string_view n
     ev->type = EventType::kModified;
     ev->object = obj;
     ev->old = old;
-    r.history.push_back(std::move(ev));
-    while (r.history.size() > options_.history_limit) {
-      r.floor = r.history.front()->rv;
-      r.history.pop_front();
-    }
-    r.cv.notify_all();
+    Publish(r, std::move(ev));
     Outcome o;
     o.object = obj;
     return o;
@@ -599,12 +595,7 @@ Outcome ObjectStore::Delete(Resource& r, std::string_view ns, std::string_view n
   ev->rv = rv;
   ev->type = EventType::kDeleted;
   ev->object = WithResourceVersion(old, rv);
-  r.history.push_back(ev);
-  while (r.history.size() > options_.history_limit) {
-    r.floor = r.history.front()->rv;
-    r.history.pop_front();
-  }
-  r.cv.notify_all();
+  Publish(r, ev);
   Outcome o;
   o.object = ev->object;
   o.reason = "deleted";
@@ -685,12 +676,7 @@ Outcome ObjectStore::Bind(Resource& pods, std::string_view ns, std::string_view 
   ev->type = EventType::kModified;
   ev->object = obj;
   ev->old = old;
-  pods.history.push_back(std::move(ev));
-  while (pods.history.size() > options_.history_limit) {
-    pods.floor = pods.history.front()->rv;
-    pods.history.pop_front();
-  }
-  pods.cv.notify_all();
+  Publish(pods, std::move(ev));
   Outcome o;
   o.code = 201;
   return o;

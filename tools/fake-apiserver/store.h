@@ -192,6 +192,7 @@ class ObjectStore {
   };
 
   void NotifyAll();
+  void Publish(Resource& r, std::shared_ptr<struct HistoryEvent> ev);
   Outcome CommitUpdate(Resource& r, const std::string& key, const ObjectPtr& old, Json updated,
                        std::string_view subresource);
   absl::Status CheckFields(const Resource& r, const FieldSelector& f) const;

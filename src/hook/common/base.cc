@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -216,10 +217,14 @@ void SetLogLevelFromEnvironment() {
   const char* v = getenv("TESSERA_HOOK_LOG");
   if (v == nullptr) return;
   LogLevel level = LogLevel::kWarn;
-  if (strcmp(v, "debug") == 0) level = LogLevel::kDebug;
-  else if (strcmp(v, "info") == 0) level = LogLevel::kInfo;
-  else if (strcmp(v, "error") == 0) level = LogLevel::kError;
-  else if (strcmp(v, "off") == 0) level = LogLevel::kOff;
+  if (strcmp(v, "debug") == 0)
+    level = LogLevel::kDebug;
+  else if (strcmp(v, "info") == 0)
+    level = LogLevel::kInfo;
+  else if (strcmp(v, "error") == 0)
+    level = LogLevel::kError;
+  else if (strcmp(v, "off") == 0)
+    level = LogLevel::kOff;
   g_log_level.store(static_cast<int>(level), std::memory_order_relaxed);
 }
 
@@ -236,6 +241,23 @@ void LogLine(LogLevel level, const char* format, ...) {
   vsnprintf(msg, sizeof(msg), format, args);
   va_end(args);
   WriteStderrLine("level=%s pid=%d %s", kNames[static_cast<int>(level)], static_cast<int>(getpid()), msg);
+}
+
+bool StartBackgroundThread(void* (*fn)(void*), const char* name) {
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread inherits a mask with every signal blocked
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  const bool started = pthread_create(&thread, &attr, fn, nullptr) == 0;
+  if (started) pthread_setname_np(thread, name);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return started;
 }
 
 }  // namespace tessera::hook

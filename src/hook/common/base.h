@@ -1,6 +1,6 @@
-// Small building blocks for the hook libraries (libtessera-cuda.so, libtessera-opencl.so) and the programs that
-// share their files: an error buffer, bounded string copies, integer parsing, monotonic time, and one-line
-// stderr messages.
+// Small building blocks for the hook libraries (libtessera-cuda.so, libtessera-opencl.so) and the programs
+// that share their files: an error buffer, bounded string copies, integer parsing, monotonic time, and
+// one-line stderr messages.
 //
 // The hook libraries run inside other people's processes and link nothing but libc, libdl and pthread: no C++
 // standard library (no std::string, no operator new), no exceptions. Everything here is plain C++ on libc.
@@ -46,6 +46,10 @@ bool ParseByteSize(const char* text, uint64_t* out);
 uint64_t MonotonicNs();
 // Sleeps for `ns` nanoseconds (restarts after signals until the time has passed).
 void SleepNs(uint64_t ns);
+
+// Starts `fn` on a detached thread named `name`, with a small stack and every signal blocked (signals are
+// the host program's business). False when the thread could not be created.
+bool StartBackgroundThread(void* (*fn)(void*), const char* name);
 
 // Whether a process exists (kill(pid, 0) does not fail with ESRCH).
 bool ProcessAlive(int pid);

@@ -188,4 +188,22 @@ int SampleRing::InFlight() const {
   return n;
 }
 
+void TokenBucket::WaitForBudget(BucketState* b) {
+  bool counted = false;
+  uint64_t started = 0;
+  for (;;) {
+    const uint64_t now = MonotonicNs();
+    Refill(b, now);
+    const uint64_t wait = WaitNs(b);
+    if (wait == 0 || Unlimited(b)) break;
+    if (!counted) {
+      b->waits.fetch_add(1, std::memory_order_relaxed);
+      started = now;
+      counted = true;
+    }
+    SleepNs(wait < 2000000 ? wait : 2000000);
+  }
+  if (counted) b->waited_ns.fetch_add(MonotonicNs() - started, std::memory_order_relaxed);
+}
+
 }  // namespace tessera::hook

@@ -33,7 +33,7 @@ inline constexpr uint32_t kPpm = 1000000;  // parts per million of one GPU: the 
 
 // The GPU-time budget of one GPU of one container (128 bytes, shared between processes).
 struct BucketState {
-  std::atomic<int64_t> tokens_ns;           // 0: budget left; may go below zero by the launches in flight
+  std::atomic<int64_t> tokens_ns;  // 0: budget left; may go below zero by the launches in flight
   uint8_t pad0[56];
   std::atomic<uint64_t> last_refill_ns;     // 64: monotonic time of the last refill
   std::atomic<uint64_t> refilled_total_ns;  // 72: all budget ever added (for measuring use)
@@ -69,44 +69,51 @@ class TokenBucket {
     return true;
   }
   // Takes budget unconditionally (after a wait, or to correct an estimate).
-  static void Take(BucketState* b, int64_t cost_ns) { b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed); }
+  static void Take(BucketState* b, int64_t cost_ns) {
+    b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
+  }
 
   // How long until the budget is positive again at the current rate (0 when it is).
   static uint64_t WaitNs(const BucketState* b);
   static bool Unlimited(const BucketState* b) { return b->limited.load(std::memory_order_relaxed) == 0; }
+
+  // The launch slow path of both hook libraries: sleeps (reading the real clock) until the budget is
+  // positive, in slices of at most 2 ms so that a raised limit takes effect quickly, and counts the wait so
+  // the elastic controller sees the demand. The one member that is not pure.
+  static void WaitForBudget(BucketState* b);
 };
 
 // The elastic controller's state for one GPU of one container (64 bytes, shared between processes).
 struct ControllerState {
-  std::atomic<uint64_t> last_step_ns;       // 0
-  std::atomic<uint64_t> last_refilled_ns;   // 8: bucket.refilled_total_ns at the last step
-  std::atomic<int64_t> last_tokens_ns;      // 16: bucket.tokens_ns at the last step
-  std::atomic<uint64_t> last_waits;         // 24: bucket.waits at the last step
-  std::atomic<uint32_t> share_ppm;          // 32: the configured share
-  std::atomic<uint32_t> ceiling_ppm;        // 36: elastic ceiling
-  std::atomic<uint32_t> policy;             // 40: ComputePolicy
-  std::atomic<uint32_t> priority;           // 44: Priority
-  std::atomic<uint32_t> own_util_ppm;       // 48: this container's use over the last step
-  std::atomic<int32_t> device_util_ppm;     // 52: the whole GPU's use over the last step (-1 unknown)
+  std::atomic<uint64_t> last_step_ns;      // 0
+  std::atomic<uint64_t> last_refilled_ns;  // 8: bucket.refilled_total_ns at the last step
+  std::atomic<int64_t> last_tokens_ns;     // 16: bucket.tokens_ns at the last step
+  std::atomic<uint64_t> last_waits;        // 24: bucket.waits at the last step
+  std::atomic<uint32_t> share_ppm;         // 32: the configured share
+  std::atomic<uint32_t> ceiling_ppm;       // 36: elastic ceiling
+  std::atomic<uint32_t> policy;            // 40: ComputePolicy
+  std::atomic<uint32_t> priority;          // 44: Priority
+  std::atomic<uint32_t> own_util_ppm;      // 48: this container's use over the last step
+  std::atomic<int32_t> device_util_ppm;    // 52: the whole GPU's use over the last step (-1 unknown)
   uint8_t reserved[64 - 56];
 };
 static_assert(sizeof(ControllerState) == 64);
 
 struct ElasticInputs {
-  uint32_t share_ppm = 0;       // the container's share
-  uint32_t ceiling_ppm = 0;     // the most it may take when the GPU is idle
+  uint32_t share_ppm = 0;    // the container's share
+  uint32_t ceiling_ppm = 0;  // the most it may take when the GPU is idle
   bool high_priority = false;
-  uint32_t rate_ppm = 0;        // the current rate
-  uint32_t own_util_ppm = 0;    // what the container used over the last interval
-  int32_t device_util_ppm = -1; // what the whole GPU did over the last interval (NVML); -1 unknown
-  bool wanted_more = false;     // some launch waited for budget in the last interval
+  uint32_t rate_ppm = 0;         // the current rate
+  uint32_t own_util_ppm = 0;     // what the container used over the last interval
+  int32_t device_util_ppm = -1;  // what the whole GPU did over the last interval (NVML); -1 unknown
+  bool wanted_more = false;      // some launch waited for budget in the last interval
 };
 
 class ElasticController {
  public:
-  static constexpr uint64_t kStepNs = 200000000;   // 200 ms: about NVML's utilization sample period
-  static constexpr uint32_t kMarginPpm = 30000;    // 3%: below this much idle, the GPU counts as saturated
-  static constexpr uint32_t kMinStepPpm = 20000;   // 2%: the smallest give-back step
+  static constexpr uint64_t kStepNs = 200000000;  // 200 ms: about NVML's utilization sample period
+  static constexpr uint32_t kMarginPpm = 30000;   // 3%: below this much idle, the GPU counts as saturated
+  static constexpr uint32_t kMinStepPpm = 20000;  // 2%: the smallest give-back step
 
   // The next rate (pure). Hard policy and unknown device use keep the share.
   static uint32_t NextRate(const ElasticInputs& in);
@@ -160,8 +167,8 @@ class KernelCostTable {
     std::atomic<uint64_t> key{0};
     std::atomic<int64_t> estimate_ns{-1};
     std::atomic<uint32_t> launches{0};
-    uint32_t window_count = 0;   // samples in the current window (writer only)
-    int64_t window_min = 0;      // minimum of the current window (writer only)
+    uint32_t window_count = 0;  // samples in the current window (writer only)
+    int64_t window_min = 0;     // minimum of the current window (writer only)
   };
   static int Index(uint64_t key) {
     key ^= key >> 33;
@@ -175,8 +182,9 @@ class KernelCostTable {
   std::atomic<int64_t> fallback_ns_{0};
 };
 
-// Sampled launches in flight: (key, start event, end event, device, charged estimate). Launching threads Push;
-// the measuring thread Drains what completed. Fixed capacity; Push fails (the launch goes unsampled) when full.
+// Sampled launches in flight: (key, start event, end event, device, charged estimate). Launching threads
+// Push; the measuring thread Drains what completed. Fixed capacity; Push fails (the launch goes unsampled)
+// when full.
 class SampleRing {
  public:
   static constexpr int kCapacity = 256;

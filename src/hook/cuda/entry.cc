@@ -23,7 +23,6 @@ RealCuda g_cu;
 RealNvml g_nvml;
 HookState g_state;
 
-
 namespace {
 
 using hook::Error;
@@ -55,7 +54,12 @@ struct HookEntry {
 };
 
 #define TS_HOOK(sym, pfn, base, version, ptsz) \
-  {#sym, #base, version, ptsz, reinterpret_cast<void*>(&tessera_##sym), reinterpret_cast<void**>(&g_cu.real_##sym)},
+  {#sym,                                       \
+   #base,                                      \
+   version,                                    \
+   ptsz,                                       \
+   reinterpret_cast<void*>(&tessera_##sym),    \
+   reinterpret_cast<void**>(&g_cu.real_##sym)},
 const HookEntry kCudaHooks[] = {
 #include "hook/cuda/cuda_hooks.def"
 };
@@ -107,10 +111,12 @@ bool LoadRealNvml() {
   if (h == nullptr) return false;
   DlsymFn real = RealDlsym();
   g_nvml.nvmlInit_v2 = reinterpret_cast<nvmlInit_fn*>(real(h, "nvmlInit_v2"));
-  g_nvml.nvmlDeviceGetHandleByUUID = reinterpret_cast<nvmlDeviceGetHandleByUUID_fn*>(real(h, "nvmlDeviceGetHandleByUUID"));
+  g_nvml.nvmlDeviceGetHandleByUUID =
+      reinterpret_cast<nvmlDeviceGetHandleByUUID_fn*>(real(h, "nvmlDeviceGetHandleByUUID"));
   g_nvml.nvmlDeviceGetUUID = reinterpret_cast<nvmlDeviceGetUUID_fn*>(real(h, "nvmlDeviceGetUUID"));
   g_nvml.nvmlDeviceGetIndex = reinterpret_cast<nvmlDeviceGetIndex_fn*>(real(h, "nvmlDeviceGetIndex"));
-  g_nvml.nvmlDeviceGetMemoryInfo = reinterpret_cast<nvmlDeviceGetMemoryInfo_fn*>(real(h, "nvmlDeviceGetMemoryInfo"));
+  g_nvml.nvmlDeviceGetMemoryInfo =
+      reinterpret_cast<nvmlDeviceGetMemoryInfo_fn*>(real(h, "nvmlDeviceGetMemoryInfo"));
   g_nvml.nvmlDeviceGetUtilizationRates =
       reinterpret_cast<nvmlDeviceGetUtilizationRates_fn*>(real(h, "nvmlDeviceGetUtilizationRates"));
   for (const NvmlEntry& e : kNvmlHooks) *e.real = real(h, e.symbol);
@@ -166,7 +172,8 @@ Mode InitLocked() {
   }
   if (const char* ctx = getenv("TESSERA_CONTEXT_BYTES")) {
     if (!hook::ParseByteSize(ctx, &g_state.context_bytes_override)) {
-      hook::WriteStderrLine("TESSERA_CONTEXT_BYTES='%s' is not a size; measuring context memory instead", ctx);
+      hook::WriteStderrLine("TESSERA_CONTEXT_BYTES='%s' is not a size; measuring context memory instead",
+                            ctx);
     } else {
       g_state.context_bytes_set = true;
     }
@@ -185,7 +192,8 @@ Mode InitLocked() {
   }
   // Registration with the node agent, when one is mounted. Not fatal: the limits file is the authority.
   const char* socket_path = getenv("TESSERA_AGENT_SOCKET");
-  if ((socket_path == nullptr || socket_path[0] == 0) && from_file && access(kDefaultAgentSocket, F_OK) == 0) {
+  if ((socket_path == nullptr || socket_path[0] == 0) && from_file &&
+      access(kDefaultAgentSocket, F_OK) == 0) {
     socket_path = kDefaultAgentSocket;
   }
   if (socket_path != nullptr && socket_path[0] != 0) {
@@ -267,8 +275,10 @@ bool EnsureAttached() {
   if (g_state.need_attach.load()) {
     Error error;
     ok = g_state.region.Attach(&error);
-    if (!ok) hook::WriteStderrLine("%s", error.text);
-    else g_state.need_attach.store(false);
+    if (!ok)
+      hook::WriteStderrLine("%s", error.text);
+    else
+      g_state.need_attach.store(false);
   }
   pthread_mutex_unlock(&g_init_mutex);
   return ok;
@@ -290,8 +300,8 @@ namespace {
 
 void FormatUuid(const CUuuid& u, char* out, size_t cap) {
   const unsigned char* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 // Applies the process's limits to its devices and to the shared region.
@@ -339,8 +349,10 @@ void SetUpDevices() {
         }
         Error error;
         d.region_index = g_state.region.FindOrAddDevice(d.uuid, &error);
-        if (d.region_index < 0) hook::WriteStderrLine("%s", error.text);
-        else d.shared = g_state.region.device(d.region_index);
+        if (d.region_index < 0)
+          hook::WriteStderrLine("%s", error.text);
+        else
+          d.shared = g_state.region.device(d.region_index);
         d.present = true;
       }
       g_state.device_count.store(count, std::memory_order_release);
@@ -426,7 +438,8 @@ void ReloadLimits(bool forced) {
   g_state.limits = next;
   ApplyLimitsLocked();
   pthread_mutex_unlock(&g_devices_mutex);
-  LogLine(LogLevel::kInfo, "applied limits generation %llu", static_cast<unsigned long long>(next.generation));
+  LogLine(LogLevel::kInfo, "applied limits generation %llu",
+          static_cast<unsigned long long>(next.generation));
 }
 
 bool DrainSample(const hook::SampleRing::Sample& s) {
@@ -497,23 +510,10 @@ void* LimiterThread(void*) {
 
 void StartLimiterThread() {
   if (g_thread_started.exchange(true)) return;
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread inherits a mask with every signal blocked
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  if (pthread_create(&thread, &attr, &LimiterThread, nullptr) != 0) {
+  if (!hook::StartBackgroundThread(&LimiterThread, "tessera-limit")) {
     g_thread_started.store(false);
     hook::WriteStderrLine("cannot start the limiter thread: compute limits are enforced without it");
-  } else {
-    pthread_setname_np(thread, "tessera-limit");
   }
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -592,7 +592,8 @@ extern "C" CUresult tessera_cuGetProcAddress(const char* symbol, void** pfn, int
   if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
   if (g_cu.real_cuGetProcAddress == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = g_cu.real_cuGetProcAddress(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr && symbol != nullptr) *pfn = HookForProc(symbol, *pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr && symbol != nullptr)
+    *pfn = HookForProc(symbol, *pfn, version, flags);
   return r;
 }
 

@@ -13,8 +13,8 @@ inline uint64_t Mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                          unsigned shmem) {
+inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shmem) {
   uint64_t h = reinterpret_cast<uint64_t>(f);
   h = Mix(h, (static_cast<uint64_t>(gx) << 32) | gy);
   h = Mix(h, (static_cast<uint64_t>(gz) << 32) | bx);
@@ -29,31 +29,11 @@ bool Capturing(CUstream stream) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// Waits until the budget is positive; counts the wait so the elastic controller sees the demand.
-void WaitForBudget(hook::BucketState* b) {
-  bool counted = false;
-  uint64_t started = 0;
-  for (;;) {
-    const uint64_t now = hook::MonotonicNs();
-    hook::TokenBucket::Refill(b, now);
-    const uint64_t wait = hook::TokenBucket::WaitNs(b);
-    if (wait == 0 || hook::TokenBucket::Unlimited(b)) break;
-    if (!counted) {
-      b->waits.fetch_add(1, std::memory_order_relaxed);
-      started = now;
-      counted = true;
-    }
-    // Sleep in slices of at most 2 ms so that a raised limit takes effect quickly.
-    hook::SleepNs(wait < 2000000 ? wait : 2000000);
-  }
-  if (counted) b->waited_ns.fetch_add(hook::MonotonicNs() - started, std::memory_order_relaxed);
-}
-
 template <typename Call>
 __attribute__((noinline)) CUresult SlowLaunch(int ordinal, hook::BucketState* b, uint64_t key,
-                                             hook::KernelCostTable::Lookup look, CUstream stream, bool ptsz,
-                                             Call call) {
-  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) WaitForBudget(b);
+                                              hook::KernelCostTable::Lookup look, CUstream stream, bool ptsz,
+                                              Call call) {
+  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) hook::TokenBucket::WaitForBudget(b);
   hook::TokenBucket::Take(b, look.estimate_ns);
   if (!look.sample || g_cu.real_cuEventCreate == nullptr || g_cu.real_cuEventRecord == nullptr ||
       g_state.samples.InFlight() >= hook::SampleRing::kCapacity / 2 ||
@@ -72,8 +52,8 @@ __attribute__((noinline)) CUresult SlowLaunch(int ordinal, hook::BucketState* b,
   const bool recorded = g_cu.real_cuEventRecord(start, event_stream) == CUDA_SUCCESS;
   const CUresult r = call();
   if (recorded && r == CUDA_SUCCESS && g_cu.real_cuEventRecord(end, event_stream) == CUDA_SUCCESS) {
-    hook::SampleRing::Sample s{key, reinterpret_cast<uint64_t>(start), reinterpret_cast<uint64_t>(end), ordinal,
-                               look.estimate_ns};
+    hook::SampleRing::Sample s{key, reinterpret_cast<uint64_t>(start), reinterpret_cast<uint64_t>(end),
+                               ordinal, look.estimate_ns};
     if (g_state.samples.Push(s)) return r;
   }
   g_cu.real_cuEventDestroy_v2(start);
@@ -96,7 +76,8 @@ inline __attribute__((always_inline)) CUresult Paced(uint64_t key, CUstream stre
   if (!d.has_limits) return CUDA_ERROR_NOT_PERMITTED;
   hook::BucketState* b = &d.shared->bucket;
   if (hook::TokenBucket::Unlimited(b)) return call();
-  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream)) return call();  // not run now
+  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream))
+    return call();  // not run now
   const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
   if (!look.sample && hook::TokenBucket::TryTake(b, look.estimate_ns)) return call();
   return SlowLaunch(ordinal, b, key, look, stream, ptsz, call);
@@ -109,22 +90,23 @@ inline __attribute__((always_inline)) CUresult Paced(uint64_t key, CUstream stre
 using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points below
 
 extern "C" CUresult tessera_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                           unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params,
-                                           void** extra) {
+                                           unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+                                           void** params, void** extra) {
   return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem), stream, false, [&] {
     return g_cu.real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   });
 }
 
-extern "C" CUresult tessera_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                                unsigned by, unsigned bz, unsigned shmem, CUstream stream,
-                                                void** params, void** extra) {
+extern "C" CUresult tessera_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                CUstream stream, void** params, void** extra) {
   return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem), stream, true, [&] {
     return g_cu.real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
   });
 }
 
-extern "C" CUresult tessera_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+extern "C" CUresult tessera_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                             void** extra) {
   if (config == nullptr) return g_cu.real_cuLaunchKernelEx(config, f, params, extra);
   const CUlaunchConfig& c = *config;
   return Paced(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
@@ -149,9 +131,9 @@ extern "C" CUresult tessera_cuLaunchCooperativeKernel(CUfunction f, unsigned gx,
   });
 }
 
-extern "C" CUresult tessera_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                                                           CUstream stream, void** params) {
+extern "C" CUresult tessera_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                           unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                                           unsigned shmem, CUstream stream, void** params) {
   return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0, stream, true, [&] {
     return g_cu.real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
   });
@@ -167,7 +149,8 @@ extern "C" CUresult tessera_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream
                [&] { return g_cu.real_cuGraphLaunch_ptsz(exec, stream); });
 }
 
-// --- Stream capture: launches into a capture are recorded, not run, so they are not charged ---------------------
+// --- Stream capture: launches into a capture are recorded, not run, so they are not charged
+// ---------------------
 
 namespace {
 template <typename Call>

@@ -367,22 +367,9 @@ void* LimiterThread(void*) {
 
 void StartLimiterThread() {
   if (g_thread_started.exchange(true)) return;
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread inherits a mask with every signal blocked
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  if (pthread_create(&thread, &attr, &LimiterThread, nullptr) != 0) {
+  if (!hook::StartBackgroundThread(&LimiterThread, "tessera-limit")) {
     hook::WriteStderrLine("cannot start the limiter thread: compute limits are enforced without it");
-  } else {
-    pthread_setname_np(thread, "tessera-limit");
   }
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 }  // namespace tessera::opencl_hook

@@ -44,26 +44,6 @@ int64_t UpdateFloor(uint64_t key, int64_t measured) {
   return f.best_ns.load(std::memory_order_relaxed);
 }
 
-// Waits until the budget is positive; counts the wait so the elastic controller sees the demand.
-void WaitForBudget(hook::BucketState* b) {
-  bool counted = false;
-  uint64_t started = 0;
-  for (;;) {
-    const uint64_t now = hook::MonotonicNs();
-    hook::TokenBucket::Refill(b, now);
-    const uint64_t wait = hook::TokenBucket::WaitNs(b);
-    if (wait == 0 || hook::TokenBucket::Unlimited(b)) break;
-    if (!counted) {
-      b->waits.fetch_add(1, std::memory_order_relaxed);
-      started = now;
-      counted = true;
-    }
-    // Sleep in slices of at most 2 ms so that a raised limit takes effect quickly.
-    hook::SleepNs(wait < 2000000 ? wait : 2000000);
-  }
-  if (counted) b->waited_ns.fetch_add(hook::MonotonicNs() - started, std::memory_order_relaxed);
-}
-
 // `call(cl_event*)` enqueues the launch and returns its error code.
 template <typename Call>
 cl_int Paced(cl_command_queue queue, uint64_t key, cl_event* event, Call call) {
@@ -80,7 +60,7 @@ cl_int Paced(cl_command_queue queue, uint64_t key, cl_event* event, Call call) {
   hook::BucketState* b = &d->shared->bucket;
   if (hook::TokenBucket::Unlimited(b)) return call(event);
   const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
-  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) WaitForBudget(b);
+  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) hook::TokenBucket::WaitForBudget(b);
   hook::TokenBucket::Take(b, look.estimate_ns);
   const bool measure = profiling && g_cl.clRetainEvent != nullptr && g_cl.clReleaseEvent != nullptr &&
                        g_state.samples.InFlight() < hook::SampleRing::kCapacity / 2;
