@@ -281,7 +281,7 @@ FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<co
   const core::CompiledRequest compiled(s.cluster, request);
   core::NodeFit scratch;
   std::vector<const core::NodeState*> known;
-  known.reserve(nodes.empty() ? static_cast<size_t>(s.cluster.node_count()) : nodes.size());
+  known.reserve(nodes.size());
   out.fits.reserve(known.capacity());
   auto consider = [&](const core::NodeState& node) {
     known.push_back(&node);
@@ -294,18 +294,14 @@ FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<co
     core::Explanation why = s.placer->Explain(s.cluster, node, request);
     (why.unresolvable ? out.unresolvable : out.failed)[node.name().value()] = why.message;
   };
-  if (nodes.empty()) {
-    for (const core::NodeState& node : s.cluster.nodes()) consider(node);
-  } else {
-    for (const std::string& name : nodes) {
-      const core::NodeState* node = s.cluster.FindNode(NodeName(name));
-      if (node == nullptr) {
-        out.unresolvable[name] =
-            StrCat("node ", name, ": no Tessera GPU inventory (is tessera-node running there?)");
-        continue;
-      }
-      consider(*node);
+  for (const std::string& name : nodes) {
+    const core::NodeState* node = s.cluster.FindNode(NodeName(name));
+    if (node == nullptr) {
+      out.unresolvable[name] =
+          StrCat("node ", name, ": no Tessera GPU inventory (is tessera-node running there?)");
+      continue;
     }
+    consider(*node);
   }
   // A high-priority pod that fits nowhere may still fit by compressing low-priority tenants (SharedGPU).
   if (out.fits.empty() && request.priority == core::Priority::kHigh && !known.empty()) {
@@ -367,17 +363,13 @@ std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
       zero.push_back({node.name().value(), 0});
     }
   };
-  if (nodes.empty()) {
-    for (const core::NodeState& node : s.cluster.nodes()) consider(node);
-  } else {
-    for (const std::string& name : nodes) {
-      const core::NodeState* node = s.cluster.FindNode(NodeName(name));
-      if (node == nullptr) {
-        zero.push_back({name, 0});
-        continue;
-      }
-      consider(*node);
+  for (const std::string& name : nodes) {
+    const core::NodeState* node = s.cluster.FindNode(NodeName(name));
+    if (node == nullptr) {
+      zero.push_back({name, 0});
+      continue;
     }
+    consider(*node);
   }
   std::vector<HostScore> out = ScaleScores(fits);
   out.insert(out.end(), zero.begin(), zero.end());

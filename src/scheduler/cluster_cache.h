@@ -103,7 +103,7 @@ class ClusterCache {
   // Notes a pending pod's request as part of the workload (filter calls do this too).
   void NoteWorkload(const core::PodRequest& request);
 
-  // The extender's verbs. `nodes` empty means every node.
+  // The extender's verbs, over the nodes named (kube-scheduler's candidates; none named, none fit).
   FilterOutcome Filter(const core::PodRequest& request, std::span<const std::string> nodes);
   std::vector<HostScore> Prioritize(const core::PodRequest& request, std::span<const std::string> nodes);
   // Decides the pod's GPUs on `node` and holds them. AlreadyExists when the pod is held already (by an

@@ -290,9 +290,7 @@ Response Extender::Filter(std::string_view body) {
     outcome.fits = args->nodes;  // not ours to judge: kube-scheduler checks CPU and memory
   } else {
     Remember(*args->request, args->pod);
-    // No candidate nodes (kube-scheduler found none feasible): none fit. The cache reads an empty list as
-    // "every node", which is not what the protocol means here.
-    if (!args->nodes.empty()) outcome = cache_.Filter(*args->request, args->nodes);
+    outcome = cache_.Filter(*args->request, args->nodes);
   }
   if (args->node_list) {
     json result;
@@ -330,7 +328,7 @@ Response Extender::Prioritize(std::string_view body) {
   std::vector<HostScore> scores;
   if (args->request.ok() && args->request->wants_gpu()) {
     Remember(*args->request, args->pod);
-    if (!args->nodes.empty()) scores = cache_.Prioritize(*args->request, args->nodes);
+    scores = cache_.Prioritize(*args->request, args->nodes);
   } else {
     for (const std::string& n : args->nodes) scores.push_back({n, 0});
   }
