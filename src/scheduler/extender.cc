@@ -272,13 +272,15 @@ std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {
   return it->second->second;
 }
 
+void Extender::Count(uint64_t Counters::*verb, bool bad_request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(counters_.*verb);
+  if (bad_request) ++counters_.bad_request;
+}
+
 Response Extender::Filter(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.filter;
-    if (!args.ok()) ++counters_.bad_request;
-  }
+  Count(&Counters::filter, !args.ok());
   if (!args.ok()) return BadRequest("filter", Message(args.status()));
   FilterOutcome outcome;
   if (!args->request.ok()) {
@@ -319,11 +321,7 @@ Response Extender::Filter(std::string_view body) {
 
 Response Extender::Prioritize(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.prioritize;
-    if (!args.ok()) ++counters_.bad_request;
-  }
+  Count(&Counters::prioritize, !args.ok());
   if (!args.ok()) return BadRequest("prioritize", Message(args.status()));
   std::vector<HostScore> scores;
   if (args->request.ok() && args->request->wants_gpu()) {
@@ -364,11 +362,7 @@ Response Extender::Bind(std::string_view body) {
       }
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.bind;
-    if (!doc.ok() || !missing.empty()) ++counters_.bad_request;
-  }
+  Count(&Counters::bind, !doc.ok() || !missing.empty());
   if (!doc.ok()) return BadRequest("bind", Message(doc.status()));
   if (!missing.empty()) return BadRequest("bind", StrCat("ExtenderBindingArgs lacks ", missing));
 
@@ -418,11 +412,7 @@ Response Extender::Bind(std::string_view body) {
 
 Response Extender::Preempt(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.preempt;
-    if (!args.ok()) ++counters_.bad_request;
-  }
+  Count(&Counters::preempt, !args.ok());
   if (!args.ok()) return BadRequest("preempt", Message(args.status()));
   absl::StatusOr<json> doc = ParseBody(body);
   // node -> (victim UIDs, PDB violations)

@@ -87,6 +87,7 @@ class Extender {
   absl::StatusOr<ParsedArgs> ParseArgs(std::string_view body);
   void Remember(const core::PodRequest& request, const formats::PodObject& pod);
   std::optional<core::PodRequest> Recall(const std::string& uid);
+  void Count(uint64_t Counters::*verb, bool bad_request);
 
   ClusterCache& cache_;
   Binder& binder_;

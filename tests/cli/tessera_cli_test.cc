@@ -8,26 +8,16 @@
 #include <fstream>
 #include <string>
 
+#include "run_binary.h"
+
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = tessera::testing::BinaryResult;
 
 Result Tessera(const std::string& args) {
-  const std::string cmd = std::string(TESSERA_BINARY_DIR) + "/bin/tessera " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return tessera::testing::RunBinary("tessera", args);
 }
 
 std::string Data(const std::string& relative) {

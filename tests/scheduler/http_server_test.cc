@@ -13,6 +13,7 @@
 
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "run_binary.h"
 #include "scheduler/standalone.h"
 #include "test_util.h"
 
@@ -121,39 +122,25 @@ TEST_F(HttpServerTest, WebhookWithoutReadableKeysDoesNotStart) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("--tls-cert"));
 }
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
-Result RunCommand(const std::string& args) {
-  const std::string cmd = std::string(TESSERA_BINARY_DIR) + "/bin/tessera-scheduler " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+tessera::testing::BinaryResult RunCommand(const std::string& args) {
+  return tessera::testing::RunBinary("tessera-scheduler", args);
 }
 
 TEST(SchedulerBinaryTest, HelpAndBadInput) {
-  Result help = RunCommand("--help");
+  tessera::testing::BinaryResult help = RunCommand("--help");
   EXPECT_EQ(help.status, 0);
   EXPECT_THAT(help.output, HasSubstr("--cluster-file"));
   EXPECT_THAT(RunCommand("").output, HasSubstr("--cluster-file"));
   const std::string cluster = std::string(TESSERA_SOURCE_DIR) + "/examples/cluster-small.yaml";
-  Result policy = RunCommand("--cluster-file " + cluster + " --policy nope");
+  tessera::testing::BinaryResult policy = RunCommand("--cluster-file " + cluster + " --policy nope");
   EXPECT_EQ(policy.status, 2);
   EXPECT_THAT(policy.output, HasSubstr("unknown policy \"nope\""));
   const std::string broken = ::testing::TempDir() + "/broken-cluster.yaml";
   std::ofstream(broken) << "nodes:\n  - name: a\n    gpus: {count: -1}\n";
-  Result bad = RunCommand("--cluster-file " + broken);
+  tessera::testing::BinaryResult bad = RunCommand("--cluster-file " + broken);
   EXPECT_EQ(bad.status, 2);
   EXPECT_THAT(bad.output, HasSubstr("broken-cluster.yaml"));
-  Result listen = RunCommand("--cluster-file " + cluster + " --listen 300.1.1.1:1");
+  tessera::testing::BinaryResult listen = RunCommand("--cluster-file " + cluster + " --listen 300.1.1.1:1");
   EXPECT_EQ(listen.status, 2);
   EXPECT_THAT(listen.output, HasSubstr("cannot listen"));
 }
