@@ -72,10 +72,7 @@ int Run(const Options& o) {
     absl::StatusOr<std::unique_ptr<k8s::KubeApi>> made = k8s::NewKubeApi(*config);
     if (!made.ok()) return Fail(Message(made.status()));
     kube = *std::move(made);
-    absl::StatusOr<std::unique_ptr<node::KubeNodeApi>> node_api =
-        node::KubeNodeApi::Start(*kube, o.node_name, std::chrono::seconds(30));
-    if (!node_api.ok()) return Fail(Message(node_api.status()));
-    api = *std::move(node_api);
+    api = std::make_unique<node::KubeNodeApi>(*kube, o.node_name);
   }
   gpu::GpuSourceOptions gso;
   gso.fake_gpus_file = o.fake_gpus;
@@ -159,8 +156,9 @@ int main(int argc, char** argv) {
       "See docs/node-agent.md."};
   app.add_option("--node-name", o.node_name, "This node's name (the downward API's spec.nodeName)")
       ->required();
-  app.add_option("--kubeconfig", o.kubeconfig,
-                 "kubeconfig file (default: in a pod its service account, else $KUBECONFIG or ~/.kube/config)");
+  app.add_option(
+      "--kubeconfig", o.kubeconfig,
+      "kubeconfig file (default: in a pod its service account, else $KUBECONFIG or ~/.kube/config)");
   app.add_option("--fake-api", o.fake_api,
                  "Standalone: a JSON file standing in for the API server ({\"pods\": [v1.Pod...]})");
   app.add_option("--fake-gpus", o.fake_gpus, "A fake-GPU file (YAML/JSON) instead of NVML")

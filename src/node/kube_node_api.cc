@@ -18,42 +18,14 @@ json AnnotationsPatch(const AnnotationPatch& patch) {
 
 }  // namespace
 
-KubeNodeApi::KubeNodeApi(k8s::KubeApi& api, std::string node_name)
-    : api_(api), node_name_(std::move(node_name)) {}
-
-KubeNodeApi::~KubeNodeApi() {
-  if (pods_) pods_->Stop();
-}
-
-absl::StatusOr<std::unique_ptr<KubeNodeApi>> KubeNodeApi::Start(k8s::KubeApi& api, std::string node_name,
-                                                                std::chrono::milliseconds sync_timeout) {
-  if (node_name.empty()) return absl::InvalidArgumentError("the node agent needs its node's name");
-  std::unique_ptr<KubeNodeApi> out(new KubeNodeApi(api, std::move(node_name)));
-  k8s::InformerOptions options;
-  options.field_selector = StrCat("spec.nodeName=", out->node_name_);
-  out->pods_ = std::make_unique<k8s::Informer>(api, k8s::kPods, options, k8s::InformerHandlers{});
-  out->pods_->Start();
-  if (!out->pods_->WaitForSync(sync_timeout)) {
-    log::Warn("the pods of this node are not listed yet; listing directly until they are",
-              {{"node", out->node_name_}, {"error", Message(out->pods_->last_error())}});
-  }
-  return out;
-}
-
 absl::StatusOr<std::vector<NodePod>> KubeNodeApi::ListNodePods() {
-  std::vector<json> items;
-  if (pods_->HasSynced()) {
-    for (const std::shared_ptr<const json>& p : pods_->Items()) items.push_back(*p);
-  } else {
-    k8s::ListOptions options;
-    options.field_selector = StrCat("spec.nodeName=", node_name_);
-    absl::StatusOr<k8s::ObjectList> list = api_.ListAll(k8s::kPods, "", options);
-    if (!list.ok()) return list.status();
-    items = std::move(list->items);
-  }
+  k8s::ListOptions options;
+  options.field_selector = StrCat("spec.nodeName=", node_name_);
+  absl::StatusOr<k8s::ObjectList> list = api_.ListAll(k8s::kPods, "", options);
+  if (!list.ok()) return list.status();
   std::vector<NodePod> out;
-  out.reserve(items.size());
-  for (const json& item : items) {
+  out.reserve(list->items.size());
+  for (const json& item : list->items) {
     absl::StatusOr<NodePod> pod = NodePodFromJson(item);
     if (!pod.ok()) {
       // One unreadable pod must not hide the others.
