@@ -90,6 +90,7 @@ int Run(const Options& o) {
   scheduler::Binder* binder = &standalone;
   scheduler::PodSource* pods = nullptr;
   std::string mode;
+  std::string api_server;
   if (!o.cluster_file.empty()) {
     absl::StatusOr<std::string> text = ReadTextFile(o.cluster_file);
     if (!text.ok()) return Fail(Message(text.status()));
@@ -122,11 +123,9 @@ int Run(const Options& o) {
     backend_options.lease_namespace = o.lease_namespace;
     backend_options.identity = o.identity.empty() ? HostName() : o.identity;
     backend = std::make_unique<scheduler::ApiBackend>(*api, cache, backend_options);
-    if (absl::Status st = backend->Start(); !st.ok()) return Fail(Message(st));
     binder = backend.get();
     pods = backend.get();
-    mode = StrCat("API server ", config->server, ": ", cache.node_count(), " GPU nodes, ", cache.pod_count(),
-                  " pods holding GPUs", o.lease_name.empty() ? "" : ", leader election on");
+    api_server = config->server;
   }
 
   scheduler::Extender extender(cache, *binder, pods, cache_options.parse);
@@ -152,7 +151,15 @@ int Run(const Options& o) {
   server_options.webhook_listen = o.webhook_listen;
   server_options.tls_cert = o.tls_cert;
   server_options.tls_key = o.tls_key;
-  if (absl::Status st = server.Start(server_options); !st.ok()) return Fail(Message(st));
+  // Bind before anything else starts: a second instance on a port in use must stop here, before it joins the
+  // leader election or loads the API.
+  if (absl::Status st = server.Listen(server_options); !st.ok()) return Fail(Message(st));
+  if (backend != nullptr) {
+    if (absl::Status st = backend->Start(); !st.ok()) return Fail(Message(st));
+    mode = StrCat("API server ", api_server, ": ", cache.node_count(), " GPU nodes, ", cache.pod_count(),
+                  " pods holding GPUs", o.lease_name.empty() ? "" : ", leader election on");
+  }
+  server.Serve();
   std::cout << "tessera-scheduler: extender at http://" << scheduler::ParseListen(o.listen)->first << ":"
             << server.port() << "/scheduler (" << mode << "; policy " << cache.policy_name() << ")";
   if (server.webhook_port() > 0) std::cout << "; webhook at https://...:" << server.webhook_port();

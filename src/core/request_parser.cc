@@ -349,7 +349,7 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
       kAnnotationModel,    kAnnotationModelExclude,  kAnnotationUuid,    kAnnotationUuidExclude,
       kAnnotationPriority, kAnnotationComputePolicy, kAnnotationNumaBind};
   for (const auto& [key, value] : pod.annotations) {
-    if (!key.starts_with("tessera.dev/")) continue;
+    if (!key.starts_with("tessera.dev/") || key == kAnnotationGpuAdded) continue;
     if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&](const char* k) { return key == k; }) !=
         kUserKeys.end()) {
       continue;
@@ -479,14 +479,30 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
                      "move the GPU resources to a container under spec.containers");
     }
   }
+  std::set<std::string> gpu_added;
+  if (auto it = pod.annotations.find(kAnnotationGpuAdded); it != pod.annotations.end()) {
+    for (std::string& name : SplitList(it->second)) gpu_added.insert(std::move(name));
+  }
   for (const ContainerSpec& c : pod.containers) {
     if (!names.insert(c.name).second) {
       return absl::InvalidArgumentError(StrCat("two containers are named \"", c.name, "\""));
     }
     absl::StatusOr<Ask> ask = ReadAsk(c, options);
     if (!ask.ok()) return ask.status();
+    std::optional<Field> added;
+    if (gpu_added.contains(c.name) && ask->family == ResourceFamily::kTessera && ask->gpu &&
+        (ask->cores || ask->memory || ask->memory_percent)) {
+      added = ask->gpu;
+      ask->gpu.reset();
+    }
     absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
     if (!vgpus.ok()) return vgpus.status();
+    if (added && added->value != static_cast<int64_t>(vgpus->size())) {
+      return Invalid(c.name, StrCat(kResourceGpu, " is ", added->value, " but the rest of the request asks for ",
+                                    vgpus->size(), " vGPUs; ", kAnnotationGpuAdded,
+                                    " says the admission webhook added it: recreate the pod from its original "
+                                    "spec (without ", kResourceGpu, " and without the annotation)"));
+    }
     if (vgpus->empty()) continue;
     const bool shares = std::any_of(vgpus->begin(), vgpus->end(), [](const VGpuDemand& v) {
       const bool whole_memory = v.memory.kind == MemorySpec::Kind::kDefault ||
@@ -516,6 +532,19 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
   req.cpu = MilliCpu(*cpu);
   req.memory = MiB(*mem);
   return req;
+}
+
+absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limits, const ParseOptions& options) {
+  ContainerSpec c;
+  c.name = "container";
+  c.limits = limits;
+  absl::StatusOr<Ask> ask = ReadAsk(c, options);
+  if (!ask.ok()) return ask.status();
+  if (ask->family != ResourceFamily::kTessera || ask->gpu) return std::optional<int64_t>();
+  absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
+  if (!vgpus.ok()) return vgpus.status();
+  if (vgpus->empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(static_cast<int64_t>(vgpus->size()));
 }
 
 absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,

@@ -65,10 +65,20 @@ inline constexpr char kAnnotationUuidExclude[] = "tessera.dev/gpu-uuid-exclude";
 inline constexpr char kAnnotationPriority[] = "tessera.dev/priority";
 inline constexpr char kAnnotationComputePolicy[] = "tessera.dev/compute-policy";
 inline constexpr char kAnnotationNumaBind[] = "tessera.dev/numa-bind";
+// Written by the admission webhook, not by users: the containers (comma separated) whose tessera.dev/gpu the
+// webhook added. Their tessera.dev/gpu is the number of vGPUs the rest of the request expands to (so that the
+// kubelet calls the device plugin's Allocate for them, DESIGN.md section 2) and is read as such, not as a count
+// the cores are multiplied by: "gpu-cores: 250" stays 2.5 GPUs with tessera.dev/gpu: 3 added.
+inline constexpr char kAnnotationGpuAdded[] = "tessera.dev/gpu-added";
 
 // Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no
 // containers.
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options = {});
+
+// The number of vGPUs a container's GPU resources (in Tessera's names, as after TranslateToTessera) expand to,
+// when they do not state tessera.dev/gpu themselves: the value the admission webhook adds. nullopt when the
+// container asks for no GPU or already states tessera.dev/gpu; an error when the request is invalid.
+absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limits, const ParseOptions& options = {});
 
 // The system whose resource names a container uses.
 enum class ResourceFamily { kNone, kTessera, kHami, kGpuManager, kGpushare, kVolcano };

@@ -74,6 +74,11 @@ Response Reply(const Review& review, json response) {
   return {200, out.dump()};
 }
 
+Response Refuse(const Review& review, std::string message) {
+  return Reply(review, {{"allowed", false},
+                        {"status", {{"code", 422}, {"reason", "Invalid"}, {"message", std::move(message)}}}});
+}
+
 Response Malformed(std::string_view what) {
   return {400, json{{"error", StrCat("admission: ", what)}}.dump()};
 }
@@ -87,43 +92,79 @@ Response Admission::Mutate(std::string_view body) const {
   absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
   // A pod that cannot be read is the validating webhook's (and the API server's) to refuse.
   if (!pod.ok()) return Reply(*review, {{"allowed", true}});
+  // A pod for another scheduler (Volcano, HAMi's, ...) is left exactly as written: its own scheduler reads
+  // its own resource names.
+  if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
 
   json patch = json::array();
   bool gpu = false;
+  std::vector<std::string> gpu_added;
   const json& spec = review->object->value("spec", json::object());
   for (const char* list : {"initContainers", "containers"}) {
+    const bool app = list[0] == 'c';
     auto containers = spec.find(list);
     if (containers == spec.end() || !containers->is_array()) continue;
-    const std::vector<core::ContainerSpec>& parsed =
-        list[0] == 'i' ? pod->spec.init_containers : pod->spec.containers;
+    const std::vector<core::ContainerSpec>& parsed = app ? pod->spec.containers : pod->spec.init_containers;
     for (size_t i = 0; i < parsed.size(); ++i) {
-      for (const char* kind : {"limits", "requests"}) {
-        const core::ResourceList& resources = kind[0] == 'l' ? parsed[i].limits : parsed[i].requests;
+      // What the container asks for in Tessera's names, limits and requests.
+      std::array<core::ResourceList, 2> lists = {parsed[i].limits, parsed[i].requests};
+      std::array<bool, 2> changed = {false, false};
+      for (size_t k = 0; k < lists.size(); ++k) {
         absl::StatusOr<std::optional<core::ResourceList>> translated =
-            core::TranslateToTessera(resources, options_.parse);
-        if (!translated.ok()) {
-          return Reply(
-              *review,
-              {{"allowed", false},
-               {"status",
-                {{"code", 422},
-                 {"reason", "Invalid"},
-                 {"message", StrCat("container ", parsed[i].name, ": ", Message(translated.status()))}}}});
+            core::TranslateToTessera(lists[k], options_.parse);
+        if (!translated.ok()) return Refuse(*review, StrCat("container ", parsed[i].name, ": ",
+                                                            Message(translated.status())));
+        if (translated->has_value()) {
+          lists[k] = **std::move(translated);
+          changed[k] = true;
         }
-        for (const auto& [name, value] : translated->value_or(resources)) {
+        for (const auto& [name, value] : lists[k]) {
           if (name.rfind("tessera.dev/", 0) == 0) gpu = true;
         }
-        if (!translated->has_value()) continue;
+      }
+      // The kubelet calls the device plugin's Allocate only for tessera.dev/gpu (DESIGN.md section 2): a
+      // share given without it gets it, with the number of vGPUs the share expands to.
+      if (app) {
+        absl::StatusOr<std::optional<int64_t>> count = core::ImpliedGpuCount(lists[0], options_.parse);
+        // An invalid request is the validating webhook's to refuse, with its message.
+        if (count.ok() && count->has_value()) {
+          for (size_t k = 0; k < lists.size(); ++k) {
+            if (k == 1 && lists[1].empty() && !changed[1]) {
+              // No requests: the API server has not defaulted them from the limits (it always does before
+              // admission); adding only tessera.dev/gpu would be all the container requests. Leave it.
+              continue;
+            }
+            lists[k][core::kResourceGpu] = StrCat(**count);
+            changed[k] = true;
+          }
+          gpu_added.push_back(parsed[i].name);
+        }
+      }
+      for (size_t k = 0; k < lists.size(); ++k) {
+        if (!changed[k]) continue;
         json map = json::object();
-        for (const auto& [name, value] : **translated) map[name] = value;
-        patch.push_back({{"op", "replace"},
-                         {"path", StrCat("/spec/", list, "/", i, "/resources/", kind)},
+        for (const auto& [name, value] : lists[k]) map[name] = value;
+        patch.push_back({{"op", "add"},
+                         {"path", StrCat("/spec/", list, "/", i, "/resources/", k == 0 ? "limits" : "requests")},
                          {"value", std::move(map)}});
       }
     }
   }
-  if (gpu && !options_.scheduler_name.empty() &&
-      (pod->scheduler_name.empty() || pod->scheduler_name == "default-scheduler")) {
+  if (!gpu_added.empty()) {
+    const json& metadata = review->object->value("metadata", json::object());
+    auto annotations = metadata.find("annotations");
+    if (annotations == metadata.end() || !annotations->is_object()) {
+      patch.push_back({{"op", "add"},
+                       {"path", "/metadata/annotations"},
+                       {"value", {{core::kAnnotationGpuAdded, StrJoin(gpu_added, ",")}}}});
+    } else {
+      // "~1" is "/" in a JSON pointer (RFC 6901).
+      patch.push_back({{"op", "add"},
+                       {"path", "/metadata/annotations/tessera.dev~1gpu-added"},
+                       {"value", StrJoin(gpu_added, ",")}});
+    }
+  }
+  if (gpu && !options_.scheduler_name.empty() && pod->scheduler_name != options_.scheduler_name) {
     patch.push_back({{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
   }
   json response = {{"allowed", true}};
@@ -132,6 +173,11 @@ Response Admission::Mutate(std::string_view body) const {
     response["patch"] = Base64(patch.dump());
   }
   return Reply(*review, std::move(response));
+}
+
+bool Admission::ForUs(const formats::PodObject& pod) const {
+  return pod.scheduler_name.empty() || pod.scheduler_name == "default-scheduler" ||
+         pod.scheduler_name == options_.scheduler_name;
 }
 
 Response Admission::Validate(std::string_view body) const {
@@ -146,6 +192,7 @@ Response Admission::Validate(std::string_view body) const {
                  {{"allowed", false},
                   {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", Message(pod.status())}}}});
   }
+  if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod->spec, options_.parse);
   if (!request.ok()) {
     return Reply(*review,

@@ -1,8 +1,11 @@
 // The admission webhook (admission.k8s.io/v1 AdmissionReview), served by tessera-scheduler over HTTPS.
 //
 // Mutating (/mutate): for a pod that asks for GPUs in any supported system's names, rewrites the resources
-// into Tessera's (DESIGN.md section 2: HAMi, gpu-manager, gpushare, Volcano) and sets spec.schedulerName, so
-// that the pod reaches the extender. Validating (/validate): refuses a pod whose request is impossible
+// into Tessera's (DESIGN.md section 2: HAMi, gpu-manager, gpushare, Volcano), adds tessera.dev/gpu (the number
+// of vGPUs) to a container that asks for a share without it, so that the kubelet calls the device plugin's
+// Allocate for it (annotation tessera.dev/gpu-added names those containers), and sets spec.schedulerName, so
+// that the pod reaches the extender. A pod whose schedulerName names another scheduler (Volcano's, HAMi's) is
+// left untouched by both webhooks: its own scheduler reads its own names. Validating (/validate): refuses a pod whose request is impossible
 // (cores 0 or above 100 per vGPU, malformed annotations, a privileged container asking for a share...) with
 // the parser's message, which says what to change.
 //
@@ -17,6 +20,7 @@
 #include <string_view>
 
 #include "core/request_parser.h"
+#include "formats/pod_object.h"
 #include "scheduler/extender.h"
 
 namespace tessera::scheduler {
@@ -35,6 +39,9 @@ class Admission {
   Response Validate(std::string_view body) const;
 
  private:
+  // The pod is scheduled by kube-scheduler's default profile or by ours (not by another scheduler).
+  bool ForUs(const formats::PodObject& pod) const;
+
   AdmissionOptions options_;
 };
 

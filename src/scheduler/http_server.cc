@@ -105,6 +105,14 @@ void ExtenderServer::AddPost(const std::string& path, std::function<Response(std
 
 namespace {
 
+// cpp-httplib's default socket options add SO_REUSEPORT, which lets a second server bind a port that is already
+// in use: both then listen and the kernel spreads connections between them. Only SO_REUSEADDR (a restart may
+// bind while the old socket is in TIME_WAIT), so that a second instance fails to start with a clear error.
+void ExclusiveListenSocket(socket_t sock) {
+  int yes = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
+
 void Send(httplib::Response& res, const Response& r) {
   res.status = r.status;
   res.set_content(r.body, "application/json");
@@ -113,12 +121,19 @@ void Send(httplib::Response& res, const Response& r) {
 }  // namespace
 
 absl::Status ExtenderServer::Start(const ServerOptions& options) {
+  if (absl::Status st = Listen(options); !st.ok()) return st;
+  Serve();
+  return absl::OkStatus();
+}
+
+absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListen(options.listen);
   if (!listen.ok()) return listen.status();
   http_ = std::make_unique<httplib::Server>();
   // Small answers must leave at once: without TCP_NODELAY, Nagle's algorithm and the peer's delayed ACK add
   // up to 40 ms to a reply that follows a large request body.
   http_->set_tcp_nodelay(true);
+  http_->set_socket_options(ExclusiveListenSocket);
   const int threads = std::max(2, options.threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   struct Verb {
@@ -206,6 +221,7 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
     }
     https_ = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
     https_->set_tcp_nodelay(true);
+    https_->set_socket_options(ExclusiveListenSocket);
     if (!https_->is_valid()) {
       return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
                                                " as the webhook's certificate and key (PEM)"));
@@ -224,12 +240,17 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
     } else if (https_->bind_to_port(hook->first, hook->second)) {
       webhook_port_ = hook->second;
     }
-    if (webhook_port_ <= 0)
-      return absl::UnavailableError(StrCat("cannot listen on ", options.webhook_listen));
-    https_thread_ = std::thread([this] { https_->listen_after_bind(); });
+    if (webhook_port_ <= 0) {
+      return absl::UnavailableError(StrCat("cannot listen on ", options.webhook_listen,
+                                           ": the address is in use or not local; choose another"));
+    }
   }
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return absl::OkStatus();
+}
+
+void ExtenderServer::Serve() {
+  if (https_) https_thread_ = std::thread([this] { https_->listen_after_bind(); });
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
 }
 
 void ExtenderServer::Stop() {

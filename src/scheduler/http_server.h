@@ -64,9 +64,13 @@ class ExtenderServer {
   ExtenderServer(Extender& extender, const Admission* admission, ClusterCache& cache);
   ~ExtenderServer();
 
-  // Binds and starts serving. Fails, serving nothing, when an address cannot be bound or the TLS files
-  // cannot be read.
+  // Binds and starts serving. Fails, serving nothing, when an address cannot be bound (one already in use
+  // included: listening sockets are exclusive) or the TLS files cannot be read.
   absl::Status Start(const ServerOptions& options);
+  // Start in two steps: Listen binds the addresses (connections wait in the backlog), Serve answers them. A
+  // binary binds first so that a second instance on a used port fails before it touches anything else.
+  absl::Status Listen(const ServerOptions& options);
+  void Serve();
   void Stop();
   int port() const { return port_; }
   int webhook_port() const { return webhook_port_; }

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/request_parser.h"
+#include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -58,12 +60,44 @@ json PodWith(const json& limits, const std::string& scheduler = "") {
   return pod;
 }
 
-// Applies a JSON patch the way the API server would (only the ops the webhook emits).
+// Applies a JSON patch the way the API server does (RFC 6902), for the ops the webhook emits: "add" sets a
+// member (replacing one that exists) of an object that must exist; "replace" needs the member to exist.
 json Apply(json doc, const json& patch) {
   for (const json& op : patch) {
-    doc[json::json_pointer(op["path"].get<std::string>())] = op["value"];
+    const json::json_pointer path(op["path"].get<std::string>());
+    const std::string kind = op["op"];
+    if (kind == "add") {
+      EXPECT_TRUE(doc.contains(path.parent_pointer())) << "add under a missing parent: " << path;
+    } else if (kind == "replace") {
+      EXPECT_TRUE(doc.contains(path)) << "replace of a missing member: " << path;
+    } else {
+      ADD_FAILURE() << "unexpected patch op " << kind;
+    }
+    doc[path] = op["value"];
   }
   return doc;
+}
+
+// The pod after the mutating webhook, or the pod itself when the webhook patches nothing.
+json Mutated(const Admission& admission, const json& pod) {
+  json out = json::parse(admission.Mutate(Review(pod)).body);
+  EXPECT_TRUE(out["response"]["allowed"]);
+  if (!out["response"].contains("patch")) return pod;
+  return Apply(pod, json::parse(Decode64(out["response"]["patch"])));
+}
+
+// A pod as the API server hands it to admission: requests defaulted from limits.
+json Defaulted(json pod) {
+  for (json& c : pod["spec"]["containers"]) c["resources"]["requests"] = c["resources"]["limits"];
+  return pod;
+}
+
+core::PodRequest Parsed(const json& pod) {
+  absl::StatusOr<formats::PodObject> object = formats::ParsePodObject(pod);
+  EXPECT_TRUE(object.ok()) << object.status();
+  absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(object->spec);
+  EXPECT_TRUE(request.ok()) << request.status();
+  return request.ok() ? *request : core::PodRequest{};
 }
 
 TEST(AdmissionTest, MutateTranslatesHamiAndSetsTheScheduler) {
@@ -96,6 +130,90 @@ TEST(AdmissionTest, MutateLeavesOtherPodsAndOtherSchedulersAlone) {
   out =
       json::parse(admission.Mutate(Review(PodWith({{"tessera.dev/gpu-cores", "50"}}, "my-scheduler"))).body);
   EXPECT_FALSE(out["response"].contains("patch"));
+}
+
+// DESIGN.md section 2: the kubelet calls Allocate only for tessera.dev/gpu, the resource the device plugin
+// advertises, so every GPU container must reach it with tessera.dev/gpu in limits and requests.
+TEST(AdmissionTest, MutateAddsTheGpuCountToEveryShare) {
+  Admission admission({"tessera-scheduler", {}});
+  struct Case {
+    json limits;
+    const char* gpu;  // tessera.dev/gpu after the webhook
+    size_t vgpus;
+  };
+  const Case cases[] = {
+      {{{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}, "1", 1},  // install.md's smoke pod
+      {{{"tessera.dev/gpu-memory", "8192"}}, "1", 1},
+      {{{"tessera.dev/gpu-memory-percentage", "50"}}, "1", 1},
+      {{{"tessera.dev/gpu-cores", "250"}}, "3", 3},  // "2.5 GPUs": two whole and one half
+      {{{"aliyun.com/gpu-mem", "4"}}, "1", 1},       // gpushare
+      {{{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "16"}}, "1", 1},  // gpu-manager
+      {{{"volcano.sh/vgpu-cores", "30"}, {"volcano.sh/vgpu-memory", "2048"}}, "1", 1},    // default scheduler
+  };
+  for (const Case& c : cases) {
+    json before = Defaulted(PodWith(c.limits));
+    json after = Mutated(admission, before);
+    const json& resources = after["spec"]["containers"][0]["resources"];
+    EXPECT_EQ(resources["limits"]["tessera.dev/gpu"], c.gpu) << c.limits;
+    EXPECT_EQ(resources["requests"]["tessera.dev/gpu"], c.gpu) << c.limits;
+    EXPECT_EQ(resources["limits"], resources["requests"]) << c.limits;
+    EXPECT_EQ(after["metadata"]["annotations"]["tessera.dev/gpu-added"], "main") << c.limits;
+    EXPECT_EQ(after["spec"]["schedulerName"], "tessera-scheduler") << c.limits;
+    // The added count changes nothing in what the pod asks for.
+    core::PodRequest request = Parsed(after);
+    ASSERT_EQ(request.containers.size(), 1u) << c.limits;
+    EXPECT_EQ(request.containers[0].vgpus.size(), c.vgpus) << c.limits;
+    json again = Mutated(admission, after);  // a reinvocation adds nothing more
+    EXPECT_EQ(again, after) << c.limits;
+  }
+  // "2.5 GPUs" stays two whole GPUs and half of a third.
+  core::PodRequest request = Parsed(Mutated(admission, Defaulted(PodWith({{"tessera.dev/gpu-cores", "250"}}))));
+  ASSERT_EQ(request.containers.size(), 1u);
+  EXPECT_TRUE(request.containers[0].vgpus[0].exclusive());
+  EXPECT_TRUE(request.containers[0].vgpus[1].exclusive());
+  EXPECT_FALSE(request.containers[0].vgpus[2].exclusive());
+  // Whole GPUs already carry tessera.dev/gpu: nothing added.
+  json whole = Mutated(admission, Defaulted(PodWith({{"tessera.dev/gpu", "2"}})));
+  EXPECT_FALSE(whole["metadata"].contains("annotations"));
+}
+
+TEST(AdmissionTest, MutateKeepsExistingAnnotationsAndOtherContainers) {
+  Admission admission({"tessera-scheduler", {}});
+  json pod = Defaulted(PodWith({{"tessera.dev/gpu-cores", "20"}}));
+  pod["metadata"]["annotations"] = {{"team", "a"}};
+  pod["spec"]["containers"].push_back({{"name", "side"}, {"image", "x"}});
+  json after = Mutated(admission, pod);
+  EXPECT_EQ(after["metadata"]["annotations"]["team"], "a");
+  EXPECT_EQ(after["metadata"]["annotations"]["tessera.dev/gpu-added"], "main");
+  EXPECT_EQ(after["spec"]["containers"][1], pod["spec"]["containers"][1]);
+}
+
+TEST(AdmissionTest, ParserChecksAnAddedCount) {
+  json pod = PodWith({{"tessera.dev/gpu-cores", "250"}, {"tessera.dev/gpu", "2"}});
+  pod["metadata"]["annotations"] = {{"tessera.dev/gpu-added", "main"}};
+  absl::StatusOr<formats::PodObject> object = formats::ParsePodObject(pod);
+  ASSERT_TRUE(object.ok());
+  absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(object->spec);
+  ASSERT_FALSE(request.ok());
+  EXPECT_THAT(request.status().message(), HasSubstr("asks for 3 vGPUs"));
+}
+
+// Pods of other schedulers keep their own resource names: their scheduler reads them (docs/migration.md).
+TEST(AdmissionTest, PodsOfOtherSchedulersAreLeftUntouched) {
+  Admission admission({"tessera-scheduler", {}});
+  const std::pair<json, const char*> cases[] = {
+      {{{"volcano.sh/vgpu-number", "1"}, {"volcano.sh/vgpu-cores", "30"}}, "volcano"},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}}, "hami-scheduler"},
+      {{{"tessera.dev/gpu-cores", "0"}}, "someone-else"},  // not ours to refuse either
+  };
+  for (const auto& [limits, scheduler] : cases) {
+    json pod = Defaulted(PodWith(limits, scheduler));
+    json out = json::parse(admission.Mutate(Review(pod)).body);
+    EXPECT_TRUE(out["response"]["allowed"]) << scheduler;
+    EXPECT_FALSE(out["response"].contains("patch")) << scheduler;
+    out = json::parse(admission.Validate(Review(pod)).body);
+    EXPECT_TRUE(out["response"]["allowed"]) << scheduler;
+  }
 }
 
 TEST(AdmissionTest, ValidateRefusesWithWhatToChange) {
