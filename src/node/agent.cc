@@ -770,15 +770,22 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
       if (ids.empty()) continue;
       std::sort(ids.begin(), ids.end());
-      // The record that handed out these devices.
+      // The record that handed out these devices. The kubelet hands a freed device to the next pod at once, so a
+      // record of a pod that has just left may still name the same devices as the new pod's own record: the
+      // record of this very container wins, and a record whose pod is no longer on the node is stale, never a swap.
+      std::set<std::string> uids_here;
+      for (const NodePod& pod : pods) uids_here.insert(pod.uid);
       Tenant* holder = nullptr;
       for (auto& [key, t] : tenants_) {
         std::vector<std::string> mine = t.record.device_ids;
         std::sort(mine.begin(), mine.end());
-        if (mine == ids) {
+        if (mine != ids) continue;
+        const ContainerRecord& r = t.record;
+        if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
           holder = &t;
           break;
         }
+        if (holder == nullptr && uids_here.contains(r.pod_uid)) holder = &t;
       }
       if (holder == nullptr) continue;
       ContainerRecord& r = holder->record;

@@ -278,6 +278,24 @@ void Extender::Count(uint64_t Counters::*verb, bool bad_request) {
   if (bad_request) ++counters_.bad_request;
 }
 
+namespace {
+
+// "60%" -> "60 percent": what kube-scheduler's event formatting leaves intact.
+std::string WithoutPercentSigns(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    if (ch == '%') {
+      out += " percent";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Response Extender::Filter(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
   Count(&Counters::filter, !args.ok());
@@ -293,6 +311,11 @@ Response Extender::Filter(std::string_view body) {
   } else {
     Remember(*args->request, args->pod);
     outcome = cache_.Filter(*args->request, args->nodes);
+  }
+  // kube-scheduler posts its FailedScheduling event with the reasons as a printf format and no arguments, so
+  // "60% and" shows as "60%!a(MISSING)nd" in `kubectl describe pod` (seen with the real kube-scheduler 1.37).
+  for (auto* reasons : {&outcome.failed, &outcome.unresolvable}) {
+    for (auto& [node, reason] : *reasons) reason = WithoutPercentSigns(reason);
   }
   if (args->node_list) {
     json result;

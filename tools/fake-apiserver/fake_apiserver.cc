@@ -16,6 +16,11 @@ namespace tessera::fake {
 
 namespace {
 
+// The content type of a watch stream, as the real API server names a framed JSON stream. It also keeps
+// cpp-httplib from gzip-compressing the stream for clients that accept gzip (Go clients do by default): the
+// compressor holds events back until its buffer fills, so a watching client would see none of them.
+constexpr char kWatchContentType[] = "application/json;stream=watch";
+
 // httplib runs each connection on a task-queue thread for the connection's whole life (a watch holds one for
 // hours), so a fixed pool would stall with more open watches than threads. This queue starts a thread
 // whenever no idle one is waiting, up to a cap.
@@ -668,7 +673,7 @@ void FakeApiServer::Handle(const httplib::Request& req, httplib::Response& res) 
         std::string line =
             StrCat("{\"type\":\"ERROR\",\"object\":", StatusBody(410, o->reason, o->message), "}\n");
         res.status = 200;
-        res.set_chunked_content_provider("application/json", [line](size_t, httplib::DataSink& sink) {
+        res.set_chunked_content_provider(kWatchContentType, [line](size_t, httplib::DataSink& sink) {
           sink.write(line.data(), line.size());
           sink.done();
           return true;
@@ -681,7 +686,7 @@ void FakeApiServer::Handle(const httplib::Request& req, httplib::Response& res) 
       std::shared_ptr<WatchCursor> cursor = std::move(std::get<std::unique_ptr<WatchCursor>>(opened));
       res.status = 200;
       rec.status = 200;
-      res.set_chunked_content_provider("application/json", [cursor](size_t, httplib::DataSink& sink) {
+      res.set_chunked_content_provider(kWatchContentType, [cursor](size_t, httplib::DataSink& sink) {
         std::string out;
         WatchCursor::Step step = cursor->Next(std::chrono::milliseconds(200), &out);
         if (!out.empty() && !sink.write(out.data(), out.size())) return false;

@@ -1,0 +1,508 @@
+"""A real Kubernetes control plane and node on this machine, for Tessera's end-to-end tier (docs/k8s-harness.md).
+
+Everything is the real program built from its own sources by scripts/k8s-components, except the container
+runtime: etcd, kube-apiserver (TLS, RBAC, admission webhooks on), kube-controller-manager, kube-scheduler (the
+cluster's default one, and Tessera's second one configured with deploy/'s own KubeSchedulerConfiguration and
+extender), a real kubelet as one node (cgroup v1 allowed by its own `failCgroupV1: false`), tessera-scheduler
+(extender and admission webhook, registered through deploy/'s own webhook configurations) and tessera-node (the
+kubelet's device plugin, on fake GPUs). The kubelet's runtime is cri-fake: Kubernetes' own fake CRI
+(k8s.io/cri-client/pkg/fake), which runs no process but records what the kubelet asked it to create.
+
+What differs from a cluster, and why, is listed in docs/k8s-harness.md: host paths are under a work directory,
+webhook and extender addresses are on loopback instead of Service names (no kube-proxy, no cluster DNS).
+
+    with Cluster(source_dir, build_dir) as c:
+        c.apply(POD_YAML)
+        c.wait_for(lambda: c.pod("default", "p")["status"]["phase"] == "Running", "the pod to run")
+"""
+
+import base64
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import yaml
+
+NODE = "gpu-node-0"
+FAKE_GPUS = "examples/fake-gpus/two-socket-8gpu.yaml"
+SLOTS_PER_GPU = 10
+# The kubelet's root directory, as on a node: the DaemonSet's host paths (/var/lib/kubelet/device-plugins,
+# /var/lib/kubelet/pod-resources) must exist as shipped, and the kubelet serves its device-plugin registration
+# socket at /var/lib/kubelet/device-plugins/kubelet.sock whatever its --root-dir (pluginapi.KubeletSocket). So one
+# harness per machine, under a lock, and never on a machine whose /var/lib/kubelet belongs to a real kubelet.
+KUBELET_ROOT = os.environ.get("TESSERA_HARNESS_KUBELET_ROOT", "/var/lib/kubelet")
+MARKER = ".tessera-harness"
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the harness dies, however it dies, so that no kubelet outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def unmount_under(root):
+    """Lazily unmounts every mount point at or below root, deepest first."""
+    root = os.path.realpath(root)
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point == root or point.startswith(root + "/"):
+                points.append(point)
+    for point in sorted(set(points), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HarnessError(Exception):
+    pass
+
+
+class Process:
+    """A component: a child process with its log in the work directory."""
+
+    def __init__(self, name, argv, log_dir, env=None):
+        self.name, self.argv, self.env = name, argv, env
+        self.log_path = os.path.join(log_dir, name + ".log")
+        self.proc = None
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        log.write(("\n==== start: " + " ".join(self.argv) + "\n").encode())
+        log.flush()
+        # Each component in an empty directory of its own: a component that resolves a relative path (the
+        # kubelet removing a container log the runtime reported without a path) touches nothing else.
+        cwd = os.path.join(os.path.dirname(self.log_path), "..", "cwd", self.name)
+        os.makedirs(cwd, exist_ok=True)
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True, cwd=cwd, preexec_fn=_die_with_parent)
+        log.close()
+        return self
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if not self.alive():
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def tail(self, lines=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+class Cluster:
+    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False):
+        self.src = os.path.abspath(source_dir)
+        self.build = os.path.abspath(build_dir)
+        self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
+                                       or os.path.join(self.src, "build", "k8s", "bin"))
+        self.keep = keep or os.environ.get("TESSERA_HARNESS_KEEP") == "1"
+        self.work = tempfile.mkdtemp(prefix="tessera-k8s-", dir=os.environ.get("TMPDIR", "/tmp"))
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs)
+        self.procs = {}
+        self.ports = {}
+        for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
+                  "cri-fake"):
+            if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
+                raise HarnessError(f"{b} is not in {self.k8s_bin}: run scripts/k8s-components first")
+
+    # ---- paths and helpers ----
+    def path(self, *parts):
+        return os.path.join(self.work, *parts)
+
+    def bin(self, name):
+        return os.path.join(self.k8s_bin, name)
+
+    def tessera(self, name):
+        return os.path.join(self.build, "bin", name)
+
+    def kubectl(self, *args, input=None, check=True, kubeconfig=None, timeout=60):
+        argv = [self.bin("kubectl"), "--kubeconfig", kubeconfig or self.path("admin.kubeconfig"), *args]
+        r = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise HarnessError(f"kubectl {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+        return r
+
+    def apply(self, text, **kw):
+        return self.kubectl("apply", "-f", "-", input=text, **kw)
+
+    def get(self, kind, name=None, ns=None):
+        args = ["get", kind] + ([name] if name else []) + (["-n", ns] if ns else []) + ["-o", "json"]
+        return json.loads(self.kubectl(*args).stdout)
+
+    def pod(self, ns, name):
+        r = self.kubectl("get", "pod", name, "-n", ns, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def wait_for(self, predicate, what, timeout=60, interval=0.25):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (HarnessError, KeyError, TypeError, IndexError) as e:
+                last = e
+            time.sleep(interval)
+        raise HarnessError(f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last})" if last else "")
+                           + "\n" + self.diagnostics())
+
+    def diagnostics(self):
+        out = []
+        for name, p in self.procs.items():
+            state = "running" if p.alive() else f"exited {p.proc.returncode if p.proc else '-'}"
+            out.append(f"--- {name} ({state}), last lines of {p.log_path}:\n{p.tail(15)}")
+        return "\n".join(out)
+
+    def container_records(self):
+        """What the kubelet asked the runtime to create, one dict per CreateContainer (cri-fake's record)."""
+        try:
+            with open(self.path("containers.jsonl")) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    # ---- PKI ----
+    def _openssl(self, *args):
+        run(["openssl", *args], cwd=self.path("pki"))
+
+    def _make_pki(self):
+        os.makedirs(self.path("pki"))
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+                      "-days", "2", "-subj", "/CN=tessera-harness-ca")
+
+        def cert(name, subj, san=None, client=False):
+            self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                          "-subj", subj)
+            ext = [f"extendedKeyUsage={'clientAuth' if client else 'serverAuth'}"]
+            if san:
+                ext.append("subjectAltName=" + san)
+            with open(self.path("pki", f"{name}.ext"), "w") as f:
+                f.write("\n".join(ext) + "\n")
+            self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                          "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+
+        cert("apiserver", "/CN=kube-apiserver",
+             "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc,IP:10.0.0.1")
+        cert("admin", "/O=system:masters/CN=harness-admin", client=True)
+        cert("webhook", "/CN=tessera-scheduler-webhook", "IP:127.0.0.1,DNS:localhost")
+        self._openssl("genrsa", "-out", "sa.key", "2048")
+        self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+    def kubeconfig(self, name, user):
+        path = self.path(name + ".kubeconfig")
+        doc = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "harness", "cluster": {
+                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                "certificate-authority": self.path("pki", "ca.crt")}}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": "harness", "context": {"cluster": "harness", "user": name}}],
+            "current-context": "harness",
+        }
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f)
+        return path
+
+    def token_kubeconfig(self, ns, sa):
+        """A kubeconfig with a token of the service account, so the component has exactly deploy/'s RBAC."""
+        token = self.kubectl("create", "token", sa, "-n", ns, "--duration", "6h").stdout.strip()
+        return self.kubeconfig(f"{ns}-{sa}", {"token": token})
+
+    # ---- components ----
+    def _start(self, name, argv, env=None):
+        p = Process(name, argv, self.logs, env).start()
+        self.procs[name] = p
+        return p
+
+    def _wait_http(self, url, what, timeout=60, insecure=True):
+        import ssl
+        import urllib.request
+        ctx = ssl.create_default_context()
+        if insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+
+        def ok():
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                    return r.status == 200
+            except Exception:
+                return False
+        self.wait_for(ok, what, timeout)
+
+    def start_etcd(self):
+        self.ports["etcd"], peer = free_port(), free_port()
+        self._start("etcd", [
+            self.bin("etcd"), "--name", "harness", "--data-dir", self.path("etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{self.ports['etcd']}",
+            "--advertise-client-urls", f"http://127.0.0.1:{self.ports['etcd']}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"harness=http://127.0.0.1:{peer}",
+            "--log-level", "warn", "--unsafe-no-fsync"])
+        self._wait_http(f"http://127.0.0.1:{self.ports['etcd']}/health", "etcd to be healthy")
+
+    def start_apiserver(self):
+        self.ports.setdefault("apiserver", free_port())
+        pki = lambda f: self.path("pki", f)  # noqa: E731
+        self._start("kube-apiserver", [
+            self.bin("kube-apiserver"),
+            "--etcd-servers", f"http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(self.ports["apiserver"]),
+            "--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
+            "--client-ca-file", pki("ca.crt"),
+            "--service-account-issuer", "https://kubernetes.default.svc",
+            "--service-account-key-file", pki("sa.pub"), "--service-account-signing-key-file", pki("sa.key"),
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            "--authorization-mode", "Node,RBAC",
+            "--allow-privileged=true",  # as kubeadm and every managed cluster: the node agent is privileged
+            "--endpoint-reconciler-type", "none",
+            "--profiling=false", "-v", "0"])
+        self.kubeconfig("admin", {"client-certificate": pki("admin.crt"), "client-key": pki("admin.key")})
+        self._wait_http(f"https://127.0.0.1:{self.ports['apiserver']}/readyz", "kube-apiserver to be ready", 120)
+        # RBAC's bootstrap roles are in place once the default namespace's service account objects can be read.
+        self.wait_for(lambda: self.kubectl("get", "clusterrole", "system:kube-scheduler", check=False).returncode == 0,
+                      "the bootstrap RBAC roles")
+
+    def start_controller_manager(self):
+        pki = lambda f: self.path("pki", f)  # noqa: E731
+        self._start("kube-controller-manager", [
+            self.bin("kube-controller-manager"), "--kubeconfig", self.path("admin.kubeconfig"),
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--leader-elect=false", "--service-account-private-key-file", pki("sa.key"),
+            "--root-ca-file", pki("ca.crt"), "--use-service-account-credentials=false", "-v", "0"])
+        self.wait_for(lambda: self.kubectl("get", "sa", "default", "-n", "default", check=False).returncode == 0,
+                      "the default service account (kube-controller-manager)", 90)
+
+    def start_tessera_scheduler(self, replica="r1"):
+        name = f"tessera-scheduler-{replica}"
+        self.ports.setdefault(name, free_port())
+        self.ports.setdefault(name + "-webhook", free_port())
+        p = self._start(name, [
+            self.tessera("tessera-scheduler"), "--kubeconfig", self.scheduler_kubeconfig,
+            "--leader-elect-lease", "tessera-scheduler", "--leader-elect-namespace", "tessera-system",
+            "--identity", replica,
+            "--listen", f"127.0.0.1:{self.ports[name]}",
+            "--webhook-listen", f"127.0.0.1:{self.ports[name + '-webhook']}",
+            "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key")])
+        self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
+        return p
+
+    def extender_url(self, replica="r1"):
+        return f"http://127.0.0.1:{self.ports['tessera-scheduler-' + replica]}"
+
+    def register_webhooks(self, replica="r1"):
+        """deploy/scheduler/50-webhooks.yaml as shipped, but for the address: a URL on loopback instead of the
+        Service (there is no cluster network here), with this harness's CA."""
+        with open(os.path.join(self.src, "deploy/scheduler/50-webhooks.yaml")) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        with open(self.path("pki", "ca.crt"), "rb") as f:
+            ca = base64.b64encode(f.read()).decode()
+        port = self.ports[f"tessera-scheduler-{replica}-webhook"]
+        for d in docs:
+            for w in d["webhooks"]:
+                path = w["clientConfig"]["service"]["path"]
+                w["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+        self.apply(yaml.safe_dump_all(docs))
+
+    def start_kube_schedulers(self):
+        # The cluster's default scheduler, for every pod that is not Tessera's.
+        self._start("kube-scheduler-default", [
+            self.bin("kube-scheduler"), "--kubeconfig", self.path("admin.kubeconfig"),
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()), "--leader-elect=false", "-v", "0"])
+        self.start_tessera_kube_scheduler()
+
+    def start_tessera_kube_scheduler(self, replica="r1"):
+        """deploy/scheduler/20-kube-scheduler-config.yaml's KubeSchedulerConfiguration as shipped, but for the
+        extender's address (loopback instead of the Service) and the client's kubeconfig."""
+        with open(os.path.join(self.src, "deploy/scheduler/20-kube-scheduler-config.yaml")) as f:
+            cm = yaml.safe_load(f)
+        config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        config["clientConnection"] = {"kubeconfig": self.kube_scheduler_kubeconfig}
+        for e in config["extenders"]:
+            e["urlPrefix"] = self.extender_url(replica) + "/scheduler"
+        path = self.path("tessera-kube-scheduler.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        self._start("kube-scheduler-tessera", [
+            self.bin("kube-scheduler"), "--config", path, "--bind-address", "127.0.0.1",
+            "--secure-port", str(free_port()), "-v", "0"])
+
+    def start_runtime(self):
+        self._start("cri-fake", [self.bin("cri-fake"), "--listen", self.path("cri.sock"),
+                                 "--record", self.path("containers.jsonl")])
+        self.wait_for(lambda: os.path.exists(self.path("cri.sock")), "cri-fake's socket")
+
+    def start_kubelet(self):
+        self.ports.setdefault("kubelet", free_port())
+        self.ports.setdefault("kubelet-healthz", free_port())
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # This machine mounts cgroup v1; the kubelet refuses it unless told (validation_linux.go).
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": "unix://" + self.path("cri.sock"),
+            "address": "127.0.0.1", "port": self.ports["kubelet"], "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": self.ports["kubelet-healthz"],
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": self.path("pki", "ca.crt")}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "resolvConf": "", "maxPods": 250, "serializeImagePulls": False,
+            "syncFrequency": "5s", "nodeStatusUpdateFrequency": "4s",
+            "localStorageCapacityIsolation": False,
+        }
+        path = self.path("kubelet.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        self._start("kubelet", [
+            self.bin("kubelet"), "--config", path, "--kubeconfig", self.path("admin.kubeconfig"),
+            "--root-dir", KUBELET_ROOT, "--hostname-override", NODE, "--cert-dir", self.path("kubelet-pki"),
+            "-v", "1"])
+        self.wait_for(self._node_ready, f"node {NODE} to be Ready", 120)
+
+    def _node_ready(self):
+        r = self.kubectl("get", "node", NODE, "-o", "json", check=False)
+        if r.returncode != 0:
+            return False
+        node = json.loads(r.stdout)
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+
+    def node_agent_argv(self):
+        """deploy/node/daemonset.yaml's tessera-node command, with its host paths under the work directory and
+        fake GPUs instead of NVML."""
+        with open(os.path.join(self.src, "deploy/node/daemonset.yaml")) as f:
+            ds = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "DaemonSet"][0]
+        container = ds["spec"]["template"]["spec"]["containers"][0]
+        # The kubelet's paths are the shipped ones (KUBELET_ROOT); the agent's state directory is this run's own.
+        rebase = {"/var/lib/tessera": self.path("tessera")}
+        argv = [self.tessera("tessera-node")]
+        for a in container["command"][1:] + container.get("args", []):
+            a = a.replace("$(NODE_NAME)", NODE)
+            for old, new in rebase.items():
+                a = a.replace("=" + old, "=" + new)
+            if a.startswith("--metrics-listen="):
+                self.ports.setdefault("node-metrics", free_port())
+                a = f"--metrics-listen=127.0.0.1:{self.ports['node-metrics']}"
+            argv.append(a)
+        return argv + ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS),
+                       "--verbose"]
+
+    def start_node_agent(self):
+        os.makedirs(self.path("tessera"), exist_ok=True)
+        self._start("tessera-node", self.node_agent_argv())
+        self.wait_for(lambda: self.allocatable_gpu() == 8 * SLOTS_PER_GPU,
+                      "the node to advertise tessera.dev/gpu (tessera-node's device plugin)", 90)
+        self.wait_for(lambda: "tessera.dev/gpu-inventory" in self.get("node", NODE)["metadata"].get("annotations", {}),
+                      "the GPU inventory annotation", 60)
+
+    def allocatable_gpu(self):
+        node = self.get("node", NODE)
+        return int(node["status"].get("allocatable", {}).get("tessera.dev/gpu", "0"))
+
+    def _claim_kubelet_root(self):
+        if os.path.isdir(KUBELET_ROOT) and os.listdir(KUBELET_ROOT) and \
+                not os.path.exists(os.path.join(KUBELET_ROOT, MARKER)):
+            raise HarnessError(f"{KUBELET_ROOT} exists and was not made by this harness (a real kubelet's?); "
+                               "the cluster tier will not touch it: run it on a machine without a kubelet")
+        os.makedirs(KUBELET_ROOT, exist_ok=True)
+        self._lock = open(os.path.join(KUBELET_ROOT, MARKER), "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._clean_kubelet_root()
+
+    def _clean_kubelet_root(self):
+        """What an earlier run left: mounts first (the kubelet bind-mounts its root and mounts volumes), then files."""
+        unmount_under(KUBELET_ROOT)
+        unmount_under(self.work)
+        for entry in os.listdir(KUBELET_ROOT):
+            if entry != MARKER:
+                path = os.path.join(KUBELET_ROOT, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
+
+    def start(self):
+        self._claim_kubelet_root()
+        self._make_pki()
+        self.start_etcd()
+        self.start_apiserver()
+        self.start_controller_manager()
+        # deploy/'s RBAC and service accounts, as shipped; the node agent's from its DaemonSet file (the node has
+        # no tessera.dev/gpu-node label, so the DaemonSet itself places nothing: tessera-node runs as a process).
+        self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/00-namespace.yaml"))
+        self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/10-rbac.yaml"))
+        self.kubectl("apply", "-f", os.path.join(self.src, "deploy/node/daemonset.yaml"))
+        self.scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-scheduler")
+        self.kube_scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-kube-scheduler")
+        self.node_kubeconfig = self.token_kubeconfig("kube-system", "tessera-node")
+        self.start_tessera_scheduler("r1")
+        self.register_webhooks("r1")
+        self.start_kube_schedulers()
+        self.start_runtime()
+        self.start_kubelet()
+        self.start_node_agent()
+        return self
+
+    def stop(self):
+        # The kubelet first (it talks to the others), the store last.
+        order = ["tessera-node", "kubelet", "cri-fake"] + [n for n in self.procs if n.startswith("kube-scheduler")] + \
+            [n for n in self.procs if n.startswith("tessera-scheduler")] + \
+            ["kube-controller-manager", "kube-apiserver", "etcd"]
+        for name in order:
+            if name in self.procs:
+                self.procs[name].stop()
+        if getattr(self, "_lock", None):
+            self._clean_kubelet_root()
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+        if getattr(self, "_lock", None):
+            self._lock.close()
+            self._lock = None
+        if exc[0] is None and not self.keep:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.work)
+        return False

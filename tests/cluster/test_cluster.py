@@ -1,0 +1,386 @@
+"""Tessera on a real Kubernetes control plane and kubelet (tests/k8s/cluster.py, docs/k8s-harness.md).
+
+Every scenario goes the way a user's pod goes: `kubectl apply`, the API server calls the admission webhook, the
+real kube-scheduler calls the extender and lets it bind, the real kubelet admits the pod, calls the device plugin's
+Allocate and asks the container runtime to create the container with what Allocate returned. The checks read
+what the real components did: the pod as the API server holds it, the container as the kubelet asked the runtime
+to create it (cri-fake's record), the limits file on disk.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+import yaml
+
+from cluster import NODE, Cluster, HarnessError, free_port
+
+SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
+
+
+@pytest.fixture(scope="module")
+def c():
+    with Cluster(SOURCE, BUILD) as cluster:
+        yield cluster
+
+
+def pod_yaml(name, limits, annotations=None, scheduler=None, ns="default", containers=1, requests=None):
+    spec = {"restartPolicy": "Never", "containers": []}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    for i in range(containers):
+        resources = {"limits": {k: str(v) for k, v in limits.items()}}
+        if requests is not None:
+            resources["requests"] = {k: str(v) for k, v in requests.items()}
+        spec["containers"].append({"name": "main" if i == 0 else f"c{i}", "image": "registry.invalid/app:1",
+                                   "resources": resources})
+    meta = {"name": name, "namespace": ns}
+    if annotations:
+        meta["annotations"] = annotations
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+
+def running(c, name, ns="default", timeout=60):
+    def check():
+        p = c.pod(ns, name)
+        return p if p and p["status"].get("phase") == "Running" else None
+    return c.wait_for(check, f"pod {ns}/{name} to run", timeout)
+
+
+def gone(c, name, ns="default", timeout=60):
+    c.wait_for(lambda: c.pod(ns, name) is None, f"pod {ns}/{name} to be gone", timeout)
+
+
+def delete(c, *names, ns="default"):
+    c.kubectl("delete", "pod", *names, "-n", ns, "--wait=false", "--grace-period=0", "--force", check=False)
+    for n in names:
+        gone(c, n, ns)
+
+
+def assignment(pod):
+    return json.loads(pod["metadata"]["annotations"]["tessera.dev/assignment"])
+
+
+def read_limits(path):
+    """The hook libraries' limits file (docs/hook-abi.md): one `gpu key=value...` line per vGPU."""
+    gpus = {}
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if words and words[0] == "gpu":
+                kv = dict(w.split("=", 1) for w in words[1:])
+                gpus[kv["uuid"]] = {"memory": int(kv["memory"]), "cores": int(kv["cores"]), "policy": kv["policy"],
+                                    "priority": kv["priority"]}
+    return gpus
+
+
+def record(c, pod, container="main"):
+    """The newest CreateContainer the kubelet sent for this container."""
+    uid = pod["metadata"]["uid"]
+    recs = [r for r in c.container_records() if r["podUID"] == uid and r["container"] == container]
+    return recs[-1] if recs else None
+
+
+def check_started_with_assignment(c, pod, container="main", timeout=30):
+    """The container the runtime was asked to create carries what Allocate returned for this pod's assignment,
+    and its limits file equals the assignment. When the kubelet started the pods of one shape in another order
+    than the agent matched them, the agent's reconciliation with pod-resources rewrites the assignments to tell
+    the truth (docs/node-agent.md): wait for that."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _started_with_assignment(c, c.pod(ns, name), container)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _started_with_assignment(c, pod, container):
+    a = assignment(pod)
+    mine = [x for x in a["containers"] if x["name"] == container]
+    assert mine, f"the assignment of {pod['metadata']['name']} has no container {container}: {a}"
+    vgpus = mine[0]["vgpus"]
+    rec = c.wait_for(lambda: record(c, pod, container), f"the kubelet to create {pod['metadata']['name']}/{container}")
+    assert rec["env"].get("NVIDIA_VISIBLE_DEVICES") == ",".join(v["uuid"] for v in vgpus), (rec["env"], vgpus)
+    assert rec["env"].get("TESSERA_LIMITS_FILE") == "/etc/tessera/limits", rec["env"]
+    mounts = {m["container"]: m for m in rec["mounts"]}
+    assert "/etc/tessera" in mounts and mounts["/etc/tessera"]["readonly"], rec["mounts"]
+    assert "/var/lib/tessera/region" in mounts, rec["mounts"]
+    host_dir = mounts["/etc/tessera"]["host"]
+    assert host_dir.startswith(c.path("tessera", "containers")) and host_dir.endswith("/" + container), host_dir
+    limits = read_limits(os.path.join(host_dir, "limits"))
+    assert set(limits) == {v["uuid"] for v in vgpus}, (limits, vgpus)
+    for v in vgpus:
+        got = limits[v["uuid"]]
+        assert got["memory"] == v["memoryMiB"] << 20, (got, v)
+        assert got["cores"] == max(1, int(v["cores"] + 0.5)), (got, v)  # rounded half up, as the agent does
+    return rec, vgpus
+
+
+def committed(c):
+    """Cores and memory committed per GPU, summed over the assignments of every pod not finished."""
+    per_gpu = {}
+    for p in json.loads(c.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]:
+        ann = p["metadata"].get("annotations", {})
+        if "tessera.dev/assignment" not in ann or p["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        for ctr in json.loads(ann["tessera.dev/assignment"])["containers"]:
+            for v in ctr["vgpus"]:
+                g = per_gpu.setdefault(v["uuid"], [0.0, 0])
+                g[0] += v["cores"]
+                g[1] += v["memoryMiB"]
+    return per_gpu
+
+
+def assert_not_oversubscribed(c):
+    inventory = json.loads(c.get("node", NODE)["metadata"]["annotations"]["tessera.dev/gpu-inventory"])
+    memory = {g["uuid"]: g["memoryMiB"] for g in inventory["gpus"]}
+    for uuid, (cores, mem) in committed(c).items():
+        assert cores <= 100.0 + 1e-6, f"GPU {uuid} has {cores}% committed"
+        assert mem <= memory[uuid], f"GPU {uuid} has {mem} MiB committed of {memory[uuid]}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every request form of docs/requests.md, and the other systems' names (defect 1: a share without tessera.dev/gpu
+# was bound but never reached Allocate).
+
+FORMS = [
+    # name, limits, annotations, expected vGPUs as (cores, memoryMiB or None)
+    ("share", {"tessera.dev/gpu-cores": 30, "tessera.dev/gpu-memory": 4096}, None, [(30, 4096)]),
+    ("share-with-gpu", {"tessera.dev/gpu": 1, "tessera.dev/gpu-cores": 30, "tessera.dev/gpu-memory": 4096}, None,
+     [(30, 4096)]),
+    ("two-vgpus", {"tessera.dev/gpu": 2, "tessera.dev/gpu-cores": 20, "tessera.dev/gpu-memory": 2048}, None,
+     [(20, 2048), (20, 2048)]),
+    ("memory-only", {"tessera.dev/gpu-memory": 8192}, None, [(None, 8192)]),
+    ("cores-only", {"tessera.dev/gpu-cores": 25}, None, [(25, None)]),
+    ("memory-percent", {"tessera.dev/gpu-memory-percentage": 50}, None, [(50, None)]),
+    ("whole", {"tessera.dev/gpu": 2}, None, [(100, None), (100, None)]),
+    ("two-and-a-half", {"tessera.dev/gpu-cores": 250}, None, [(100, None), (100, None), (50, None)]),
+    ("model", {"tessera.dev/gpu-cores": 10}, {"tessera.dev/gpu-model": "V100-PCIE-32GB"}, [(10, None)]),
+    ("uuid", {"tessera.dev/gpu-cores": 10}, {"tessera.dev/gpu-uuid": "GPU-923a7369-94e3-4f91-9a61-dbe22e44158b"},
+     [(10, None)]),
+    ("elastic", {"tessera.dev/gpu-cores": 10}, {"tessera.dev/compute-policy": "elastic"}, [(10, None)]),
+    ("numa", {"tessera.dev/gpu": 2, "tessera.dev/gpu-cores": 10}, {"tessera.dev/numa-bind": "true"},
+     [(10, None), (10, None)]),
+    ("hami", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20, "nvidia.com/gpumem": 3000}, None, [(20, 3000)]),
+    ("gpushare", {"aliyun.com/gpu-mem": 4}, None, [(None, 4096)]),
+    ("gpu-manager", {"tencent.com/vcuda-core": 20, "tencent.com/vcuda-memory": 8}, None, [(20, 2048)]),
+    ("volcano", {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 20, "volcano.sh/vgpu-memory": 1024}, None,
+     [(20, 1024)]),
+]
+
+
+@pytest.mark.parametrize("name,limits,annotations,expected", FORMS, ids=[f[0] for f in FORMS])
+def test_request_form_reaches_allocate(c, name, limits, annotations, expected):
+    pod_name = f"form-{name}"
+    c.apply(pod_yaml(pod_name, limits, annotations))
+    pod = running(c, pod_name)
+    assert pod["spec"]["schedulerName"] == "tessera-scheduler"
+    assert pod["spec"]["nodeName"] == NODE
+    ann = pod["metadata"]["annotations"]
+    # The kubelet's device manager allocated tessera.dev/gpu for it: the container asks for it.
+    ctr = pod["spec"]["containers"][0]["resources"]
+    assert int(ctr["limits"]["tessera.dev/gpu"]) == len(expected), ctr
+    assert ctr["limits"] == ctr["requests"], ctr
+    c.wait_for(lambda: c.pod("default", pod_name)["metadata"]["annotations"].get("tessera.dev/phase") == "allocated",
+               "the node agent to mark the pod allocated")
+    rec, vgpus = check_started_with_assignment(c, pod)
+    assert len(vgpus) == len(expected)
+    inventory = {g["uuid"]: g for g in json.loads(c.get("node", NODE)["metadata"]["annotations"]
+                                                  ["tessera.dev/gpu-inventory"])["gpus"]}
+    for v, (cores, memory) in zip(sorted(vgpus, key=lambda v: -v["cores"]), sorted(expected, key=lambda e: -(e[0] or 0))):
+        if cores is not None:
+            assert abs(v["cores"] - cores) < 0.11, (v, cores)
+        if memory is not None:
+            assert v["memoryMiB"] == memory, (v, memory)
+        if annotations and "tessera.dev/gpu-model" in annotations:
+            assert inventory[v["uuid"]]["model"] == annotations["tessera.dev/gpu-model"]
+        if annotations and "tessera.dev/gpu-uuid" in annotations:
+            assert v["uuid"] == annotations["tessera.dev/gpu-uuid"]
+    if annotations and annotations.get("tessera.dev/numa-bind") == "true":
+        a = assignment(pod)["containers"][0]
+        assert "numaNode" in a and rec["env"].get("TESSERA_NUMA_NODE") == str(a["numaNode"]), (a, rec["env"])
+        assert len({inventory[v["uuid"]]["numa"] for v in vgpus}) == 1
+    if "tessera.dev/gpu" not in limits and any(k.startswith("tessera.dev/") for k in limits):
+        assert ann.get("tessera.dev/gpu-added") == "main", ann
+    assert_not_oversubscribed(c)
+    delete(c, pod_name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Defect 4: pods for other schedulers keep what they were written with.
+
+def test_pod_of_another_scheduler_is_left_untouched(c):
+    limits = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 30, "volcano.sh/vgpu-memory": 2048}
+    c.apply(pod_yaml("volcano-pod", limits, scheduler="volcano"))
+    pod = c.pod("default", "volcano-pod")
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert set(pod["spec"]["containers"][0]["resources"]["limits"]) == set(limits)
+    assert "tessera.dev/gpu-added" not in pod["metadata"].get("annotations", {})
+    time.sleep(2)  # no scheduler named volcano runs here: nothing may place it, nothing may rewrite it
+    pod = c.pod("default", "volcano-pod")
+    assert "nodeName" not in pod["spec"] and "tessera.dev/assignment" not in pod["metadata"].get("annotations", {})
+    delete(c, "volcano-pod")
+
+
+def test_refused_request_says_what_to_change(c):
+    r = c.apply(pod_yaml("bad", {"tessera.dev/gpu-cores": 150, "tessera.dev/gpu": 2}), check=False)
+    assert r.returncode != 0
+    assert "cores are per vGPU" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Delete frees the share; many pods of one shape at once.
+
+def test_delete_frees_the_share_for_the_next_pod(c):
+    # Eight whole GPUs take the node; a ninth waits until one leaves.
+    c.apply(pod_yaml("all-gpus", {"tessera.dev/gpu": 8}))
+    running(c, "all-gpus")
+    c.apply(pod_yaml("waiting", {"tessera.dev/gpu-cores": 50}))
+    time.sleep(3)
+    assert c.pod("default", "waiting")["status"]["phase"] == "Pending"
+    delete(c, "all-gpus")
+    pod = running(c, "waiting", timeout=90)
+    check_started_with_assignment(c, pod)
+    delete(c, "waiting")
+
+
+def test_fifty_pods_of_one_shape_all_start_with_their_own_records(c):
+    text = "---\n".join(pod_yaml(f"many-{i}", {"tessera.dev/gpu-cores": 10, "tessera.dev/gpu-memory": 1024})
+                        for i in range(50))
+    c.apply(text)
+    pods = [running(c, f"many-{i}", timeout=180) for i in range(50)]
+    dirs = set()
+    for p in pods:
+        rec, _ = check_started_with_assignment(c, p)
+        dirs.add(next(m["host"] for m in rec["mounts"] if m["container"] == "/etc/tessera"))
+    assert len(dirs) == 50
+    assert_not_oversubscribed(c)
+    delete(c, *[f"many-{i}" for i in range(50)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Priorities: a high-priority pod compresses low-priority tenants (SharedGPU) and the share comes back.
+
+def test_high_priority_compresses_and_gives_back(c):
+    # Memory cannot be compressed, so both ask for little of it; compute is what the high-priority pod takes.
+    c.apply(pod_yaml("whole-7", {"tessera.dev/gpu": 7}))
+    running(c, "whole-7")
+    c.apply(pod_yaml("low", {"tessera.dev/gpu-cores": 80, "tessera.dev/gpu-memory": 4096},
+                     {"tessera.dev/priority": "low"}))
+    low = running(c, "low")
+    uuid = assignment(low)["containers"][0]["vgpus"][0]["uuid"]
+    check_started_with_assignment(c, low)
+    limits_file = next(os.path.join(m["host"], "limits") for m in record(c, low)["mounts"]
+                       if m["container"] == "/etc/tessera")
+    c.apply(pod_yaml("high", {"tessera.dev/gpu-cores": 60, "tessera.dev/gpu-memory": 4096},
+                     {"tessera.dev/priority": "high"}))
+    high = running(c, "high", timeout=90)
+    assert assignment(high)["containers"][0]["vgpus"][0]["uuid"] == uuid
+
+    def compressed():
+        v = assignment(c.pod("default", "low"))["containers"][0]["vgpus"][0]
+        return v if v.get("requestedCores") == 80 and v["cores"] <= 40 + 1e-6 else None
+    c.wait_for(compressed, "the low-priority share to be compressed")
+    # The running container's limits follow (the node agent rewrites its limits file; the hooks reload it).
+    c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 40, "the low pod's limits file to say 40%")
+    assert_not_oversubscribed(c)
+    delete(c, "high")
+    c.wait_for(lambda: abs(assignment(c.pod("default", "low"))["containers"][0]["vgpus"][0]["cores"] - 80) < 0.11,
+               "the share to be given back", 60)
+    c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 80, "the low pod's limits file to say 80% again")
+    delete(c, "low", "whole-7")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Restarts: nothing oversubscribed, nothing lost.
+
+def test_restarts_lose_nothing(c):
+    c.apply("---\n".join(pod_yaml(f"r-{i}", {"tessera.dev/gpu-cores": 30}) for i in range(6)))
+    for i in range(6):
+        running(c, f"r-{i}")
+    # The kubelet restarts: it re-registers the device plugin and keeps the running pods.
+    c.procs["kubelet"].stop()
+    c.start_kubelet()
+    c.wait_for(lambda: c.allocatable_gpu() == 80, "tessera.dev/gpu advertised again after the kubelet restart", 90)
+    # tessera-node restarts: it reloads its records and registers again.
+    c.procs["tessera-node"].stop()
+    c.start_node_agent()
+    # tessera-scheduler restarts in the middle of a stream of new pods.
+    c.apply("---\n".join(pod_yaml(f"s-{i}", {"tessera.dev/gpu-cores": 30}) for i in range(6)))
+    c.procs["tessera-scheduler-r1"].stop(signal.SIGKILL)
+    c.start_tessera_scheduler("r1")
+    for i in range(6):
+        pod = running(c, f"s-{i}", timeout=120)
+        check_started_with_assignment(c, pod)
+    for i in range(6):
+        check_started_with_assignment(c, c.pod("default", f"r-{i}"))
+    assert_not_oversubscribed(c)
+    delete(c, *[f"r-{i}" for i in range(6)], *[f"s-{i}" for i in range(6)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Defect 6: a second tessera-scheduler on a port in use exits with a clear error; the first keeps answering.
+
+def test_second_scheduler_on_a_used_port_exits(c):
+    port = c.ports["tessera-scheduler-r1"]
+    r = subprocess.run([c.tessera("tessera-scheduler"), "--kubeconfig", c.scheduler_kubeconfig,
+                        "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "in use" in r.stderr, r.stderr
+    import urllib.request
+    with urllib.request.urlopen(c.extender_url() + "/healthz", timeout=5) as resp:
+        assert resp.status == 200
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Defect 2: the node DaemonSet as shipped. The real DaemonSet controller places its pod on the labelled node and
+# the real kubelet sets up its host paths and asks the runtime for its containers. cri-fake runs nothing, so the
+# init container never finishes; what the kubelet asked for is checked against deploy/Dockerfile's image.
+
+def dockerfile_copies():
+    """deploy/Dockerfile's COPY lines: source -> destination, and its USER."""
+    copies, user = {}, None
+    with open(os.path.join(SOURCE, "deploy", "Dockerfile")) as f:
+        for line in f:
+            words = line.split()
+            if words[:1] == ["COPY"]:
+                copies[words[1].rstrip("/")] = words[2].rstrip("/")
+            if words[:1] == ["USER"]:
+                user = words[1]
+    return copies, user
+
+
+def test_node_daemonset_as_shipped(c):
+    copies, image_user = dockerfile_copies()
+    c.kubectl("label", "node", NODE, "tessera.dev/gpu-node=true")
+    try:
+        def init_record():
+            pods = c.get("pods", ns="kube-system")["items"]
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "tessera-node"]
+            return record(c, mine[0], "install-hooks") if mine else None
+        rec = c.wait_for(init_record, "the kubelet to create the DaemonSet pod's init container", 90)
+        ds = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/node/daemonset.yaml")))
+              if d and d["kind"] == "DaemonSet"][0]
+        images = {x["image"] for x in ds["spec"]["template"]["spec"]["initContainers"] +
+                  ds["spec"]["template"]["spec"]["containers"]}
+        assert images == {rec["image"]}, images
+        # The image's default user cannot write the host's root-owned directories.
+        assert image_user not in (None, "0", "root") and rec["runAsUser"] == 0, (image_user, rec.get("runAsUser"))
+        script = " ".join(rec["command"])
+        assert copies["build/lib"] + "/libtessera-" in script, (copies, script)
+        assert "mkdir -p /var/lib/tessera/lib" in script, script
+        assert any(m["container"] == "/var/lib/tessera" and m["host"] == "/var/lib/tessera" for m in rec["mounts"])
+        main = ds["spec"]["template"]["spec"]["containers"][0]
+        assert main["command"][0].startswith(copies["build/bin"] + "/"), (main["command"], copies)
+        assert main["securityContext"].get("runAsUser") == 0
+    finally:
+        c.kubectl("label", "node", NODE, "tessera.dev/gpu-node-")
