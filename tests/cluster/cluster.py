@@ -191,7 +191,7 @@ def run(argv, **kw):
 
 
 class Cluster:
-    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False):
+    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=()):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -202,6 +202,7 @@ class Cluster:
         os.makedirs(self.logs)
         self.procs = {}
         self.ports = {}
+        self.scheduler_args = list(scheduler_args)
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
                   "cri-fake"):
             if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
@@ -388,7 +389,8 @@ class Cluster:
             "--identity", replica,
             "--listen", f"127.0.0.1:{self.ports[name]}",
             "--webhook-listen", f"127.0.0.1:{self.ports[name + '-webhook']}",
-            "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key")])
+            "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key"),
+            *self.scheduler_args])
         self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
         readyz = f"http://127.0.0.1:{self.ports[name]}/readyz"
         for proxy, port in ((self.extender_proxy, self.ports[name]), (self.webhook_proxy, self.ports[name + "-webhook"])):
@@ -536,7 +538,8 @@ class Cluster:
                     with contextlib.suppress(OSError):
                         os.remove(path)
 
-    def start(self):
+    def start(self, node=True):
+        """The control plane, Tessera's schedulers and webhooks, and (node) the kubelet with tessera-node."""
         self._claim_kubelet_root()
         self._make_pki()
         self.start_etcd()
@@ -556,9 +559,10 @@ class Cluster:
         self.wait_for(lambda: self.extender_proxy.ready_port is not None, "tessera-scheduler to lead and be ready")
         self.register_webhooks()
         self.start_kube_schedulers()
-        self.start_runtime()
-        self.start_kubelet()
-        self.start_node_agent()
+        if node:
+            self.start_runtime()
+            self.start_kubelet()
+            self.start_node_agent()
         return self
 
     def stop(self):
