@@ -206,6 +206,7 @@ bool EnsureAttached() {
       hook::WriteStderrLine("%s", error.text);
     } else {
       g_state.need_attach.store(false);
+      hook::SessionForkedChildAttached(&g_state.session, false);
     }
   }
   pthread_mutex_unlock(&g_init_mutex);
