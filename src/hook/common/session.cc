@@ -149,6 +149,32 @@ SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup,
   return SessionMode::kLimited;
 }
 
+void SessionForgetInChild(Session* s) {
+  s->region.ForgetSlot();
+  s->agent.Forget();
+}
+
+void RunLimiterLoop(const LimiterLoop& loop) {
+  uint64_t last_reload = 0;
+  uint64_t last_reclaim = 0;
+  for (;;) {
+    const uint64_t now = MonotonicNs();
+    loop.each_ms(now);
+    if (now - last_reload >= 250000000ull) {
+      last_reload = now;
+      pthread_mutex_lock(loop.devices_mutex);
+      if (PollSessionLimits(loop.session)) loop.limits_changed();
+      pthread_mutex_unlock(loop.devices_mutex);
+      if (loop.each_quarter != nullptr) loop.each_quarter(now);
+    }
+    if (now - last_reclaim >= 1000000000ull) {
+      last_reclaim = now;
+      loop.session->region.ReclaimDeadSlots();
+    }
+    SleepNs(1000000);  // 1 ms
+  }
+}
+
 void SessionForkedChildAttached(Session* s, bool) {
   s->host_pid = s->host_pid_from_agent ? 0 : static_cast<uint32_t>(getpid());
   s->region.SetHostPid(s->host_pid);

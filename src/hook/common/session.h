@@ -23,6 +23,8 @@
 #ifndef TESSERA_HOOK_COMMON_SESSION_H_
 #define TESSERA_HOOK_COMMON_SESSION_H_
 
+#include <pthread.h>
+
 #include <cstdint>
 
 #include "hook/common/base.h"
@@ -69,6 +71,23 @@ SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup,
 // by this user and writable by no one else, else false with `error` saying what to do (another local user
 // could otherwise plant a region, or a lock that never comes, for this user's processes).
 bool DefaultRegionPath(EnvLookup lookup, char* out, size_t cap, Error* error);
+
+// After fork(), in the child (from the pthread_atfork child handler): the parent's slot and agent connection
+// stay the parent's; the child claims its own slot before its first charge.
+void SessionForgetInChild(Session* session);
+
+// The limiter thread's loop, the same in both libraries: every millisecond `each_ms`; about four times a
+// second the agent's messages and the limits file (PollSessionLimits, under `devices_mutex`;
+// `limits_changed` applies new limits) and then `each_quarter`; every second the dead processes' charges are
+// reclaimed. Never returns.
+struct LimiterLoop {
+  Session* session = nullptr;
+  pthread_mutex_t* devices_mutex = nullptr;
+  void (*each_ms)(uint64_t now_ns) = nullptr;
+  void (*limits_changed)() = nullptr;        // called with devices_mutex held
+  void (*each_quarter)(uint64_t now_ns) = nullptr;  // optional
+};
+[[noreturn]] void RunLimiterLoop(const LimiterLoop& loop);
 
 // After fork(), in the child, once it has attached again: its host pid is known only without a pid
 // namespace between it and the agent (then it is getpid()); else 0 until it registers.

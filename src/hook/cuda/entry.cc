@@ -183,11 +183,16 @@ void AtForkChild() {
   // The limiter thread and the parent's slot stay with the parent. CUDA contexts do not survive fork(), so
   // the child starts with nothing charged; it claims its own slot before its first charge.
   g_thread_started.store(false);
-  g_state.session.region.ForgetSlot();
-  g_state.session.agent.Forget();
+  hook::SessionForgetInChild(&g_state.session);
   g_state.need_attach.store(true);
   ResetAllocTableInChild();
-  for (HookDevice& d : g_state.devices) d.primary_refs = 0;
+  ResetPoolsInChild();
+  ResetFootprintInChild();
+  for (HookDevice& d : g_state.devices) {
+    d.primary_refs = 0;
+    d.footprint_bytes = 0;
+    d.graph_pool_bytes = 0;
+  }
 }
 
 __attribute__((constructor)) void OnLoad() {
@@ -377,15 +382,6 @@ int32_t DeviceUtilization(HookDevice& d) {
   return static_cast<int32_t>(u.gpu) * 10000;
 }
 
-void ReloadLimits() {
-  if (!hook::PollSessionLimits(&g_state.session)) return;
-  pthread_mutex_lock(&g_devices_mutex);
-  ApplyLimitsLocked();
-  pthread_mutex_unlock(&g_devices_mutex);
-  LogLine(LogLevel::kInfo, "applied limits generation %llu",
-          static_cast<unsigned long long>(g_state.session.limits.generation));
-}
-
 bool DrainSample(const hook::SampleRing::Sample& s) {
   CUevent start = reinterpret_cast<CUevent>(s.start_event);
   CUevent end = reinterpret_cast<CUevent>(s.end_event);
@@ -413,6 +409,36 @@ bool DrainSample(const hook::SampleRing::Sample& s) {
   return true;
 }
 
+// Every millisecond: refill the budgets, step the elastic controllers, read the measured launches.
+void EveryMs(uint64_t now) {
+  const int n = g_state.device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    HookDevice& d = g_state.devices[i];
+    if (d.shared == nullptr) continue;
+    hook::TokenBucket::Refill(&d.shared->bucket, now);
+    // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
+    hook::ControllerState* c = &d.shared->controller;
+    const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
+    if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+      const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
+      hook::ElasticController::Step(c, &d.shared->bucket, now, util);
+    }
+  }
+  if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
+}
+
+void LimitsChanged() {
+  ApplyLimitsLocked();
+  LogLine(LogLevel::kInfo, "applied limits generation %llu",
+          static_cast<unsigned long long>(g_state.session.limits.generation));
+}
+
+// About four times a second: what the driver holds that no call announced.
+void EveryQuarter(uint64_t) {
+  TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
+  TrueUpPools();          // pools and the graph pool, as the driver reports them
+}
+
 void* LimiterThread(void*) {
   // The capture rules of cuda.h: during another thread's global-mode capture, a thread in global mode may
   // not make potentially unsafe calls (cuEventQuery, cuEventDestroy...), or the capture is invalidated. This
@@ -421,36 +447,13 @@ void* LimiterThread(void*) {
     CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
     g_cu.real_cuThreadExchangeStreamCaptureMode(&relaxed);
   }
-  uint64_t last_reload = 0;
-  uint64_t last_reclaim = 0;
-  for (;;) {
-    const uint64_t now = hook::MonotonicNs();
-    const int n = g_state.device_count.load(std::memory_order_acquire);
-    for (int i = 0; i < n; ++i) {
-      HookDevice& d = g_state.devices[i];
-      if (d.shared == nullptr) continue;
-      hook::TokenBucket::Refill(&d.shared->bucket, now);
-      // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
-      hook::ControllerState* c = &d.shared->controller;
-      const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
-      if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
-        const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
-        hook::ElasticController::Step(c, &d.shared->bucket, now, util);
-      }
-    }
-    if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
-    if (now - last_reload >= 250000000ull) {
-      last_reload = now;
-      ReloadLimits();
-      TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
-    }
-    if (now - last_reclaim >= 1000000000ull) {
-      last_reclaim = now;
-      g_state.session.region.ReclaimDeadSlots();
-    }
-    hook::SleepNs(1000000);  // 1 ms
-  }
-  return nullptr;
+  hook::LimiterLoop loop;
+  loop.session = &g_state.session;
+  loop.devices_mutex = &g_devices_mutex;
+  loop.each_ms = &EveryMs;
+  loop.limits_changed = &LimitsChanged;
+  loop.each_quarter = &EveryQuarter;
+  hook::RunLimiterLoop(loop);
 }
 
 }  // namespace

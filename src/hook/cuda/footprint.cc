@@ -23,6 +23,10 @@ pthread_mutex_t g_footprint_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 }  // namespace
 
+void ResetFootprintInChild() {
+  pthread_mutex_init(&g_footprint_mutex, nullptr);
+}
+
 uint64_t EstimatedContextBytes(int ordinal) {
   if (g_state.context_bytes_set) return g_state.context_bytes_override;
   HookDevice* d = DeviceAt(ordinal);

@@ -204,8 +204,11 @@ void GraphMemoryAfterLaunch(const GraphLaunchTicket& ticket, bool launched);
 void StartLimiterThread();
 // Loads libnvidia-ml.so.1 and resolves what the hook needs from it, once. False when there is none.
 bool LoadRealNvml();
-// After fork(), in the child: forgets the parent's allocation records.
+// After fork(), in the child: forgets the parent's allocation records, pools and footprint (and their locks,
+// which another thread of the parent may have held).
 void ResetAllocTableInChild();
+void ResetPoolsInChild();
+void ResetFootprintInChild();
 
 }  // namespace tessera::cuda_hook
 

@@ -278,6 +278,12 @@ CUmemLocation LegacyLocation(CUdevice dev) {
 
 }  // namespace
 
+void ResetPoolsInChild() {
+  pthread_mutex_init(&g_pool_mutex, nullptr);
+  g_pool_count.store(0, std::memory_order_relaxed);
+  g_graph_memory_execs.store(0, std::memory_order_relaxed);
+}
+
 bool ReturnToPool(uint64_t dptr) {
   AllocRecord rec;
   if (!TakeAlloc(AllocKind::kPoolAlloc, dptr, &rec)) return false;
