@@ -135,6 +135,19 @@ TEST(FootprintTest, ModulesLibrariesAndLimitsAreCharged) {
   EXPECT_LE(gpu.PeakBytes(), kContext + 3 * kModule);
 }
 
+// Kernels loaded lazily at their first launch (CUDA_MODULE_LOADING=LAZY, the default) grow the context with
+// no call to hook: the limiter thread's true-up charges them (within its period; polled here).
+TEST(FootprintTest, LazilyLoadedKernelsAreCharged) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB";
+  box.env["FAKECUDA_LAZY_BYTES"] = "2MiB";
+  const uint64_t limit = 256 * kMiB;
+  const uint64_t expected = limit - kContext - kModule - 2 * kMiB;
+  const ProbeResult r = box.Run({"dlsym", "init", "ctx", "launch", "1", "0", "waitfree", N(expected), "10000"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Num("waitfree", 1), expected) << r.out;
+}
+
 // A process whose NVML is missing is still charged for its context: the size another process of the
 // container measured, else the documented estimate.
 TEST(FootprintTest, ProcessWithoutNvmlStillHasItsContextCharged) {

@@ -575,6 +575,15 @@ int main(int argc, char** argv) {
       int r = trim(DefaultPool(), keep);
       if (r == CUDA_SUCCESS && g_pool != nullptr) r = trim(g_pool, keep);
       printf("trim %d\n", r);
+    } else if (strcmp(op, "waitfree") == 0) {
+      // Polls cuMemGetInfo until free is at most BYTES or TIMEOUT_MS passed: "waitfree <free>".
+      const uint64_t want = Arg(argv, &i, argc);
+      const uint64_t deadline = NowNs() + Arg(argv, &i, argc) * 1000000ull;
+      size_t free_bytes = 0;
+      size_t total = 0;
+      auto info = CU(cuMemGetInfo_v2, cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020);
+      while (info(&free_bytes, &total) == CUDA_SUCCESS && free_bytes > want && NowNs() < deadline) usleep(10000);
+      printf("waitfree %zu\n", free_bytes);
     } else if (strcmp(op, "sync") == 0) {
       printf("sync %d\n", CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)());
     } else if (strcmp(op, "graphmem") == 0 || strcmp(op, "graphnode") == 0) {

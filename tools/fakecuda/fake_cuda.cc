@@ -57,6 +57,8 @@ struct Event {
 };
 struct Function {
   char name[64];
+  void* module = nullptr;  // the Module it came from (loaded lazily: its code arrives at the first launch)
+  bool loaded = false;
 };
 struct GraphNode {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -997,6 +999,19 @@ CUresult UnloadModule(void* handle) {
 }
 }  // namespace
 
+// CUDA_MODULE_LOADING=LAZY (the default since CUDA 12.2): a kernel's code is loaded into the context at its
+// first launch; FAKECUDA_LAZY_BYTES (default 0) of device memory each, given back with the module.
+static void LoadLazily(CUfunction f) {
+  Function* fn = reinterpret_cast<Function*>(f);
+  if (fn == nullptr || fn->loaded || fn->module == nullptr) return;
+  fn->loaded = true;
+  const char* v = getenv("FAKECUDA_LAZY_BYTES");
+  uint64_t bytes = 0;
+  if (v == nullptr || !tessera::hook::ParseByteSize(v, &bytes) || bytes == 0) return;
+  Module* m = static_cast<Module*>(fn->module);
+  if (Charge(m->gpu, static_cast<int64_t>(bytes)) == CUDA_SUCCESS) m->bytes += bytes;
+}
+
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void*) {
   return LoadModule(reinterpret_cast<void**>(m));
 }
@@ -1041,8 +1056,9 @@ FAKE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* g, CUdevResourceDesc, CUdevice
 FAKE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g) {
   return UnloadModule(g);
 }
-FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   Function* fn = new Function();
+  fn->module = m;
   snprintf(fn->name, sizeof(fn->name), "%s", name);
   *f = reinterpret_cast<CUfunction>(fn);
   return CUDA_SUCCESS;
@@ -1115,8 +1131,9 @@ FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
 FAKE_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   return cuEventElapsedTime_v2(ms, a, b);
 }
-FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     unsigned, CUstream s, void** params, void**) {
+  LoadLazily(f);
   return Submit(s, KernelNs(params));
 }
 FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d,
@@ -1124,14 +1141,16 @@ FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned a, unsigned b, u
                                          void** x) {
   return cuLaunchKernel(f, a, b, c, d, e, g, h, s, params, x);
 }
-FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** params, void**) {
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void**) {
+  LoadLazily(f);
   return Submit(c->hStream, KernelNs(params));
 }
 FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** p, void** x) {
   return cuLaunchKernelEx(c, f, p, x);
 }
-FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned,
                                                unsigned, unsigned, CUstream s, void** params) {
+  LoadLazily(f);
   return Submit(s, KernelNs(params));
 }
 FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c,
