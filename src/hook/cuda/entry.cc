@@ -436,7 +436,7 @@ void LimitsChanged() {
 // About four times a second: what the driver holds that no call announced.
 void EveryQuarter(uint64_t) {
   TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
-  TrueUpPools();          // pools and the graph pool, as the driver reports them
+  TrueUpPools(/*wait=*/false);  // pools and the graph pool, as the driver reports them
 }
 
 void* LimiterThread(void*) {

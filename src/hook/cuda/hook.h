@@ -186,8 +186,8 @@ uint64_t EstimatedContextBytes(int ordinal);
 // a pool allocation.
 bool ReturnToPool(uint64_t dptr);
 // Brings every pool's and graph pool's charge to what the driver says it holds (after synchronizations,
-// trims, and from the limiter thread).
-void TrueUpPools();
+// trims, and from the limiter thread, which passes wait=false: skipped when another thread holds the pools).
+void TrueUpPools(bool wait = true);
 // Graph launches: nonzero while an instantiated graph with memory nodes exists (the launch path reads it).
 extern std::atomic<int> g_graph_memory_execs;
 struct GraphLaunchTicket {

@@ -301,8 +301,13 @@ bool ReturnToPool(uint64_t dptr) {
   return true;
 }
 
-void TrueUpPools() {
-  pthread_mutex_lock(&g_pool_mutex);
+void TrueUpPools(bool wait) {
+  // The limiter thread does not wait: a graph launch may hold the lock while it waits for compute budget.
+  if (!wait) {
+    if (pthread_mutex_trylock(&g_pool_mutex) != 0) return;
+  } else {
+    pthread_mutex_lock(&g_pool_mutex);
+  }
   const int n = g_pool_count.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) TrueUpPoolLocked(&g_pools[i]);
   if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
