@@ -212,6 +212,51 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t
                                                                     nvmlProcessInfo_t* infos) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, infos);
 }
+// What interception libraries and device plugins ask at start.
+namespace {
+struct PciInfo {  // nvmlPciInfo_t
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+};
+}  // namespace
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, PciInfo* pci) {
+  int i = 0;
+  if (!Handle(d, &i) || pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *pci = PciInfo{};
+  pci->bus = static_cast<unsigned>(0x10 + i);
+  pci->pciDeviceId = 0x233010DEu;  // an H100's device and vendor ids
+  snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+  snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int* minor) {
+  int i = 0;
+  if (!Handle(d, &i) || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *minor = static_cast<unsigned>(i);
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int* major, int* minor) {
+  int i = 0;
+  if (!Handle(d, &i) || major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *major = 9;
+  *minor = 0;
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int* mode) {
+  int i = 0;
+  if (!Handle(d, &i) || mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = 0;  // NVML_COMPUTEMODE_DEFAULT
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int*, unsigned int*) {
+  int i = 0;
+  return Handle(d, &i) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
 FAKE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int len) {
   snprintf(version, len, "580.00.fake");
   return NVML_SUCCESS;

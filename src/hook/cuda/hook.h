@@ -1,5 +1,6 @@
 // Internal to libtessera-cuda.so: the real driver's entry points, the process's hook state, and the helpers
-// the API families (memory.cc, launch.cc, context.cc, nvml.cc, entry.cc) share. See docs/isolation.md.
+// the API families (memory.cc, footprint.cc, pools.cc, launch.cc, nvml.cc, entry.cc) share. See
+// docs/isolation.md ("What is charged") and docs/hook-abi.md.
 //
 // Thread-safety: Init() runs once under a mutex; afterwards the state is read lock-free on the launch path;
 // the allocation tables have their own mutex.
@@ -76,7 +77,6 @@ struct HookDevice {
   hook::DeviceLimits limits;
   hook::RegionDevice* shared = nullptr;  // the container's entry in the shared region
   nvmlDevice_t nvml = nullptr;           // for utilization (elastic policy), resolved lazily
-  uint64_t context_bytes = 0;            // charged per context on this device
   int primary_refs = 0;                  // primary context retains by this process
   uint64_t footprint_bytes = 0;          // charged for memory no allocation names (footprint.cc)
   uint64_t graph_pool_bytes = 0;         // charged for the device's graph memory pool (pools.cc)
@@ -129,7 +129,7 @@ enum class AllocKind : uint32_t {
   kMipmapped = 3,
   kVmmHandle = 4,
   kMapping = 5,
-  kGraph = 6,
+  kGraph = 6,       // unused since graph memory is charged at launch (pools.cc); the value stays reserved
   kContext = 7,
   kPool = 8,
   kGreenContext = 9,
