@@ -76,14 +76,15 @@ bool DefaultRegionPath(EnvLookup lookup, char* out, size_t cap, Error* error);
 // stay the parent's; the child claims its own slot before its first charge.
 void SessionForgetInChild(Session* session);
 
-// The limiter thread's loop, the same in both libraries: every millisecond `each_ms`; about four times a
-// second the agent's messages and the limits file (PollSessionLimits, under `devices_mutex`;
+// The limiter thread's loop, the same in both libraries: every millisecond `each_ms` (every 10 ms while it
+// returns false: no compute limit and nothing being measured, as in a memory-only container); about four times
+// a second the agent's messages and the limits file (PollSessionLimits, under `devices_mutex`;
 // `limits_changed` applies new limits) and then `each_quarter`; every second the dead processes' charges are
 // reclaimed. Never returns.
 struct LimiterLoop {
   Session* session = nullptr;
   pthread_mutex_t* devices_mutex = nullptr;
-  void (*each_ms)(uint64_t now_ns) = nullptr;
+  bool (*each_ms)(uint64_t now_ns) = nullptr;  // true: compute is paced or launches are being measured
   void (*limits_changed)() = nullptr;        // called with devices_mutex held
   void (*each_quarter)(uint64_t now_ns) = nullptr;  // optional
 };

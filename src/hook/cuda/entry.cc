@@ -410,12 +410,14 @@ bool DrainSample(const hook::SampleRing::Sample& s) {
 }
 
 // Every millisecond: refill the budgets, step the elastic controllers, read the measured launches.
-void EveryMs(uint64_t now) {
+bool EveryMs(uint64_t now) {
+  bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
     if (d.shared == nullptr) continue;
     hook::TokenBucket::Refill(&d.shared->bucket, now);
+    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
     // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
     hook::ControllerState* c = &d.shared->controller;
     const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
@@ -425,6 +427,7 @@ void EveryMs(uint64_t now) {
     }
   }
   if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
+  return busy;
 }
 
 void LimitsChanged() {

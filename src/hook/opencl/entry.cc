@@ -329,13 +329,15 @@ uint64_t g_last_alone[hook::kMaxDevices] = {0};
 uint64_t g_last_step[hook::kMaxDevices] = {0};
 
 // Every millisecond: read the measured launches, refill the budgets, step the elastic controllers.
-void EveryMs(uint64_t now) {
+bool EveryMs(uint64_t now) {
   g_state.samples.Drain(&DrainSample);
+  bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
     if (d.shared == nullptr) continue;
     hook::TokenBucket::Refill(&d.shared->bucket, now);
+    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
     hook::ControllerState* c = &d.shared->controller;
     const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
     if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
@@ -346,6 +348,7 @@ void EveryMs(uint64_t now) {
                                     d.limits.policy == hook::ComputePolicy::kElastic ? util : -1);
     }
   }
+  return busy;
 }
 
 void* LimiterThread(void*) {
