@@ -264,6 +264,22 @@ TEST(FootprintTest, GraphMemoryIsChargedAtLaunchAndFreedAtTrim) {
   }
 }
 
+// cuMemAllocAsync into a capture (PyTorch's CUDA graphs with the cudaMallocAsync backend) allocates nothing
+// then: it becomes an allocation node, charged when the graph is launched.
+TEST(FootprintTest, AllocationCapturedIntoAGraphIsChargedAtLaunch) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB";
+  const uint64_t limit = 256 * kMiB;
+  const ProbeResult r = box.Run({"proc12", "init", "ctx", "capturealloc", N(64 * kMiB), "meminfo", "graphlaunch",
+                                 "meminfo", "graphfree", "graphtrim", "meminfo"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Field("capturealloc", 1), "0") << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 0), limit - kContext) << "nothing allocated while capturing\n" << r.out;
+  EXPECT_EQ(r.Field("graphlaunch", 1), "0") << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 1), limit - kContext - 64 * kMiB) << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 2), limit - kContext) << r.out;
+}
+
 // Pageable memory prefetched onto the GPU (HMM) is charged, refused past the limit, and given back when
 // prefetched to the host; managed memory is not charged twice.
 TEST(FootprintTest, PrefetchIsCharged) {

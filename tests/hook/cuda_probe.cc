@@ -616,6 +616,27 @@ int main(int argc, char** argv) {
                11040)(&g_graphmem.exec, g_graphmem.graph, 0);
       }
       printf("%s %d\n", op, r);
+    } else if (strcmp(op, "capturealloc") == 0) {
+      // cuMemAllocAsync of N bytes captured into a graph (as PyTorch's graphs with cudaMallocAsync), not freed
+      // in it; the graph is instantiated, not launched yet.
+      const uint64_t n = Arg(argv, &i, argc);
+      CUstream s = nullptr;
+      CU(cuStreamCreate, cuStreamCreate, PFN_cuStreamCreate_v2000, 2000)(&s, 0);
+      CUresult r = CU(cuStreamBeginCapture_v2, cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10010, 10010)(
+          s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      CUdeviceptr p = 0;
+      if (r == CUDA_SUCCESS) r = CU(cuMemAllocAsync, cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)(&p, n, s);
+      CUgraph g = nullptr;
+      const CUresult e =
+          CU(cuStreamEndCapture, cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, 10000)(s, &g);
+      if (r == CUDA_SUCCESS) r = e;
+      if (r == CUDA_SUCCESS) {
+        r = CU(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040,
+               11040)(&g_graphmem.exec, g, 0);
+      }
+      g_graphmem.graph = g;
+      g_graphmem.ptr = p;
+      printf("capturealloc %d\n", r);
     } else if (strcmp(op, "graphlaunch") == 0) {
       CUresult r = CU(cuGraphLaunch, cuGraphLaunch, PFN_cuGraphLaunch_v10000, 10000)(g_graphmem.exec, nullptr);
       if (r == CUDA_SUCCESS) r = CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();

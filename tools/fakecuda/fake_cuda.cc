@@ -930,9 +930,50 @@ FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   g_current_pool[dev] = reinterpret_cast<Pool*>(pool);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream) {
+// Stream-ordered calls on a capturing stream are recorded, not run: an allocation becomes an allocation node
+// of the captured graph (an address now, memory when the graph is launched), a free a free node.
+namespace {
+bool CapturedAlloc(CUstream s, uint64_t bytes, CUdeviceptr* dptr, CUresult* r) {
+  Stream* st = StreamOf(s);
+  if (st == nullptr || st->capture == nullptr) return false;
+  if (bytes == 0 || dptr == nullptr) {
+    *r = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
+  GraphNode* node = new GraphNode();
+  node->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  node->alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  node->alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  node->alloc.poolProps.location.id = st->gpu;
+  node->alloc.bytesize = bytes;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    node->alloc.dptr = g_next_va;
+    g_next_va += (bytes + 4095) / 4096 * 4096 + 4096;
+  }
+  st->capture->allocations.emplace_back(node->alloc.dptr, bytes);
+  st->capture->nodes.push_back(node);
+  *dptr = node->alloc.dptr;
+  *r = CUDA_SUCCESS;
+  return true;
+}
+bool CapturedFree(CUstream s, CUdeviceptr ptr) {
+  Stream* st = StreamOf(s);
+  if (st == nullptr || st->capture == nullptr) return false;
+  GraphNode* node = new GraphNode();
+  node->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  node->free_ptr = ptr;
+  st->capture->frees.push_back(ptr);
+  st->capture->nodes.push_back(node);
+  return true;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult captured = CUDA_SUCCESS;
+  if (CapturedAlloc(s, bytes, dptr, &captured)) return captured;
   Pool* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -943,16 +984,19 @@ FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream) 
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream s) {
   return cuMemAllocAsync(dptr, bytes, s);
 }
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream) {
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult captured = CUDA_SUCCESS;
+  if (CapturedAlloc(s, bytes, dptr, &captured)) return captured;
   return PoolAllocate(reinterpret_cast<Pool*>(pool), bytes, dptr);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                                   CUstream s) {
   return cuMemAllocFromPoolAsync(dptr, bytes, pool, s);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (CapturedFree(s, p)) return CUDA_SUCCESS;
   if (PoolFree(p)) return CUDA_SUCCESS;
   return FreeDevice(p);  // memory from cuMemAlloc may be freed in stream order too
 }

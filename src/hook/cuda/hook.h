@@ -200,6 +200,10 @@ CUresult GraphMemoryBeforeLaunch(CUgraphExec exec, GraphLaunchTicket* ticket);
 // After: charges the graph pool as the driver reports it (the reservation is kept when the report lags).
 void GraphMemoryAfterLaunch(const GraphLaunchTicket& ticket, bool launched);
 
+// Whether `stream` is being captured (a _ptsz call's stream 0 is the per-thread stream). Only asked while
+// g_state.capturing is nonzero.
+bool StreamIsCapturing(CUstream stream, bool ptsz);
+
 // The limiter thread (started by SetUpDevices in limited mode).
 void StartLimiterThread();
 // Loads libnvidia-ml.so.1 and resolves what the hook needs from it, once. False when there is none.

@@ -22,9 +22,11 @@ inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   return Mix(h, shmem);
 }
 
-// Whether `stream` is being captured. A _ptsz launch's stream 0 is the thread's per-thread default stream,
+}  // namespace
+
+// Whether `stream` is being captured. A _ptsz call's stream 0 is the thread's per-thread default stream,
 // not the legacy one: asked as such (through the _ptsz query, or CU_STREAM_PER_THREAD).
-bool Capturing(CUstream stream, bool ptsz) {
+bool StreamIsCapturing(CUstream stream, bool ptsz) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r;
   if (ptsz && g_cu.real_cuStreamIsCapturing_ptsz != nullptr) {
@@ -35,6 +37,12 @@ bool Capturing(CUstream stream, bool ptsz) {
     return false;
   }
   return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+namespace {
+
+bool Capturing(CUstream stream, bool ptsz) {
+  return StreamIsCapturing(stream, ptsz);
 }
 
 template <typename Call>

@@ -143,10 +143,13 @@ int PoolOrdinal(CUmemoryPool pool) {
 }
 
 template <typename Call>
-CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, uint64_t pool, int ordinal, Call call) {
+CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, uint64_t pool, int ordinal, CUstream stream, bool ptsz,
+                    Call call) {
   const Mode mode = EnsureInit();
   if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
   if (mode != Mode::kLimited || bytes == 0 || dptr == nullptr) return call();
+  // Into a capture: an allocation node of the captured graph, charged when the graph is launched.
+  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && StreamIsCapturing(stream, ptsz)) return call();
   HookDevice* d = DeviceAt(ordinal);
   if (d != nullptr && !d->has_limits) return RefusalFor(ordinal);
   return PoolAllocate(dptr, bytes, pool, ordinal, call);
@@ -368,22 +371,22 @@ using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points belo
 
 extern "C" CUresult tessera_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   const int ordinal = CurrentDevice();
-  return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal,
+  return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal, stream, false,
                     [&] { return g_cu.real_cuMemAllocAsync(dptr, bytesize, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   const int ordinal = CurrentDevice();
-  return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal,
+  return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal, stream, true,
                     [&] { return g_cu.real_cuMemAllocAsync_ptsz(dptr, bytesize, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                     CUstream stream) {
-  return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool),
+  return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool), stream, false,
                     [&] { return g_cu.real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                          CUstream stream) {
-  return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool),
+  return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool), stream, true,
                     [&] { return g_cu.real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream); });
 }
 
