@@ -91,12 +91,14 @@ void ReleaseContextMemory(uint64_t ctx) {
   ReleaseOwned(AllocKind::kMipmapped, ctx);
 }
 
-// A new context's footprint (docs/isolation.md, "Contexts and modules"). Without NVML's figure for this
-// process: reserve the estimate before the driver is asked, keep it as the context's record. With it: the
-// context is created, then its exact footprint is charged, and when that does not fit the context is
-// destroyed again (reserve-then-commit against the container's total: two processes never both pass).
+// A new context's footprint (docs/isolation.md, "What is charged"). Without NVML's figure for this process:
+// reserve the estimate before the driver is asked; `*estimate` is then what the context's record must give
+// back. With it: the context is created, then its exact footprint is charged, and when that does not fit the
+// context is destroyed again (reserve-then-commit against the container's total: two processes never both
+// pass).
 template <typename Create, typename Undo>
-CUresult CreateCharged(int ordinal, uint64_t record_key, Create create, Undo undo) {
+CUresult CreateCharged(int ordinal, Create create, Undo undo, uint64_t* estimate) {
+  *estimate = 0;
   HookDevice* d = DeviceAt(ordinal);
   if (d != nullptr && !d->has_limits) return RefusalFor(ordinal);
   uint64_t probe = 0;
@@ -131,27 +133,32 @@ CUresult CreateCharged(int ordinal, uint64_t record_key, Create create, Undo und
       }
     }
   }
-  AllocRecord rec;
-  rec.bytes = reserved;
-  rec.ordinal = ordinal;
-  rec.owner = record_key;
-  RecordAlloc(AllocKind::kContext, record_key, rec);
+  *estimate = reserved;
   return CUDA_SUCCESS;
+}
+
+void RecordContext(uint64_t key, uint64_t ctx, int ordinal, uint64_t estimate) {
+  AllocRecord rec;
+  rec.bytes = estimate;
+  rec.ordinal = ordinal;
+  rec.owner = ctx;
+  RecordAlloc(AllocKind::kContext, key, rec);
 }
 
 template <typename Create>
 CUresult CreateContext(CUcontext* pctx, CUdevice dev, Create create) {
   if (!Limited()) return create();
-  const CUresult r = CreateCharged(static_cast<int>(dev), 0,
-                       [&] {
-                         const CUresult made = create();
-                         return made == CUDA_SUCCESS && pctx == nullptr ? CUDA_ERROR_INVALID_VALUE : made;
-                       },
-                       [&] { g_cu.real_cuCtxDestroy_v2(*pctx); });
-  AllocRecord rec;
-  if (r == CUDA_SUCCESS && TakeAlloc(AllocKind::kContext, 0, &rec)) {
-    rec.owner = reinterpret_cast<uint64_t>(*pctx);
-    RecordAlloc(AllocKind::kContext, rec.owner, rec);
+  uint64_t estimate = 0;
+  const CUresult r = CreateCharged(
+      static_cast<int>(dev),
+      [&] {
+        const CUresult made = create();
+        return made == CUDA_SUCCESS && pctx == nullptr ? CUDA_ERROR_INVALID_VALUE : made;
+      },
+      [&] { g_cu.real_cuCtxDestroy_v2(*pctx); }, &estimate);
+  if (r == CUDA_SUCCESS) {
+    const uint64_t ctx = reinterpret_cast<uint64_t>(*pctx);
+    RecordContext(ctx, ctx, static_cast<int>(dev), estimate);
   }
   return r;
 }
@@ -368,15 +375,12 @@ extern "C" CUresult tessera_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice d
   // The first retain creates the primary context: charged as any context, recorded by device (the primary
   // context is released by device, not by handle).
   const uint64_t key = 0x7000000000000000ull | static_cast<uint64_t>(dev);
-  const CUresult r = CreateCharged(static_cast<int>(dev), key,
-                                   [&] { return g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev); },
-                                   [&] { g_cu.real_cuDevicePrimaryCtxRelease_v2(dev); });
+  uint64_t estimate = 0;
+  const CUresult r = CreateCharged(
+      static_cast<int>(dev), [&] { return g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev); },
+      [&] { g_cu.real_cuDevicePrimaryCtxRelease_v2(dev); }, &estimate);
   if (r == CUDA_SUCCESS) {
-    AllocRecord rec;
-    if (FindAlloc(AllocKind::kContext, key, &rec)) {
-      rec.owner = reinterpret_cast<uint64_t>(*pctx);
-      UpdateAlloc(AllocKind::kContext, key, rec);
-    }
+    RecordContext(key, reinterpret_cast<uint64_t>(*pctx), static_cast<int>(dev), estimate);
     ++d->primary_refs;
   }
   return r;
