@@ -101,6 +101,7 @@ CUresult Growing(Call call, Undo undo) {
 // Runs a call that may make the current context's footprint shrink.
 template <typename Call>
 CUresult Shrinking(int ordinal, Call call) {
+  if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
   const CUresult r = call();
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) TrueUpFootprint(ordinal, TrueUp::kExact);
   return r;
@@ -115,30 +116,30 @@ using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points belo
 // --- Modules and libraries -----------------------------------------------------------------------------------
 
 extern "C" CUresult tessera_cuModuleLoad(CUmodule* module, const char* fname) {
-  return Growing([&] { return g_cu.real_cuModuleLoad(module, fname); },
+  return Growing([&] { return g_cu.real_cuModuleLoad == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuModuleLoad(module, fname); },
                  [&] { g_cu.real_cuModuleUnload(*module); });
 }
 extern "C" CUresult tessera_cuModuleLoadData(CUmodule* module, const void* image) {
-  return Growing([&] { return g_cu.real_cuModuleLoadData(module, image); },
+  return Growing([&] { return g_cu.real_cuModuleLoadData == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuModuleLoadData(module, image); },
                  [&] { g_cu.real_cuModuleUnload(*module); });
 }
 extern "C" CUresult tessera_cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
                                                CUjit_option* options, void** values) {
-  return Growing([&] { return g_cu.real_cuModuleLoadDataEx(module, image, n, options, values); },
+  return Growing([&] { return g_cu.real_cuModuleLoadDataEx == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuModuleLoadDataEx(module, image, n, options, values); },
                  [&] { g_cu.real_cuModuleUnload(*module); });
 }
 extern "C" CUresult tessera_cuModuleLoadFatBinary(CUmodule* module, const void* fatbin) {
-  return Growing([&] { return g_cu.real_cuModuleLoadFatBinary(module, fatbin); },
+  return Growing([&] { return g_cu.real_cuModuleLoadFatBinary == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuModuleLoadFatBinary(module, fatbin); },
                  [&] { g_cu.real_cuModuleUnload(*module); });
 }
 extern "C" CUresult tessera_cuModuleUnload(CUmodule module) {
-  return Shrinking(CurrentDevice(), [&] { return g_cu.real_cuModuleUnload(module); });
+  return Shrinking(CurrentDevice(), [&] { return g_cu.real_cuModuleUnload == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuModuleUnload(module); });
 }
 extern "C" CUresult tessera_cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jit_options,
                                               void** jit_values, unsigned int n_jit, CUlibraryOption* options,
                                               void** values, unsigned int n) {
   return Growing(
-      [&] { return g_cu.real_cuLibraryLoadData(library, code, jit_options, jit_values, n_jit, options, values, n); },
+      [&] { return g_cu.real_cuLibraryLoadData == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuLibraryLoadData(library, code, jit_options, jit_values, n_jit, options, values, n); },
       [&] { g_cu.real_cuLibraryUnload(*library); });
 }
 extern "C" CUresult tessera_cuLibraryLoadFromFile(CUlibrary* library, const char* file, CUjit_option* jit_options,
@@ -146,12 +147,12 @@ extern "C" CUresult tessera_cuLibraryLoadFromFile(CUlibrary* library, const char
                                                   void** values, unsigned int n) {
   return Growing(
       [&] {
-        return g_cu.real_cuLibraryLoadFromFile(library, file, jit_options, jit_values, n_jit, options, values, n);
+        return g_cu.real_cuLibraryLoadFromFile == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuLibraryLoadFromFile(library, file, jit_options, jit_values, n_jit, options, values, n);
       },
       [&] { g_cu.real_cuLibraryUnload(*library); });
 }
 extern "C" CUresult tessera_cuLibraryUnload(CUlibrary library) {
-  return Shrinking(CurrentDevice(), [&] { return g_cu.real_cuLibraryUnload(library); });
+  return Shrinking(CurrentDevice(), [&] { return g_cu.real_cuLibraryUnload == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuLibraryUnload(library); });
 }
 
 // --- Limits and green contexts -------------------------------------------------------------------------------
@@ -160,6 +161,7 @@ extern "C" CUresult tessera_cuCtxSetLimit(CUlimit limit, size_t value) {
   // A larger stack or heap grows the context; a smaller one shrinks it: measured either way.
   const Mode mode = EnsureInit();
   if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_cu.real_cuCtxSetLimit == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = g_cu.real_cuCtxSetLimit(limit, value);
   if (r != CUDA_SUCCESS || mode != Mode::kLimited) return r;
   // A growth past the limit cannot be undone without knowing the old value: refused beforehand is not
@@ -172,7 +174,7 @@ extern "C" CUresult tessera_cuGreenCtxCreate(CUgreenCtx* ctx, CUdevResourceDesc 
                                              unsigned int flags) {
   const Mode mode = EnsureInit();
   if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-  if (mode != Mode::kLimited) return g_cu.real_cuGreenCtxCreate(ctx, desc, dev, flags);
+  if (mode != Mode::kLimited) return g_cu.real_cuGreenCtxCreate == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuGreenCtxCreate(ctx, desc, dev, flags);
   HookDevice* d = DeviceAt(static_cast<int>(dev));
   if (d != nullptr && !d->has_limits) return RefusalFor(static_cast<int>(dev));
   const CUresult r = g_cu.real_cuGreenCtxCreate(ctx, desc, dev, flags);
@@ -192,5 +194,5 @@ extern "C" CUresult tessera_cuGreenCtxDestroy(CUgreenCtx ctx) {
   AllocRecord rec;
   const bool found = CurrentMode() == Mode::kLimited &&
                      TakeAlloc(AllocKind::kGreenContext, reinterpret_cast<uint64_t>(ctx), &rec);
-  return Shrinking(found ? rec.ordinal : -1, [&] { return g_cu.real_cuGreenCtxDestroy(ctx); });
+  return Shrinking(found ? rec.ordinal : -1, [&] { return g_cu.real_cuGreenCtxDestroy == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuGreenCtxDestroy(ctx); });
 }

@@ -157,6 +157,7 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, uint64_t pool, int ordinal,
 
 template <typename Call>
 CUresult Synchronizing(Call call) {
+  if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
   const CUresult r = call();
   if (r == CUDA_SUCCESS && g_pool_count.load(std::memory_order_relaxed) != 0 &&
       CurrentMode() == Mode::kLimited) {
@@ -372,22 +373,22 @@ using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points belo
 extern "C" CUresult tessera_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   const int ordinal = CurrentDevice();
   return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal, stream, false,
-                    [&] { return g_cu.real_cuMemAllocAsync(dptr, bytesize, stream); });
+                    [&] { return g_cu.real_cuMemAllocAsync == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemAllocAsync(dptr, bytesize, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   const int ordinal = CurrentDevice();
   return AllocAsync(dptr, bytesize, CurrentPool(ordinal), ordinal, stream, true,
-                    [&] { return g_cu.real_cuMemAllocAsync_ptsz(dptr, bytesize, stream); });
+                    [&] { return g_cu.real_cuMemAllocAsync_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemAllocAsync_ptsz(dptr, bytesize, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                     CUstream stream) {
   return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool), stream, false,
-                    [&] { return g_cu.real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream); });
+                    [&] { return g_cu.real_cuMemAllocFromPoolAsync == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream); });
 }
 extern "C" CUresult tessera_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                          CUstream stream) {
   return AllocAsync(dptr, bytesize, reinterpret_cast<uint64_t>(pool), PoolOrdinal(pool), stream, true,
-                    [&] { return g_cu.real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream); });
+                    [&] { return g_cu.real_cuMemAllocFromPoolAsync_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream); });
 }
 
 namespace {
@@ -417,6 +418,7 @@ extern "C" CUresult tessera_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream strea
 extern "C" CUresult tessera_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   const Mode mode = EnsureInit();
   if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (g_cu.real_cuMemPoolCreate == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = g_cu.real_cuMemPoolCreate(pool, props);
   if (r == CUDA_SUCCESS && mode == Mode::kLimited && pool != nullptr && props != nullptr &&
       props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -452,34 +454,34 @@ extern "C" CUresult tessera_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_a
 // --- Synchronization points ------------------------------------------------------------------------------------
 
 extern "C" CUresult tessera_cuCtxSynchronize(void) {
-  return Synchronizing([] { return g_cu.real_cuCtxSynchronize(); });
+  return Synchronizing([] { return g_cu.real_cuCtxSynchronize == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuCtxSynchronize(); });
 }
 extern "C" CUresult tessera_cuCtxSynchronize_v2(CUcontext ctx) {
-  return Synchronizing([&] { return g_cu.real_cuCtxSynchronize_v2(ctx); });
+  return Synchronizing([&] { return g_cu.real_cuCtxSynchronize_v2 == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuCtxSynchronize_v2(ctx); });
 }
 extern "C" CUresult tessera_cuStreamSynchronize(CUstream stream) {
-  return Synchronizing([&] { return g_cu.real_cuStreamSynchronize(stream); });
+  return Synchronizing([&] { return g_cu.real_cuStreamSynchronize == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuStreamSynchronize(stream); });
 }
 extern "C" CUresult tessera_cuStreamSynchronize_ptsz(CUstream stream) {
-  return Synchronizing([&] { return g_cu.real_cuStreamSynchronize_ptsz(stream); });
+  return Synchronizing([&] { return g_cu.real_cuStreamSynchronize_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuStreamSynchronize_ptsz(stream); });
 }
 extern "C" CUresult tessera_cuEventSynchronize(CUevent event) {
-  return Synchronizing([&] { return g_cu.real_cuEventSynchronize(event); });
+  return Synchronizing([&] { return g_cu.real_cuEventSynchronize == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuEventSynchronize(event); });
 }
 
 // --- Graph memory --------------------------------------------------------------------------------------------
 
 extern "C" CUresult tessera_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  return Instantiated(exec, graph, [&] { return g_cu.real_cuGraphInstantiateWithFlags(exec, graph, flags); });
+  return Instantiated(exec, graph, [&] { return g_cu.real_cuGraphInstantiateWithFlags == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuGraphInstantiateWithFlags(exec, graph, flags); });
 }
 extern "C" CUresult tessera_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                          CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  return Instantiated(exec, graph, [&] { return g_cu.real_cuGraphInstantiateWithParams(exec, graph, params); });
+  return Instantiated(exec, graph, [&] { return g_cu.real_cuGraphInstantiateWithParams == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuGraphInstantiateWithParams(exec, graph, params); });
 }
 extern "C" CUresult tessera_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return Instantiated(exec, graph,
-                      [&] { return g_cu.real_cuGraphInstantiateWithParams_ptsz(exec, graph, params); });
+                      [&] { return g_cu.real_cuGraphInstantiateWithParams_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuGraphInstantiateWithParams_ptsz(exec, graph, params); });
 }
 extern "C" CUresult tessera_cuGraphExecDestroy(CUgraphExec exec) {
   const CUresult r = g_cu.real_cuGraphExecDestroy != nullptr ? g_cu.real_cuGraphExecDestroy(exec)
@@ -507,22 +509,22 @@ extern "C" CUresult tessera_cuDeviceGraphMemTrim(CUdevice dev) {
 extern "C" CUresult tessera_cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice dev, CUstream stream) {
   const CUmemLocation l = LegacyLocation(dev);
   return Prefetching(&ptr, &count, 1, &l, nullptr, 1,
-                     [&] { return g_cu.real_cuMemPrefetchAsync(ptr, count, dev, stream); });
+                     [&] { return g_cu.real_cuMemPrefetchAsync == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemPrefetchAsync(ptr, count, dev, stream); });
 }
 extern "C" CUresult tessera_cuMemPrefetchAsync_ptsz(CUdeviceptr ptr, size_t count, CUdevice dev, CUstream stream) {
   const CUmemLocation l = LegacyLocation(dev);
   return Prefetching(&ptr, &count, 1, &l, nullptr, 1,
-                     [&] { return g_cu.real_cuMemPrefetchAsync_ptsz(ptr, count, dev, stream); });
+                     [&] { return g_cu.real_cuMemPrefetchAsync_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemPrefetchAsync_ptsz(ptr, count, dev, stream); });
 }
 extern "C" CUresult tessera_cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation to, unsigned int flags,
                                                   CUstream stream) {
   return Prefetching(&ptr, &count, 1, &to, nullptr, 1,
-                     [&] { return g_cu.real_cuMemPrefetchAsync_v2(ptr, count, to, flags, stream); });
+                     [&] { return g_cu.real_cuMemPrefetchAsync_v2 == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemPrefetchAsync_v2(ptr, count, to, flags, stream); });
 }
 extern "C" CUresult tessera_cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count, CUmemLocation to,
                                                        unsigned int flags, CUstream stream) {
   return Prefetching(&ptr, &count, 1, &to, nullptr, 1,
-                     [&] { return g_cu.real_cuMemPrefetchAsync_v2_ptsz(ptr, count, to, flags, stream); });
+                     [&] { return g_cu.real_cuMemPrefetchAsync_v2_ptsz == nullptr ? CUDA_ERROR_NOT_FOUND : g_cu.real_cuMemPrefetchAsync_v2_ptsz(ptr, count, to, flags, stream); });
 }
 #define TS_BATCH(name)                                                                                          \
   extern "C" CUresult tessera_##name(CUdeviceptr* ptrs, size_t* sizes, size_t count, CUmemLocation* locs,       \
