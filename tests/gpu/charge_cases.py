@@ -60,14 +60,16 @@ def run_under(args, env=None, **tessera):
 
 
 def case_contexts():
-    if len(sys.argv) > 2:  # one worker: init, wait for the start signal, fill
+    if len(sys.argv) > 2:  # one worker: init, wait for the start signal, fill, report what is left
         lib = cuda()
+        print("init", flush=True)
         while not os.path.exists(sys.argv[2]):
             time.sleep(0.001)
         got, p = 0, ctypes.c_uint64()
         while lib.cuMemAlloc_v2(ctypes.byref(p), 64 * MiB) == 0:
             got += 64 * MiB
-        print(got, flush=True)
+        free, _ = mem_info(lib)
+        print(got, free, flush=True)
         time.sleep(2)
         return
     import tempfile
@@ -76,14 +78,15 @@ def case_contexts():
     region = os.path.join(d, "region")
     procs = [subprocess.Popen([TESSERA, "run", "--gpu-memory", "4GiB", "--region", region, "--", sys.executable,
                                __file__, "contexts", go], stdout=subprocess.PIPE, text=True) for _ in range(16)]
-    time.sleep(5)
+    inits = sum(1 for p in procs if p.stdout.readline().strip() == "init")  # all 16 contexts exist now
     open(go, "w").close()
-    got = [int(p.stdout.readline() or 0) for p in procs]
-    inits = sum(1 for g in got if g > 0)
+    results = [p.stdout.readline().split() for p in procs]
+    got = [int(r[0]) for r in results if len(r) == 2]
+    left = [int(r[1]) for r in results if len(r) == 2]
     for p in procs:
         p.wait()
-    report(case="contexts", initialised=inits, allocated=sum(got),
-           ok=inits == 16 and sum(got) <= 4096 * MiB)
+    report(case="contexts", initialised=inits, allocated=sum(got), left=max(left) if left else None,
+           ok=inits == 16 and len(got) == 16 and sum(got) <= 4096 * MiB and max(left) < 64 * MiB)
 
 
 def case_modules():
