@@ -298,6 +298,33 @@ TEST(FootprintTest, PrefetchIsCharged) {
   EXPECT_LE(gpu.PeakBytes(), limit);
 }
 
+// Launches into a capture do not run then, so they are not paced: a _ptsz launch on stream 0 is checked
+// against the thread's per-thread default stream (the one being captured), not the legacy stream.
+TEST(FootprintTest, PtszLaunchesIntoACaptureAreNotPaced) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_CORES"] = "20";
+  Probe p = box.Start({"dlsym", "init", "ctx", "launchptsz", "8", "2000000", "sleep", "100", "ready", "captureptsz",
+                       "100", "10000000", "ready"});
+  ASSERT_TRUE(p.WaitFor("ready")) << p.buffer;  // the kernel's cost is measured: 2 ms at 20%
+  const auto waits = [&] {
+    hook::SharedRegion region;
+    hook::Error error;
+    EXPECT_TRUE(region.Open(box.Path("region").c_str(), &error)) << error.text;
+    const uint64_t w = region.device(0)->bucket.waits.load();
+    region.Close();
+    return w;
+  };
+  const uint64_t before = waits();
+  p.Continue();
+  ASSERT_TRUE(p.WaitFor("ready")) << p.buffer;
+  const uint64_t after = waits();
+  p.Continue();
+  const ProbeResult r = p.Finish();
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  EXPECT_EQ(r.Field("captureptsz", 1), "0") << r.out;
+  EXPECT_EQ(after, before) << "captured launches (1 s of kernels at 20%) were paced\n" << r.out;
+}
+
 // A zero memory limit never means "unlimited" by accident: refused with a message, from the environment and
 // from the limits file (a memory= given twice is refused as well).
 TEST(FootprintTest, ZeroMemoryLimitIsRefused) {

@@ -616,6 +616,31 @@ int main(int argc, char** argv) {
                11040)(&g_graphmem.exec, g_graphmem.graph, 0);
       }
       printf("%s %d\n", op, r);
+    } else if (strcmp(op, "launchptsz") == 0 || strcmp(op, "captureptsz") == 0) {
+      // COUNT kernels of NS through the per-thread-default-stream entry points on stream 0 (the thread's own
+      // stream): run ("launchptsz", then synchronized), or captured into a graph ("captureptsz": the rc of
+      // cuStreamEndCapture_ptsz).
+      const uint64_t count = Arg(argv, &i, argc);
+      uint64_t value = Arg(argv, &i, argc);
+      void* params[] = {&value};
+      CUfunction f = Kernel();
+      auto launch = Get<PFN_cuLaunchKernel_v7000_ptsz>("cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, true);
+      const bool capture = strcmp(op, "captureptsz") == 0;
+      CUresult r = CUDA_SUCCESS;
+      if (capture) {
+        r = Get<PFN_cuStreamBeginCapture_v10010_ptsz>("cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCapture", 10010,
+                                                      true)(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      }
+      for (uint64_t k = 0; k < count && r == CUDA_SUCCESS; ++k) r = launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      if (capture) {
+        CUgraph g = nullptr;
+        const CUresult e = Get<PFN_cuStreamEndCapture_v10000_ptsz>("cuStreamEndCapture_ptsz", "cuStreamEndCapture",
+                                                                   10000, true)(nullptr, &g);
+        if (r == CUDA_SUCCESS) r = e;
+      } else {
+        CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();
+      }
+      printf("%s %d\n", op, r);
     } else if (strcmp(op, "capturealloc") == 0) {
       // cuMemAllocAsync of N bytes captured into a graph (as PyTorch's graphs with cudaMallocAsync), not freed
       // in it; the graph is instantiated, not launched yet.

@@ -166,11 +166,25 @@ bool ValidDevice(CUdevice d) {
   return d >= 0 && d < g_visible_count;
 }
 
+// Stream 0 and CU_STREAM_LEGACY are the context's legacy default stream; CU_STREAM_PER_THREAD (and stream 0
+// in the _ptsz entry points) is the calling thread's own default stream: a different stream, captured apart.
+thread_local Stream t_per_thread;
+thread_local Ctx* t_per_thread_ctx = nullptr;
 Stream* StreamOf(CUstream s) {
-  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
-    return t_ctx != nullptr ? &t_ctx->default_stream : nullptr;
+  if (s == nullptr || s == CU_STREAM_LEGACY) return t_ctx != nullptr ? &t_ctx->default_stream : nullptr;
+  if (s == CU_STREAM_PER_THREAD) {
+    if (t_ctx == nullptr) return nullptr;
+    if (t_per_thread_ctx != t_ctx) {
+      t_per_thread = Stream();
+      t_per_thread.gpu = t_ctx->gpu;
+      t_per_thread_ctx = t_ctx;
+    }
+    return &t_per_thread;
   }
   return reinterpret_cast<Stream*>(s);
+}
+CUstream Ptsz(CUstream s) {
+  return s == nullptr ? CU_STREAM_PER_THREAD : s;
 }
 
 CUresult Charge(int gpu, int64_t bytes) {
@@ -1183,14 +1197,17 @@ FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned, 
 FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d,
                                          unsigned e, unsigned g, unsigned h, CUstream s, void** params,
                                          void** x) {
-  return cuLaunchKernel(f, a, b, c, d, e, g, h, s, params, x);
+  return cuLaunchKernel(f, a, b, c, d, e, g, h, Ptsz(s), params, x);
 }
 FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void**) {
   LoadLazily(f);
   return Submit(c->hStream, KernelNs(params));
 }
 FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** p, void** x) {
-  return cuLaunchKernelEx(c, f, p, x);
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUlaunchConfig copy = *c;
+  copy.hStream = Ptsz(c->hStream);
+  return cuLaunchKernelEx(&copy, f, p, x);
 }
 FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned,
                                                unsigned, unsigned, CUstream s, void** params) {
@@ -1200,7 +1217,7 @@ FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned, unsigned,
 FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, unsigned b, unsigned c,
                                                     unsigned d, unsigned e, unsigned g, unsigned h,
                                                     CUstream s, void** p) {
-  return cuLaunchCooperativeKernel(f, a, b, c, d, e, g, h, s, p);
+  return cuLaunchCooperativeKernel(f, a, b, c, d, e, g, h, Ptsz(s), p);
 }
 
 // --- Graphs: a graph runs its kernels back to back
@@ -1336,7 +1353,7 @@ FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
   return Submit(s, gr->duration_ns);
 }
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
-  return cuGraphLaunch(e, s);
+  return cuGraphLaunch(e, Ptsz(s));
 }
 FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
   delete reinterpret_cast<Graph*>(e);
