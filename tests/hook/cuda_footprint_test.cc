@@ -325,6 +325,25 @@ TEST(FootprintTest, PtszLaunchesIntoACaptureAreNotPaced) {
   EXPECT_EQ(after, before) << "captured launches (1 s of kernels at 20%) were paced\n" << r.out;
 }
 
+// A forked child (a DataLoader worker) starts with nothing charged: its own slot, its own footprint (what it
+// loads), nothing of the parent's counted twice; its charges go when it exits.
+TEST(FootprintTest, ForkedChildIsChargedForItsOwnFootprintOnly) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB";
+  const uint64_t limit = 256 * kMiB;
+  const ProbeResult r = box.Run({"dlsym", "init", "ctx", "module", "alloc", N(32 * kMiB), "meminfo", "fork",
+                                 "module", "meminfo", "alloc", N(8 * kMiB), "meminfo", "parent", "alloc",
+                                 N(limit - kContext - kModule - 32 * kMiB)});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  const uint64_t parent = kContext + kModule + 32 * kMiB;
+  EXPECT_EQ(r.Num("meminfo", 2, 0), limit - parent) << r.out;
+  EXPECT_EQ(r.Field("fork", 1), "0") << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 1), limit - parent - kModule) << "the child's module, once\n" << r.out;
+  EXPECT_EQ(r.Num("meminfo", 2, 2), limit - parent - kModule - 8 * kMiB) << r.out;
+  // The whole rest of the limit: the exited child's charges are reclaimed before an allocation is refused.
+  EXPECT_EQ(r.Field("alloc", 1, 2), "0") << "the exited child's charges are reclaimed\n" << r.out;
+}
+
 // A zero memory limit never means "unlimited" by accident: refused with a message, from the environment and
 // from the limits file (a memory= given twice is refused as well).
 TEST(FootprintTest, ZeroMemoryLimitIsRefused) {

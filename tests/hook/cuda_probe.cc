@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -694,6 +695,23 @@ int main(int argc, char** argv) {
       }
     } else if (strcmp(op, "sleep") == 0) {
       usleep(static_cast<useconds_t>(Arg(argv, &i, argc) * 1000));
+    } else if (strcmp(op, "fork") == 0) {
+      // The child runs the rest of the operations (its lines start with "child"); the parent waits for it
+      // and then goes on after the word "parent" (or ends when there is none).
+      fflush(stdout);
+      const pid_t child = fork();
+      if (child == 0) {
+        g_held.clear();  // the parent's allocations are the parent's
+        printf("child %d\n", static_cast<int>(getpid()));
+        continue;
+      }
+      int status = 0;
+      waitpid(child, &status, 0);
+      printf("fork %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      while (i + 1 < argc && strcmp(argv[i + 1], "parent") != 0) ++i;
+      ++i;  // past "parent"
+    } else if (strcmp(op, "parent") == 0) {
+      _exit(0);  // the child ends where the parent resumes
     } else if (strcmp(op, "exit") == 0) {
       _exit(static_cast<int>(Arg(argv, &i, argc)));
     } else {

@@ -41,7 +41,8 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
   if (known != nullptr) *known = false;
   HookDevice* d = DeviceAt(ordinal);
   if (d == nullptr || d->region_index < 0 || !d->has_limits || g_state.context_bytes_set) return CUDA_SUCCESS;
-  if (g_state.need_attach.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  // A forked child claims its own slot (and learns its own pid) before it measures itself.
+  if (!EnsureAttached()) return CUDA_SUCCESS;
   uint64_t used = 0;
   const ProcessUse use = ProcessUsedBytes(ordinal, &used);
   if (use == ProcessUse::kUnavailable) return CUDA_SUCCESS;
