@@ -197,3 +197,23 @@ TS_PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
 TS_PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_t)
 TS_PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 #undef TS_PROCESS_LIST
+
+// Per-process utilization samples: the container's processes only, as the process lists.
+extern "C" nvmlReturn_t tessera_nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                                 nvmlProcessUtilizationSample_t* samples,
+                                                                 unsigned int* count, unsigned long long since) {
+  if (!LoadRealNvml() || g_nvml.real_nvmlDeviceGetProcessUtilization == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (!Filtering() || count == nullptr) {
+    return g_nvml.real_nvmlDeviceGetProcessUtilization(device, samples, count, since);
+  }
+  nvmlProcessUtilizationSample_t all[kMaxListed];
+  unsigned n = kMaxListed;
+  const nvmlReturn_t r = g_nvml.real_nvmlDeviceGetProcessUtilization(device, all, &n, since);
+  if (r != NVML_SUCCESS) return r;
+  KeepContainerProcesses(all, &n);
+  const unsigned room = samples == nullptr ? 0 : *count;
+  *count = n;
+  if (n > room) return NVML_ERROR_INSUFFICIENT_SIZE;
+  for (unsigned i = 0; i < n; ++i) samples[i] = all[i];
+  return NVML_SUCCESS;
+}
