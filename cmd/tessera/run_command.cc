@@ -84,6 +84,12 @@ int RunRun(const RunOptions& options) {
               << "' is not a size: write bytes or a unit, as in 512MiB or 4GiB\n";
     return 2;
   }
+  if (!options.gpu_memory.empty() && d.memory_bytes == 0) {
+    std::cerr << "tessera run: --gpu-memory '" << options.gpu_memory
+              << "' is zero bytes, which would mean no limit at all: give a size, or leave --gpu-memory out for "
+                 "no memory limit\n";
+    return 2;
+  }
   if (options.gpu_cores < 1 || options.gpu_cores > 100) {
     std::cerr << "tessera run: --gpu-cores " << options.gpu_cores
               << " is outside 1..100 (percent of one GPU)\n";

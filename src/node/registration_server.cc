@@ -143,6 +143,7 @@ bool RegistrationServer::OnReadable(Conn* c) {
   if (accepted.ok()) {
     reply.kind = hook::AgentMessageKind::kOk;
     reply.generation = accepted->generation;
+    reply.host_pid = static_cast<uint32_t>(c->pid);  // the hook finds itself in NVML's process list by it
   } else {
     reply.kind = hook::AgentMessageKind::kError;
     std::string msg = std::string(accepted.status().message());

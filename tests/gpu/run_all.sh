@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA hook on a real GPU (H100/H200 with PyTorch): OOM at the limit with and without expandable segments,
-# shares 10-90% alone, 30/70 side by side, elastic give-back, and the overhead of an unthrottled loop.
+# shares 10-90% alone, 30/70 side by side, elastic give-back, the overhead of an unthrottled loop, and issue
+# 12's charges (tests/gpu/charge_cases.py: contexts under concurrency, modules, no NVML, pools, graph memory,
+# prefetch, nvidia-smi's process list, capture beside the limiter thread).
 # Run from the repository root after scripts/build:   tests/gpu/run_all.sh [seconds-per-run]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,3 +24,12 @@ wait $a
 echo "== overhead of an unthrottled loop (target < 1%)"
 echo -n "plain  "; python3 tests/gpu/torch_spin.py "$T"
 echo -n "hooked "; $RUN run --gpu-cores 100 --gpu-memory 70GiB -- python3 tests/gpu/torch_spin.py "$T"
+echo "== what is charged (tests/gpu/charge_cases.py; each prints ok)"
+python3 tests/gpu/charge_cases.py contexts
+$RUN run --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py modules
+TESSERA_REAL_LIBNVML=/nonexistent $RUN run --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py nonvml
+$RUN run --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py pool
+$RUN run --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py graph
+$RUN run --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py prefetch
+python3 tests/gpu/charge_cases.py smi
+$RUN run --gpu-cores 50 --gpu-memory 8GiB -- python3 tests/gpu/charge_cases.py capture

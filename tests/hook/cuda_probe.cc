@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -178,11 +179,20 @@ int Alloc(const char* what, uint64_t bytes) {
     params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     params.poolProps.location.id = 0;
     params.bytesize = bytes;
+    // Graph memory is mapped when the graph is launched: add the node, instantiate, launch, synchronize.
     CUgraphNode node = nullptr;
     r = CU(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040, 11040)(
         &node, g, nullptr, 0, &params);
-    h = {Held::kGraph, reinterpret_cast<uint64_t>(g), 0, bytes};
-    if (r != CUDA_SUCCESS) CU(cuGraphDestroy, cuGraphDestroy, PFN_cuGraphDestroy_v10000, 10000)(g);
+    CUgraphExec e = nullptr;
+    if (r == CUDA_SUCCESS) {
+      r = CU(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040,
+             11040)(&e, g, 0);
+    }
+    if (r == CUDA_SUCCESS) r = CU(cuGraphLaunch, cuGraphLaunch, PFN_cuGraphLaunch_v10000, 10000)(e, nullptr);
+    if (r == CUDA_SUCCESS) CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();
+    if (e != nullptr) CU(cuGraphExecDestroy, cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000, 10000)(e);
+    CU(cuGraphDestroy, cuGraphDestroy, PFN_cuGraphDestroy_v10000, 10000)(g);
+    h = {Held::kGraph, params.dptr, 0, bytes};
   } else {
     Die("unknown allocation");
   }
@@ -242,9 +252,12 @@ int FreeOne(const Held& h) {
     }
     case Held::kAsync:
       return CU(cuMemFreeAsync, cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, 11020)(h.handle, nullptr);
-    case Held::kGraph:
-      return CU(cuGraphDestroy, cuGraphDestroy, PFN_cuGraphDestroy_v10000,
-                10000)(reinterpret_cast<CUgraph>(h.handle));
+    case Held::kGraph: {
+      // Freed back to the device's graph pool, which keeps it until trimmed.
+      const CUresult r = CU(cuMemFree_v2, cuMemFree, PFN_cuMemFree_v3020, 3020)(h.handle);
+      CU(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040, 11040)(0);
+      return r;
+    }
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -256,8 +269,26 @@ int FreeAll() {
     if (r != 0) worst = r;
   }
   g_held.clear();
+  // Stream-ordered frees reach the device at a synchronization (pools release what they keep above their
+  // threshold there).
+  CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();
   return worst;
 }
+
+CUmemoryPool DefaultPool() {
+  CUmemoryPool p = nullptr;
+  if (CU(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, 11020)(
+          &p, 0) != CUDA_SUCCESS) {
+    Die("cuDeviceGetDefaultMemPool failed");
+  }
+  return p;
+}
+
+struct GraphMem {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CUdeviceptr ptr = 0;
+} g_graphmem;
 
 int Launch(const char* how, uint64_t count, uint64_t ns) {
   CUfunction f = Kernel();
@@ -464,6 +495,198 @@ int main(int argc, char** argv) {
     } else if (strcmp(op, "churn") == 0) {
       const double seconds = atof(argv[++i]);
       Churn(seconds, Arg(argv, &i, argc));
+    } else if (strcmp(op, "module") == 0) {
+      // Loads one more module (it stays loaded); its code takes memory in the context.
+      CUmodule m = nullptr;
+      printf("module %d\n", CU(cuModuleLoadData, cuModuleLoadData, PFN_cuModuleLoadData_v2000, 2000)(&m, "fake"));
+    } else if (strcmp(op, "library") == 0) {
+      CUlibrary l = nullptr;
+      const CUresult r = CU(cuLibraryLoadData, cuLibraryLoadData, PFN_cuLibraryLoadData_v12000, 12000)(
+          &l, "fake", nullptr, nullptr, 0, nullptr, nullptr, 0);
+      printf("library %d\n", r);
+      if (r == CUDA_SUCCESS && i + 1 < argc && strcmp(argv[i + 1], "unload") == 0) {
+        ++i;
+        printf("unload %d\n", CU(cuLibraryUnload, cuLibraryUnload, PFN_cuLibraryUnload_v12000, 12000)(l));
+      }
+    } else if (strcmp(op, "heap") == 0) {
+      const uint64_t n = Arg(argv, &i, argc);
+      printf("heap %d\n",
+             CU(cuCtxSetLimit, cuCtxSetLimit, PFN_cuCtxSetLimit_v3010, 3010)(CU_LIMIT_MALLOC_HEAP_SIZE, n));
+    } else if (strcmp(op, "nvmlprocs") == 0) {
+      // NVML's process list of GPU 0, v1 and v3: "nvmlprocs rc count pid:used... | rc count pid:used..."
+      void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (nvml == nullptr) Die(dlerror());
+      auto init = reinterpret_cast<nvmlInit_fn*>(dlsym(nvml, "nvmlInit_v2"));
+      auto by_index = reinterpret_cast<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(
+          dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+      auto v1 = reinterpret_cast<nvmlDeviceGetRunningProcesses_v1_fn*>(
+          dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses"));
+      auto v3 = reinterpret_cast<nvmlDeviceGetRunningProcesses_fn*>(
+          dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+      if (init == nullptr || by_index == nullptr || v1 == nullptr || v3 == nullptr) Die("NVML entry points");
+      nvmlDevice_t dev = nullptr;
+      init();
+      by_index(0, &dev);
+      nvmlProcessInfo_v1_t a[64];
+      nvmlProcessInfo_t b[64];
+      unsigned na = 0;
+      int ra = v1(dev, &na, nullptr);  // asks for the count
+      unsigned need = na;
+      na = 64;
+      if (ra == NVML_SUCCESS || ra == NVML_ERROR_INSUFFICIENT_SIZE) ra = v1(dev, &na, a);
+      unsigned nb = 64;
+      const int rb = v3(dev, &nb, b);
+      printf("nvmlprocs %d %u %u", ra, need, na);
+      for (unsigned k = 0; k < na; ++k) printf(" %u:%llu", a[k].pid, a[k].usedGpuMemory);
+      printf(" | %d %u", rb, nb);
+      for (unsigned k = 0; k < nb; ++k) printf(" %u:%llu", b[k].pid, b[k].usedGpuMemory);
+      printf("\n");
+    } else if (strcmp(op, "capture") == 0) {
+      // A kernel of NS nanoseconds (timed by the hook when limited), then a global-mode capture of one more
+      // launch on a new stream, held for MS milliseconds: "capture <EndCapture rc>".
+      const uint64_t ns = Arg(argv, &i, argc);
+      const uint64_t ms = Arg(argv, &i, argc);
+      CUfunction f = Kernel();
+      uint64_t value = ns;
+      void* params[] = {&value};
+      auto launch = CU(cuLaunchKernel, cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000);
+      CUstream s = nullptr;
+      CU(cuStreamCreate, cuStreamCreate, PFN_cuStreamCreate_v2000, 2000)(&s, 0);
+      launch(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+      launch(f, 2, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+      const CUresult b =
+          CU(cuStreamBeginCapture_v2, cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10010, 10010)(
+              s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      launch(f, 3, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+      usleep(static_cast<useconds_t>(ms * 1000));
+      CUgraph g = nullptr;
+      const CUresult e = CU(cuStreamEndCapture, cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, 10000)(s, &g);
+      printf("capture %d %d\n", b, e);
+    } else if (strcmp(op, "poolkeep") == 0) {
+      // PyTorch's cudaMallocAsync backend: pools keep everything freed (release threshold UINT64_MAX).
+      cuuint64_t keep = ~0ull;
+      auto set = CU(cuMemPoolSetAttribute, cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020, 11020);
+      int r = set(DefaultPool(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+      if (r == CUDA_SUCCESS && g_pool == nullptr) Alloc("pool", 0);  // creates the pool only
+      if (r == CUDA_SUCCESS && g_pool != nullptr) r = set(g_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+      printf("poolkeep %d\n", r);
+    } else if (strcmp(op, "trim") == 0) {
+      const uint64_t keep = Arg(argv, &i, argc);
+      auto trim = CU(cuMemPoolTrimTo, cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020, 11020);
+      int r = trim(DefaultPool(), keep);
+      if (r == CUDA_SUCCESS && g_pool != nullptr) r = trim(g_pool, keep);
+      printf("trim %d\n", r);
+    } else if (strcmp(op, "waitfree") == 0) {
+      // Polls cuMemGetInfo until free is at most BYTES or TIMEOUT_MS passed: "waitfree <free>".
+      const uint64_t want = Arg(argv, &i, argc);
+      const uint64_t deadline = NowNs() + Arg(argv, &i, argc) * 1000000ull;
+      size_t free_bytes = 0;
+      size_t total = 0;
+      auto info = CU(cuMemGetInfo_v2, cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020);
+      while (info(&free_bytes, &total) == CUDA_SUCCESS && free_bytes > want && NowNs() < deadline) usleep(10000);
+      printf("waitfree %zu\n", free_bytes);
+    } else if (strcmp(op, "sync") == 0) {
+      printf("sync %d\n", CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)());
+    } else if (strcmp(op, "graphmem") == 0 || strcmp(op, "graphnode") == 0) {
+      // A graph with one allocation node of N bytes and no free node, instantiated, not launched yet;
+      // "graphnode" adds the node with the generic cuGraphAddNode.
+      const uint64_t n = Arg(argv, &i, argc);
+      CU(cuGraphCreate, cuGraphCreate, PFN_cuGraphCreate_v10000, 10000)(&g_graphmem.graph, 0);
+      CUgraphNode node = nullptr;
+      CUresult r;
+      if (strcmp(op, "graphmem") == 0) {
+        CUDA_MEM_ALLOC_NODE_PARAMS params{};
+        params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params.bytesize = n;
+        r = CU(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040, 11040)(
+            &node, g_graphmem.graph, nullptr, 0, &params);
+        g_graphmem.ptr = params.dptr;
+      } else {
+        CUgraphNodeParams params{};
+        params.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        params.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params.alloc.bytesize = n;
+        r = CU(cuGraphAddNode, cuGraphAddNode, PFN_cuGraphAddNode_v12020, 12020)(&node, g_graphmem.graph, nullptr,
+                                                                                 0, &params);
+        g_graphmem.ptr = params.alloc.dptr;
+      }
+      if (r == CUDA_SUCCESS) {
+        r = CU(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040,
+               11040)(&g_graphmem.exec, g_graphmem.graph, 0);
+      }
+      printf("%s %d\n", op, r);
+    } else if (strcmp(op, "launchptsz") == 0 || strcmp(op, "captureptsz") == 0) {
+      // COUNT kernels of NS through the per-thread-default-stream entry points on stream 0 (the thread's own
+      // stream): run ("launchptsz", then synchronized), or captured into a graph ("captureptsz": the rc of
+      // cuStreamEndCapture_ptsz).
+      const uint64_t count = Arg(argv, &i, argc);
+      uint64_t value = Arg(argv, &i, argc);
+      void* params[] = {&value};
+      CUfunction f = Kernel();
+      auto launch = Get<PFN_cuLaunchKernel_v7000_ptsz>("cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, true);
+      const bool capture = strcmp(op, "captureptsz") == 0;
+      CUresult r = CUDA_SUCCESS;
+      if (capture) {
+        r = Get<PFN_cuStreamBeginCapture_v10010_ptsz>("cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCapture", 10010,
+                                                      true)(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      }
+      for (uint64_t k = 0; k < count && r == CUDA_SUCCESS; ++k) r = launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      if (capture) {
+        CUgraph g = nullptr;
+        const CUresult e = Get<PFN_cuStreamEndCapture_v10000_ptsz>("cuStreamEndCapture_ptsz", "cuStreamEndCapture",
+                                                                   10000, true)(nullptr, &g);
+        if (r == CUDA_SUCCESS) r = e;
+      } else {
+        CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();
+      }
+      printf("%s %d\n", op, r);
+    } else if (strcmp(op, "capturealloc") == 0) {
+      // cuMemAllocAsync of N bytes captured into a graph (as PyTorch's graphs with cudaMallocAsync), not freed
+      // in it; the graph is instantiated, not launched yet.
+      const uint64_t n = Arg(argv, &i, argc);
+      CUstream s = nullptr;
+      CU(cuStreamCreate, cuStreamCreate, PFN_cuStreamCreate_v2000, 2000)(&s, 0);
+      CUresult r = CU(cuStreamBeginCapture_v2, cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10010, 10010)(
+          s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      CUdeviceptr p = 0;
+      if (r == CUDA_SUCCESS) r = CU(cuMemAllocAsync, cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, 11020)(&p, n, s);
+      CUgraph g = nullptr;
+      const CUresult e =
+          CU(cuStreamEndCapture, cuStreamEndCapture, PFN_cuStreamEndCapture_v10000, 10000)(s, &g);
+      if (r == CUDA_SUCCESS) r = e;
+      if (r == CUDA_SUCCESS) {
+        r = CU(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040,
+               11040)(&g_graphmem.exec, g, 0);
+      }
+      g_graphmem.graph = g;
+      g_graphmem.ptr = p;
+      printf("capturealloc %d\n", r);
+    } else if (strcmp(op, "graphlaunch") == 0) {
+      CUresult r = CU(cuGraphLaunch, cuGraphLaunch, PFN_cuGraphLaunch_v10000, 10000)(g_graphmem.exec, nullptr);
+      if (r == CUDA_SUCCESS) r = CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000)();
+      printf("graphlaunch %d\n", r);
+    } else if (strcmp(op, "graphfree") == 0) {
+      printf("graphfree %d\n", CU(cuMemFree_v2, cuMemFree, PFN_cuMemFree_v3020, 3020)(g_graphmem.ptr));
+    } else if (strcmp(op, "graphtrim") == 0) {
+      printf("graphtrim %d\n",
+             CU(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040, 11040)(0));
+    } else if (strcmp(op, "prefetch") == 0 || strcmp(op, "prefetchback") == 0) {
+      // Pageable memory (HMM) moved onto GPU 0, or back to the host: "prefetch N" allocates N host bytes.
+      static void* host = nullptr;
+      static uint64_t host_bytes = 0;
+      CUmemLocation to{};
+      if (strcmp(op, "prefetch") == 0) {
+        host_bytes = Arg(argv, &i, argc);
+        host = malloc(host_bytes);
+        to.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      } else {
+        to.type = CU_MEM_LOCATION_TYPE_HOST;
+      }
+      printf("%s %d\n", op,
+             CU(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, PFN_cuMemPrefetchAsync_v12020, 12020)(
+                 reinterpret_cast<CUdeviceptr>(host), host_bytes, to, 0, nullptr));
     } else if (strcmp(op, "ready") == 0) {
       printf("ready\n");
       char line[64];
@@ -472,6 +695,23 @@ int main(int argc, char** argv) {
       }
     } else if (strcmp(op, "sleep") == 0) {
       usleep(static_cast<useconds_t>(Arg(argv, &i, argc) * 1000));
+    } else if (strcmp(op, "fork") == 0) {
+      // The child runs the rest of the operations (its lines start with "child"); the parent waits for it
+      // and then goes on after the word "parent" (or ends when there is none).
+      fflush(stdout);
+      const pid_t child = fork();
+      if (child == 0) {
+        g_held.clear();  // the parent's allocations are the parent's
+        printf("child %d\n", static_cast<int>(getpid()));
+        continue;
+      }
+      int status = 0;
+      waitpid(child, &status, 0);
+      printf("fork %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      while (i + 1 < argc && strcmp(argv[i + 1], "parent") != 0) ++i;
+      ++i;  // past "parent"
+    } else if (strcmp(op, "parent") == 0) {
+      _exit(0);  // the child ends where the parent resumes
     } else if (strcmp(op, "exit") == 0) {
       _exit(static_cast<int>(Arg(argv, &i, argc)));
     } else {

@@ -14,6 +14,7 @@
 #include "hook/common/limiter.h"
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
+#include "hook/common/registration.h"
 
 namespace tessera::hook {
 namespace {
@@ -179,6 +180,57 @@ TEST(LimitsTest, RoundTripAndClearErrors) {
   EXPECT_NE(std::string(error.text).find("line 3"), std::string::npos) << error.text;
   const char* future = "tessera-limits 9\n";
   EXPECT_FALSE(ParseLimits(future, strlen(future), &back, &error));
+}
+
+// No memory limit is written `unlimited` and read back as none; `memory=0` and a key given twice (a trailing
+// memory=0 used to win) are errors that say what to do; the environment refuses 0 bytes the same way.
+TEST(LimitsTest, ZeroAndDuplicateKeysAreRefusedUnlimitedIsExplicit) {
+  Limits l;
+  l.generation = 1;
+  l.device_count = 1;
+  l.devices[0].index = kAnyDevice;
+  char buf[1024];
+  ASSERT_GT(FormatLimits(l, buf, sizeof(buf)), 0u);
+  EXPECT_NE(std::string(buf).find("memory=unlimited"), std::string::npos) << buf;
+  Limits back;
+  Error error;
+  ASSERT_TRUE(ParseLimits(buf, strlen(buf), &back, &error)) << error.text;
+  EXPECT_EQ(back.devices[0].memory_bytes, 0u);
+  const char* zero = "tessera-limits 1\ngeneration 1\ngpu index=* memory=0 cores=50\n";
+  EXPECT_FALSE(ParseLimits(zero, strlen(zero), &back, &error));
+  EXPECT_NE(std::string(error.text).find("unlimited"), std::string::npos) << error.text;
+  const char* twice = "tessera-limits 1\ngeneration 1\ngpu index=* memory=1048576 cores=50 memory=0\n";
+  EXPECT_FALSE(ParseLimits(twice, strlen(twice), &back, &error));
+  EXPECT_NE(std::string(error.text).find("memory= is given twice"), std::string::npos) << error.text;
+  const char* cores_twice = "tessera-limits 1\ngeneration 1\ngpu index=* memory=1 cores=50 cores=100\n";
+  EXPECT_FALSE(ParseLimits(cores_twice, strlen(cores_twice), &back, &error));
+  for (const char* value : {"0", "0MiB", "0.0000000001GiB"}) {
+    static const char* v;
+    v = value;
+    bool configured = false;
+    EXPECT_FALSE(LimitsFromEnvironment(
+        [](const char* name) -> const char* { return strcmp(name, "TESSERA_GPU_MEMORY_LIMIT") == 0 ? v : nullptr; },
+        &back, &configured, &error))
+        << value;
+    EXPECT_NE(std::string(error.text).find("zero bytes"), std::string::npos) << error.text;
+  }
+}
+
+// The agent's answer carries the caller's host pid (what NVML lists), and the hook reads it.
+TEST(RegistrationTest, OkCarriesTheHostPid) {
+  AgentMessage m;
+  m.kind = AgentMessageKind::kOk;
+  m.generation = 4;
+  m.host_pid = 81234;
+  char line[256];
+  ASSERT_GT(FormatAgentMessage(m, line, sizeof(line)), 0u);
+  EXPECT_STREQ(line, "TESSERA 1 OK generation=4 host_pid=81234\n");
+  AgentMessage back;
+  Error error;
+  ASSERT_TRUE(ParseAgentMessage(line, strlen(line), &back, &error)) << error.text;
+  EXPECT_EQ(back.host_pid, 81234u);
+  const char* bad = "TESSERA 1 OK generation=4 host_pid=x\n";
+  EXPECT_FALSE(ParseAgentMessage(bad, strlen(bad), &back, &error));
 }
 
 class RegionTest : public ::testing::Test {

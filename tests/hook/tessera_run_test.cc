@@ -55,6 +55,11 @@ TEST(TesseraRunTest, BadInputSaysWhatToDo) {
   Output o = Shell(Tessera() + " run --gpu-memory lots -- true");
   EXPECT_EQ(WEXITSTATUS(o.status), 2);
   EXPECT_NE(o.text.find("512MiB or 4GiB"), std::string::npos) << o.text;
+  for (const char* zero : {"0", "0GiB"}) {  // zero never means "no limit" by accident
+    o = Shell(Tessera() + " run --gpu-memory " + zero + " -- true");
+    EXPECT_EQ(WEXITSTATUS(o.status), 2) << zero;
+    EXPECT_NE(o.text.find("zero bytes"), std::string::npos) << o.text;
+  }
   o = Shell(Tessera() + " run --gpu-cores 0 -- true");
   EXPECT_EQ(WEXITSTATUS(o.status), 2);
   o = Shell(Tessera() + " run --policy fair -- true");

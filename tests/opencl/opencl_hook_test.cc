@@ -15,11 +15,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hook/common/limits.h"
@@ -179,6 +182,56 @@ TEST_F(OpenClHookTest, UnreadableLimitsFileFailsClosed) {
   Report r = RunTenant({"try", "1"}, {{"TESSERA_LIMITS_FILE", dir_.File("missing-limits")}});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("code=" + std::to_string(kOutOfResources)), std::string::npos) << r.output;
+}
+
+// A zero memory limit is refused (never "no limit" by accident), from the environment and the limits file.
+TEST_F(OpenClHookTest, ZeroMemoryLimitFailsClosed) {
+  Report r = RunTenant({"try", "1"}, {{"TESSERA_GPU_MEMORY_LIMIT", "0GiB"}, {"TESSERA_REGION", dir_.File("r")}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("code=" + std::to_string(kOutOfResources)), std::string::npos) << r.output;
+  const std::string file = dir_.File("limits");
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("tessera-limits 1\ngeneration 1\ngpu index=* memory=33554432 cores=100 memory=0\n", f);
+  fclose(f);
+  Report dup = RunTenant({"try", "1"}, {{"TESSERA_LIMITS_FILE", file}, {"TESSERA_REGION", dir_.File("r")}});
+  EXPECT_EQ(dup.exit_code, 1) << dup.output;
+}
+
+// A region whose GPU lock names a live thread that never lets go (a tenant stopped inside it, or a planted
+// file): the library gives up after its lock timeout, and the program still runs to its end and exits.
+TEST_F(OpenClHookTest, JammedRegionLockDoesNotHangTheProgram) {
+  const std::map<std::string, std::string> env = {{"TESSERA_GPU_MEMORY_LIMIT", "64MiB"},
+                                                  {"TESSERA_REGION", dir_.File("r")},
+                                                  {"TESSERA_REGION_LOCK_TIMEOUT_MS", "200"}};
+  Report first = RunTenant({"fill", "16"}, env);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  {
+    hook::SharedRegion region;
+    hook::Error error;
+    ASSERT_TRUE(region.Open(dir_.File("r").c_str(), &error)) << error.text;
+    ASSERT_GE(region.device_count(), 1);
+    const int live = static_cast<int>(getpid());  // this test: alive, and never unlocks
+    memcpy(&region.device(0)->lock, &live, sizeof(live));
+    region.Close();
+  }
+  Tenant t;
+  ASSERT_TRUE(t.Start({"fill", "16"}, env));
+  std::atomic<bool> done{false};
+  std::atomic<bool> killed{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !done.load(); ++i) usleep(100000);
+    if (!done.load()) {
+      killed.store(true);
+      kill(t.pid(), SIGKILL);
+    }
+  });
+  Report r = t.Wait();
+  done.store(true);
+  watchdog.join();
+  EXPECT_FALSE(killed.load()) << "the program hung on the jammed lock";
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.Get("allocated"), "0") << "nothing can be charged without the lock\n" << r.output;
 }
 
 TEST_F(OpenClHookTest, LimitsFileNamesTheDeviceByIndex) {

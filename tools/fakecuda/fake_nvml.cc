@@ -46,6 +46,12 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevic
   *d = reinterpret_cast<nvmlDevice_t>(static_cast<intptr_t>(i) + 1);
   return NVML_SUCCESS;
 }
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t* d) {
+  return nvmlDeviceGetHandleByIndex_v2(i, d);
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* n) {
+  return nvmlDeviceGetCount_v2(n);
+}
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* d) {
   fakecuda::State* s = fakecuda::Shared();
   for (uint32_t i = 0; i < s->gpu_count; ++i) {
@@ -141,6 +147,126 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlPro
   fakecuda::Unlock(s);
   *count = n;
   return NVML_SUCCESS;
+}
+
+// The processes holding memory on a GPU, with what the driver holds for each (NVML's contract: on
+// NVML_ERROR_INSUFFICIENT_SIZE, *count is the number needed; a null `infos` with *count 0 asks for it).
+namespace {
+template <typename Info>
+nvmlReturn_t RunningProcesses(nvmlDevice_t d, unsigned int* count, Info* infos) {
+  int i = 0;
+  if (!Handle(d, &i) || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  fakecuda::State* s = fakecuda::Shared();
+  fakecuda::Lock(s);
+  fakecuda::ReapDeadLocked(s);
+  unsigned n = 0;
+  for (const fakecuda::Proc& p : s->procs) {
+    if (p.pid != 0 && p.used_bytes[i] > 0) ++n;
+  }
+  if (infos == nullptr || *count < n) {
+    fakecuda::Unlock(s);
+    const bool asked = infos == nullptr && *count == 0;
+    *count = n;
+    return asked && n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  unsigned k = 0;
+  for (const fakecuda::Proc& p : s->procs) {
+    if (p.pid == 0 || p.used_bytes[i] == 0) continue;
+    Info info{};
+    info.pid = p.pid;
+    info.usedGpuMemory = p.used_bytes[i];
+    infos[k++] = info;
+  }
+  fakecuda::Unlock(s);
+  *count = k;
+  return NVML_SUCCESS;
+}
+}  // namespace
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int* count,
+                                                              nvmlProcessInfo_v1_t* infos) {
+  return RunningProcesses(d, count, infos);
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int* count,
+                                                                 nvmlProcessInfo_t* infos) {
+  const nvmlReturn_t r = RunningProcesses(d, count, infos);
+  for (unsigned k = 0; r == NVML_SUCCESS && infos != nullptr && k < *count; ++k) {
+    infos[k].gpuInstanceId = 0xFFFFFFFFu;
+    infos[k].computeInstanceId = 0xFFFFFFFFu;
+  }
+  return r;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* count,
+                                                                 nvmlProcessInfo_t* infos) {
+  return nvmlDeviceGetComputeRunningProcesses_v2(d, count, infos);
+}
+// No graphics or MPS clients on the fake GPU.
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int* count,
+                                                                  nvmlProcessInfo_t*) {
+  int i = 0;
+  if (!Handle(d, &i) || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = 0;
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* count,
+                                                                    nvmlProcessInfo_t* infos) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, infos);
+}
+// What interception libraries and device plugins ask at start.
+namespace {
+struct PciInfo {  // nvmlPciInfo_t
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+};
+}  // namespace
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, PciInfo* pci) {
+  int i = 0;
+  if (!Handle(d, &i) || pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *pci = PciInfo{};
+  pci->bus = static_cast<unsigned>(0x10 + i);
+  pci->pciDeviceId = 0x233010DEu;  // an H100's device and vendor ids
+  snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+  snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int* minor) {
+  int i = 0;
+  if (!Handle(d, &i) || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *minor = static_cast<unsigned>(i);
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int* major, int* minor) {
+  int i = 0;
+  if (!Handle(d, &i) || major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *major = 9;
+  *minor = 0;
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int* mode) {
+  int i = 0;
+  if (!Handle(d, &i) || mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = 0;  // NVML_COMPUTEMODE_DEFAULT
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int*, unsigned int*) {
+  int i = 0;
+  return Handle(d, &i) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int len) {
+  snprintf(version, len, "580.00.fake");
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) {
+  *v = 13000;
+  return NVML_SUCCESS;
+}
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* v) {
+  return nvmlSystemGetCudaDriverVersion_v2(v);
 }
 
 // --- For tests and benchmarks: the simulated timeline and memory, exactly -----------------------------------------

@@ -69,6 +69,16 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
     }
     Token key{t.p, static_cast<size_t>(eq - t.p)};
     Token value{eq + 1, t.n - key.n - 1};
+    // A key given twice is an error, never "the last one wins" (a trailing memory=0 must not unlimit).
+    for (int j = 1; j < i; ++j) {
+      const char* other_eq = static_cast<const char*>(memchr(tokens[j].p, '=', tokens[j].n));
+      if (other_eq != nullptr && static_cast<size_t>(other_eq - tokens[j].p) == key.n &&
+          memcmp(tokens[j].p, key.p, key.n) == 0) {
+        error->Set("limits file line %d: %.*s= is given twice; give each key once", line_no,
+                   static_cast<int>(key.n), key.p);
+        return false;
+      }
+    }
     if (key.Is("uuid")) {
       if (value.n == 0 || value.n >= kUuidSize) {
         error->Set("limits file line %d: uuid must be 1..%zu characters", line_no, kUuidSize - 1);
@@ -86,8 +96,11 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
         return false;
       }
     } else if (key.Is("memory")) {
-      if (!ParseU64(value.p, value.n, &d->memory_bytes)) {
-        error->Set("limits file line %d: memory must be a whole number of bytes (0: no limit), found '%.*s'",
+      if (value.Is("unlimited")) {
+        d->memory_bytes = 0;
+      } else if (!ParseU64(value.p, value.n, &d->memory_bytes) || d->memory_bytes == 0) {
+        error->Set("limits file line %d: memory must be a positive number of bytes, or 'unlimited' for no "
+                   "limit, found '%.*s' (0 is refused: it would mean no limit by accident)",
                    line_no, static_cast<int>(value.n), value.p);
         return false;
       }
@@ -295,8 +308,14 @@ size_t FormatLimits(const Limits& limits, char* buf, size_t cap) {
     if (ok && d.index == kAnyDevice) ok = Appendf(buf, cap, &used, " index=*");
     if (ok && d.index >= 0) ok = Appendf(buf, cap, &used, " index=%d", d.index);
     if (ok) {
-      ok = Appendf(buf, cap, &used, " memory=%llu cores=%u policy=%s ceiling=%u priority=%s\n",
-                   static_cast<unsigned long long>(d.memory_bytes), d.cores_percent,
+      char memory[32];
+      if (d.memory_bytes == 0) {
+        CopyString(memory, sizeof(memory), "unlimited");
+      } else {
+        snprintf(memory, sizeof(memory), "%llu", static_cast<unsigned long long>(d.memory_bytes));
+      }
+      ok = Appendf(buf, cap, &used, " memory=%s cores=%u policy=%s ceiling=%u priority=%s\n", memory,
+                   d.cores_percent,
                    ComputePolicyName(d.policy),
                    d.ceiling_percent < d.cores_percent ? d.cores_percent : d.ceiling_percent,
                    PriorityName(d.priority));
@@ -438,8 +457,15 @@ bool ApplyEnvironment(EnvLookup lookup, int index, DeviceLimits* d, bool* any, b
   char suffix[16] = "";
   if (index >= 0) snprintf(suffix, sizeof(suffix), "_%d", index);
   if (const char* v = LookupIndexed(lookup, "TESSERA_GPU_MEMORY_LIMIT", index)) {
-    if (!ParseByteSize(v, &d->memory_bytes)) {
+    if (strcmp(v, "unlimited") == 0) {
+      d->memory_bytes = 0;
+    } else if (!ParseByteSize(v, &d->memory_bytes)) {
       error->Set("TESSERA_GPU_MEMORY_LIMIT%s='%s' is not a size: write bytes or a unit, as in 512MiB or 4GiB",
+                 suffix, v);
+      return false;
+    } else if (d->memory_bytes == 0) {
+      error->Set("TESSERA_GPU_MEMORY_LIMIT%s='%s' is zero bytes: refused, since it would mean no limit by "
+                 "accident; give a size, or 'unlimited' for no memory limit",
                  suffix, v);
       return false;
     }

@@ -42,7 +42,7 @@ const char* PriorityName(Priority priority);
 struct DeviceLimits {
   char uuid[kUuidSize] = {0};      // "GPU-..." (NVML's and cuDeviceGetUuid's form); empty when by index
   int index = kByUuid;             // visible GPU index (CUDA ordinal), kByUuid, or kAnyDevice
-  uint64_t memory_bytes = 0;       // 0: no memory limit
+  uint64_t memory_bytes = 0;       // 0: no memory limit (written `memory=unlimited`; `memory=0` is refused)
   uint32_t cores_percent = 100;    // 1..100; 100: no compute limit
   ComputePolicy policy = ComputePolicy::kHard;
   uint32_t ceiling_percent = kDefaultCeilingPercent;  // elastic only: the most it may use when the GPU is idle
@@ -83,7 +83,7 @@ bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool 
 const DeviceLimits* FindDeviceLimits(const Limits& limits, const char* uuid, int index);
 
 // Limits from environment variables, read through `lookup` (getenv in the hooks, a map in tests):
-//   TESSERA_GPU_MEMORY_LIMIT   512MiB, 4GiB, 1.5GiB or bytes            (no limit when unset)
+//   TESSERA_GPU_MEMORY_LIMIT   512MiB, 4GiB, 1.5GiB, bytes, or unlimited (no limit when unset; 0 refused)
 //   TESSERA_GPU_CORES          1..100                                      (100 when unset)
 //   TESSERA_COMPUTE_POLICY     hard | elastic                              (hard)
 //   TESSERA_COMPUTE_CEILING    1..100, elastic only                        (90)

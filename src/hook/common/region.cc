@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace tessera::hook {
@@ -196,13 +197,40 @@ int SharedRegion::device_count() const {
   return n > static_cast<uint32_t>(kMaxDevices) ? kMaxDevices : static_cast<int>(n);
 }
 
-void SharedRegion::LockTable() {
-  const int rc = pthread_mutex_lock(&header()->table_lock);
-  if (rc == EOWNERDEAD) {
-    // Adding an entry is: write the UUID, then publish it by raising device_count. A holder that died before
-    // the raise left at most an unpublished entry, which the next add overwrites.
-    pthread_mutex_consistent(&header()->table_lock);
+bool SharedRegion::TimedLock(pthread_mutex_t* m, const char* what, int dev) {
+  timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += lock_timeout_ms_ / 1000;
+  deadline.tv_nsec += static_cast<long>(lock_timeout_ms_ % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1000000000L;
   }
+  int rc;
+  do {
+    rc = pthread_mutex_timedlock(m, &deadline);
+  } while (rc == EINTR || rc == EAGAIN);
+  if (rc == 0) return true;
+  if (rc == EOWNERDEAD) {
+    // The holder died inside its critical section. A device's total is rebuilt from the slots; for the
+    // table, adding an entry is: write the UUID, then publish it by raising device_count, so a holder that
+    // died before the raise left at most an unpublished entry, which the next add overwrites.
+    if (dev >= 0) RepairLocked(dev);
+    pthread_mutex_consistent(m);
+    return true;
+  }
+  // The lock word names a thread that does not let go (or is garbage): never wait on a tenant forever.
+  int owner = 0;
+  memcpy(&owner, m, sizeof(owner));  // glibc: the first word of a robust mutex is the owner's thread id
+  lock_error_.Set("the %s lock of the shared region %s%s was held for more than %d ms (by thread %d): a "
+                  "process of the container holds it and does not let go, or the file was tampered with; "
+                  "stop the container's GPU processes and remove the file",
+                  what, path_, dev >= 0 ? " (a GPU entry)" : "", lock_timeout_ms_, owner & 0x3fffffff);
+  return false;
+}
+
+bool SharedRegion::LockTable() {
+  return TimedLock(&header()->table_lock, "table", -1);
 }
 
 int SharedRegion::FindDevice(const char* uuid) const {
@@ -216,7 +244,10 @@ int SharedRegion::FindDevice(const char* uuid) const {
 int SharedRegion::FindOrAddDevice(const char* uuid, Error* error) {
   int found = FindDevice(uuid);
   if (found >= 0) return found;
-  LockTable();
+  if (!LockTable()) {
+    error->Set("%s", lock_error_.text);
+    return -1;
+  }
   found = FindDevice(uuid);
   if (found < 0) {
     const int n = device_count();
@@ -243,14 +274,8 @@ void SharedRegion::RepairLocked(int dev) {
   device(dev)->used_bytes.store(sum, std::memory_order_relaxed);
 }
 
-void SharedRegion::Lock(int dev) {
-  pthread_mutex_t* m = &device(dev)->lock;
-  const int rc = pthread_mutex_lock(m);
-  if (rc == EOWNERDEAD) {
-    // The previous holder died inside its critical section: the slots are the truth, the total is rebuilt.
-    RepairLocked(dev);
-    pthread_mutex_consistent(m);
-  }
+bool SharedRegion::Lock(int dev) {
+  return TimedLock(&device(dev)->lock, "GPU", dev);
 }
 
 void SharedRegion::Unlock(int dev) {
@@ -293,7 +318,9 @@ void SharedRegion::Detach() {
   RegionSlot* s = slot_at(slot_);
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
-    Lock(d);
+    // A lock that does not come: leave this GPU's charge to the next reclaim (the slot is freed below, and
+    // a repair rebuilds the total from the slots).
+    if (!Lock(d)) continue;
     const uint64_t mine = s->charged[d].load(std::memory_order_relaxed);
     RegionDevice* dev = device(d);
     const uint64_t used = dev->used_bytes.load(std::memory_order_relaxed);
@@ -302,6 +329,7 @@ void SharedRegion::Detach() {
     Unlock(d);
   }
   s->start_time.store(0, std::memory_order_relaxed);
+  s->host_pid.store(0, std::memory_order_relaxed);
   s->owner.store(0, std::memory_order_release);
   slot_ = -1;
 }
@@ -313,7 +341,11 @@ bool SharedRegion::ReclaimSlot(int index, uint64_t observed_owner) {
   if (!s->owner.compare_exchange_strong(observed_owner, mine, std::memory_order_acq_rel)) return false;
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
-    Lock(d);
+    if (!Lock(d)) {
+      // Give the slot back to its dead owner: a later reclaim tries again.
+      s->owner.store(observed_owner, std::memory_order_release);
+      return false;
+    }
     const uint64_t charged = s->charged[d].load(std::memory_order_relaxed);
     RegionDevice* dev = device(d);
     const uint64_t used = dev->used_bytes.load(std::memory_order_relaxed);
@@ -322,6 +354,7 @@ bool SharedRegion::ReclaimSlot(int index, uint64_t observed_owner) {
     Unlock(d);
   }
   s->start_time.store(0, std::memory_order_relaxed);
+  s->host_pid.store(0, std::memory_order_relaxed);
   s->owner.store(0, std::memory_order_release);
   return true;
 }
@@ -375,7 +408,7 @@ void SharedRegion::SetDeviceLimits(int dev, const DeviceLimits& limits, uint64_t
 ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
   RegionSlot* s = slot_at(slot_);
-  Lock(dev);
+  if (!Lock(dev)) return ChargeResult::kLockTimeout;
   const uint64_t limit = d->limit_bytes.load(std::memory_order_relaxed);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
   if (limit != 0 && (bytes > limit || used > limit - bytes)) {
@@ -392,16 +425,48 @@ ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
   return ChargeResult::kOk;
 }
 
-void SharedRegion::Uncharge(int dev, uint64_t bytes) {
+bool SharedRegion::ForceCharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
   RegionSlot* s = slot_at(slot_);
-  Lock(dev);
+  if (!Lock(dev)) return false;
+  const uint64_t now_used = d->used_bytes.load(std::memory_order_relaxed) + bytes;
+  d->used_bytes.store(now_used, std::memory_order_relaxed);
+  s->charged[dev].fetch_add(bytes, std::memory_order_relaxed);
+  if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
+    d->peak_bytes.store(now_used, std::memory_order_relaxed);
+  }
+  Unlock(dev);
+  return true;
+}
+
+bool SharedRegion::Uncharge(int dev, uint64_t bytes) {
+  RegionDevice* d = device(dev);
+  RegionSlot* s = slot_at(slot_);
+  if (!Lock(dev)) return false;
   const uint64_t mine = s->charged[dev].load(std::memory_order_relaxed);
   const uint64_t take = bytes > mine ? mine : bytes;
   s->charged[dev].store(mine - take, std::memory_order_relaxed);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
   d->used_bytes.store(used >= take ? used - take : 0, std::memory_order_relaxed);
   Unlock(dev);
+  return true;
+}
+
+bool SharedRegion::ContainerPidForHostPid(uint32_t host_pid, uint32_t* local) const {
+  if (host_pid == 0) return false;
+  for (uint32_t i = 0; i < kRegionSlots; ++i) {
+    const RegionSlot* s = slot_at(static_cast<int>(i));
+    const uint64_t owner = s->owner.load(std::memory_order_acquire);
+    if (owner == 0 || ReclaimerPid(owner) != 0) continue;
+    if (s->host_pid.load(std::memory_order_relaxed) != host_pid) continue;
+    *local = OwnerPid(owner);
+    return true;
+  }
+  return false;
+}
+
+void SharedRegion::SetHostPid(uint32_t host_pid) {
+  if (slot_ >= 0) slot_at(slot_)->host_pid.store(host_pid, std::memory_order_relaxed);
 }
 
 uint64_t SharedRegion::Used(int dev) const {
@@ -418,7 +483,7 @@ uint64_t SharedRegion::ChargedByMe(int dev) const {
 }
 
 bool SharedRegion::CheckConsistent(int dev) {
-  Lock(dev);
+  if (!Lock(dev)) return false;
   uint64_t sum = 0;
   for (uint32_t i = 0; i < kRegionSlots; ++i) {
     RegionSlot* s = slot_at(static_cast<int>(i));

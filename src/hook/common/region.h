@@ -78,7 +78,8 @@ struct RegionDevice {
   std::atomic<uint64_t> used_bytes;     // 136: sum of all slots' charged[] for this GPU
   std::atomic<uint64_t> peak_bytes;     // 144: the most used_bytes has been
   std::atomic<uint64_t> oom_count;      // 152: allocations refused for the limit
-  uint8_t pad1[192 - 160];
+  std::atomic<uint64_t> context_bytes;  // 160: a context's footprint as last measured here (0: not yet)
+  uint8_t pad1[192 - 168];
   BucketState bucket;                   // 192: GPU-time budget (compute share), 128 bytes
   ControllerState controller;           // 320: elastic controller's state, 64 bytes
   uint8_t reserved[kRegionDeviceBytes - 384];
@@ -90,13 +91,21 @@ struct RegionSlot {
   std::atomic<uint64_t> owner;          // 0: pid (low 32 bits) | reclaiming pid (high 32 bits); 0 = free
   std::atomic<uint64_t> start_time;     // 8: the owner's start time (/proc/<pid>/stat field 22); 0 unknown
   std::atomic<uint64_t> attached_ns;    // 16: CLOCK_MONOTONIC when claimed
-  uint8_t pad0[64 - 24];
+  std::atomic<uint32_t> host_pid;       // 24: the owner's pid on the host (NVML's pid); 0 unknown
+  uint32_t reserved0;                   // 28
+  uint8_t pad0[64 - 32];
   std::atomic<uint64_t> charged[kMaxDevices];  // 64: bytes this process holds per device entry
   uint8_t reserved[kRegionSlotBytes - 64 - 8 * kMaxDevices];
 };
 static_assert(sizeof(RegionSlot) == kRegionSlotBytes);
 
-enum class ChargeResult { kOk, kOverLimit };
+// kLockTimeout: the GPU's lock was held longer than the lock timeout (a process of the container holds it
+// and does not let go, or the file was tampered with); nothing was charged.
+enum class ChargeResult { kOk, kOverLimit, kLockTimeout };
+
+// How long any region lock is waited for before giving up (never forever: the region is writable by the
+// tenant). TESSERA_REGION_LOCK_TIMEOUT_MS overrides it in the hooks.
+inline constexpr int kDefaultRegionLockTimeoutMs = 2000;
 
 class SharedRegion {
  public:
@@ -137,14 +146,29 @@ class SharedRegion {
 
   // Reserves `bytes` on `device` for this process, if the container's total stays within the limit.
   ChargeResult TryCharge(int device, uint64_t bytes);
-  // Gives back `bytes` charged by this process (never below zero).
-  void Uncharge(int device, uint64_t bytes);
+  // Charges `bytes` whatever the limit: memory the driver already holds for this process and that the
+  // hook learns of afterwards (a kernel loaded lazily at its first launch). False on a lock timeout.
+  bool ForceCharge(int device, uint64_t bytes);
+  // Gives back `bytes` charged by this process (never below zero). False on a lock timeout (the charge
+  // stays: the container is charged too much, never too little).
+  bool Uncharge(int device, uint64_t bytes);
   uint64_t Used(int device) const;
   uint64_t Limit(int device) const;
   uint64_t ChargedByMe(int device) const;
 
   // Frees the slots of processes that no longer exist, and their charges. Returns how many were freed.
   int ReclaimDeadSlots();
+
+  // Records this process's pid on the host (NVML reports host pids) in its slot.
+  void SetHostPid(uint32_t host_pid);
+  // Whether a live process of the container has this host pid; `local` is its pid in the container.
+  bool ContainerPidForHostPid(uint32_t host_pid, uint32_t* local) const;
+  // Lock waits longer than this give up with kLockTimeout / false (and a message once). Default
+  // kDefaultRegionLockTimeoutMs.
+  void set_lock_timeout_ms(int ms) { lock_timeout_ms_ = ms > 0 ? ms : 1; }
+  int lock_timeout_ms() const { return lock_timeout_ms_; }
+  // Set after a lock wait gave up: what happened, for the caller's message.
+  const char* lock_error() const { return lock_error_.text; }
 
   // Recomputes a device's total from the slots and compares (for tests and `tessera inspect`): true when
   // consistent. Takes the lock.
@@ -153,9 +177,10 @@ class SharedRegion {
  private:
   bool Create(const char* path, Error* error);
   bool Map(int fd, Error* error);
-  void Lock(int device);
+  bool Lock(int device);
   void Unlock(int device);
-  void LockTable();
+  bool LockTable();
+  bool TimedLock(pthread_mutex_t* m, const char* what, int device);
   void RepairLocked(int device);
   bool ReclaimSlot(int index, uint64_t observed_owner);
 
@@ -164,6 +189,8 @@ class SharedRegion {
   void* base_ = nullptr;
   int slot_ = -1;
   int pid_ = 0;
+  int lock_timeout_ms_ = kDefaultRegionLockTimeoutMs;
+  Error lock_error_;
   char path_[kPathSize] = {0};
 };
 

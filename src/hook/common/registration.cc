@@ -78,8 +78,13 @@ size_t FormatAgentMessage(const AgentMessage& m, char* buf, size_t cap) {
   int n = 0;
   switch (m.kind) {
     case AgentMessageKind::kOk:
-      n = snprintf(buf, cap, "TESSERA %u OK generation=%llu\n", kProtocolVersion,
-                   static_cast<unsigned long long>(m.generation));
+      if (m.host_pid != 0) {
+        n = snprintf(buf, cap, "TESSERA %u OK generation=%llu host_pid=%u\n", kProtocolVersion,
+                     static_cast<unsigned long long>(m.generation), m.host_pid);
+      } else {
+        n = snprintf(buf, cap, "TESSERA %u OK generation=%llu\n", kProtocolVersion,
+                     static_cast<unsigned long long>(m.generation));
+      }
       break;
     case AgentMessageKind::kReload:
       n = snprintf(buf, cap, "TESSERA %u RELOAD generation=%llu\n", kProtocolVersion,
@@ -175,6 +180,14 @@ bool ParseAgentMessage(const char* line, size_t len, AgentMessage* out, Error* e
     if (key.Is("generation") && !ParseU64(value.p, value.n, &out->generation)) {
       error->Set("agent message has a malformed generation");
       return false;
+    }
+    uint64_t pid = 0;
+    if (key.Is("host_pid")) {
+      if (!ParseU64(value.p, value.n, &pid) || pid == 0 || pid > 0x7fffffffu) {
+        error->Set("agent message has a malformed host_pid");
+        return false;
+      }
+      out->host_pid = static_cast<uint32_t>(pid);
     }
   }
   return true;

@@ -3,7 +3,7 @@
 // that the agent sees it exit (EOF) and may push "reload your limits now".
 //
 //   client -> agent   TESSERA 1 HELLO lib=cuda version=0.1.0 pid=42 generation=3 gpus=GPU-a,GPU-b
-//   agent  -> client  TESSERA 1 OK generation=3
+//   agent  -> client  TESSERA 1 OK generation=3 host_pid=81234
 //                     TESSERA 1 ERR <one line saying what is wrong>
 //   agent  -> client  TESSERA 1 RELOAD generation=4          (any time later)
 //
@@ -45,6 +45,7 @@ enum class AgentMessageKind { kOk, kError, kReload };
 struct AgentMessage {
   AgentMessageKind kind = AgentMessageKind::kOk;
   uint64_t generation = 0;
+  uint32_t host_pid = 0;       // kOk: the caller's pid on the host (what NVML reports); 0 when not sent
   char error[256] = {0};       // kError only
 };
 

@@ -1,6 +1,8 @@
 #include "hook/common/session.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,36 @@ bool Changed(const Session* s, const struct stat& st) {
          s->file_size != static_cast<int64_t>(st.st_size);
 }
 
+bool CheckPrivateDirectory(const char* dir, Error* error) {
+  struct stat st;
+  if (lstat(dir, &st) != 0) {
+    if (errno != ENOENT) {
+      error->Set("cannot inspect %s: %s", dir, strerror(errno));
+      return false;
+    }
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+      error->Set("cannot create %s for the shared region: %s; set TESSERA_REGION to a file in a directory of "
+                 "yours",
+                 dir, strerror(errno));
+      return false;
+    }
+    if (lstat(dir, &st) != 0) {
+      error->Set("cannot inspect %s: %s", dir, strerror(errno));
+      return false;
+    }
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022) != 0) {
+    error->Set("%s is not a private directory of this user (uid %u): it is %s, owned by uid %u, mode %03o; "
+               "someone else may have made it to plant a region: remove it, or set TESSERA_REGION to a file in "
+               "a directory of yours",
+               dir, static_cast<unsigned>(getuid()),
+               S_ISLNK(st.st_mode) ? "a symbolic link" : (S_ISDIR(st.st_mode) ? "a directory" : "not a directory"),
+               static_cast<unsigned>(st.st_uid), static_cast<unsigned>(st.st_mode & 0777));
+    return false;
+  }
+  return true;
+}
+
 void Register(const char* lib, const char* version, const char* socket_path, Session* s) {
   Hello hello;
   CopyString(hello.lib, sizeof(hello.lib), lib);
@@ -41,11 +73,32 @@ void Register(const char* lib, const char* version, const char* socket_path, Ses
   if (!s->agent.Register(socket_path, hello, 2000, &reply, &error)) {
     WriteStderrLine("warning: %s (running on the limits alone)", error.text);
   } else {
+    if (reply.host_pid != 0) {
+      s->host_pid = reply.host_pid;
+      s->host_pid_from_agent = s->host_pid != static_cast<uint32_t>(getpid());
+    }
     LogLine(LogLevel::kInfo, "registered with the node agent at %s", socket_path);
   }
 }
 
 }  // namespace
+
+bool DefaultRegionPath(EnvLookup lookup, char* out, size_t cap, Error* error) {
+  char dir[kPathSize];
+  const char* runtime = lookup("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] == '/') {
+    snprintf(dir, sizeof(dir), "%s/tessera", runtime);
+  } else {
+    snprintf(dir, sizeof(dir), "/tmp/tessera-%u", static_cast<unsigned>(getuid()));
+  }
+  if (!CheckPrivateDirectory(dir, error)) return false;
+  const int n = snprintf(out, cap, "%s/region", dir);
+  if (n < 0 || static_cast<size_t>(n) >= cap) {
+    error->Set("the default region path under %s is too long; set TESSERA_REGION", dir);
+    return false;
+  }
+  return true;
+}
 
 SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup, Session* s, Error* error) {
   const char* file = lookup("TESSERA_LIMITS_FILE");
@@ -71,10 +124,18 @@ SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup,
     CopyString(s->region_path, sizeof(s->region_path), env_region);
   } else if (s->limits.region_path[0] != 0) {
     CopyString(s->region_path, sizeof(s->region_path), s->limits.region_path);
-  } else {
-    snprintf(s->region_path, sizeof(s->region_path), "/tmp/tessera-region-%u",
-             static_cast<unsigned>(getuid()));
+  } else if (!DefaultRegionPath(lookup, s->region_path, sizeof(s->region_path), error)) {
+    return SessionMode::kFailClosed;
   }
+  if (const char* t = lookup("TESSERA_REGION_LOCK_TIMEOUT_MS"); t != nullptr && t[0] != 0) {
+    uint64_t ms = 0;
+    if (!ParseU64(t, &ms) || ms == 0 || ms > 600000) {
+      error->Set("TESSERA_REGION_LOCK_TIMEOUT_MS='%s' must be a number of milliseconds, 1..600000", t);
+      return SessionMode::kFailClosed;
+    }
+    s->region.set_lock_timeout_ms(static_cast<int>(ms));
+  }
+  s->host_pid = static_cast<uint32_t>(getpid());
   if (!s->region.Open(s->region_path, error) || !s->region.Attach(error)) return SessionMode::kFailClosed;
   const char* socket_path = lookup("TESSERA_AGENT_SOCKET");
   if ((socket_path == nullptr || socket_path[0] == 0) && from_file &&
@@ -82,9 +143,41 @@ SessionMode StartSession(const char* lib, const char* version, EnvLookup lookup,
     socket_path = kDefaultAgentSocket;
   }
   if (socket_path != nullptr && socket_path[0] != 0) Register(lib, version, socket_path, s);
+  s->region.SetHostPid(s->host_pid);
   LogLine(LogLevel::kInfo, "limits from %s, generation %llu, region %s", from_file ? file : "the environment",
           static_cast<unsigned long long>(s->limits.generation), s->region_path);
   return SessionMode::kLimited;
+}
+
+void SessionForgetInChild(Session* s) {
+  s->region.ForgetSlot();
+  s->agent.Forget();
+}
+
+void RunLimiterLoop(const LimiterLoop& loop) {
+  uint64_t last_reload = 0;
+  uint64_t last_reclaim = 0;
+  for (;;) {
+    const uint64_t now = MonotonicNs();
+    const bool busy = loop.each_ms(now);
+    if (now - last_reload >= 250000000ull) {
+      last_reload = now;
+      pthread_mutex_lock(loop.devices_mutex);
+      if (PollSessionLimits(loop.session)) loop.limits_changed();
+      pthread_mutex_unlock(loop.devices_mutex);
+      if (loop.each_quarter != nullptr) loop.each_quarter(now);
+    }
+    if (now - last_reclaim >= 1000000000ull) {
+      last_reclaim = now;
+      loop.session->region.ReclaimDeadSlots();
+    }
+    SleepNs(busy ? 1000000 : 10000000);  // 1 ms; 10 ms when there is nothing to pace or measure
+  }
+}
+
+void SessionForkedChildAttached(Session* s, bool) {
+  s->host_pid = s->host_pid_from_agent ? 0 : static_cast<uint32_t>(getpid());
+  s->region.SetHostPid(s->host_pid);
 }
 
 bool PollSessionLimits(Session* s) {

@@ -52,6 +52,8 @@ typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphNode_st* CUgraphNode;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
+typedef struct CUgreenCtx_st* CUgreenCtx;
+typedef struct CUdevResourceDesc_st* CUdevResourceDesc;
 
 // The special stream handles: the legacy default stream and the per-thread default stream.
 #define CU_STREAM_LEGACY (reinterpret_cast<CUstream>(0x1))
@@ -82,6 +84,9 @@ typedef enum cudaError_enum {
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+  CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
   CUDA_ERROR_UNKNOWN = 999,
 } CUresult;
 
@@ -181,6 +186,46 @@ typedef enum CUlaunchAttributeID_enum {
   CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
 } CUlaunchAttributeID;
 
+// Options of the module and library loaders (passed through; only their type matters here).
+typedef enum CUjit_option_enum { CU_JIT_MAX_REGISTERS = 0 } CUjit_option;
+typedef enum CUlibraryOption_enum { CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0 } CUlibraryOption;
+
+typedef enum CUlimit_enum {
+  CU_LIMIT_STACK_SIZE = 0x00,
+  CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+  CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+} CUlimit;
+
+typedef enum CUmemPool_attribute_enum {
+  CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+  CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+  CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+  CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,     // cuuint64_t: memory kept at synchronization points
+  CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,  // cuuint64_t: memory the pool holds from the device
+  CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+  CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,      // cuuint64_t: memory handed out to the application
+  CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+} CUmemPool_attribute;
+
+typedef enum CUgraphMem_attribute_enum {
+  CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+  CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,  // cuuint64_t: the device's graph memory pool, physical
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+} CUgraphMem_attribute;
+
+typedef enum CUgraphNodeType_enum {
+  CU_GRAPH_NODE_TYPE_KERNEL = 0,
+  CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+  CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+} CUgraphNodeType;
+
+typedef enum CUmem_advise_enum {
+  CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+  CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+  CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+} CUmem_advise;
+
 // ---- Structures -----------------------------------------------------------------------------------------
 
 // cuArrayCreate_v2 (CUDA 3.2 and later) and the 32-bit form of cuArrayCreate.
@@ -267,6 +312,31 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
   CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS_v1;
 typedef CUDA_MEM_ALLOC_NODE_PARAMS_v1 CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
+  CUmemPoolProps poolProps;
+  const CUmemAccessDesc* accessDescs;
+  size_t accessDescCount;
+  size_t bytesize;
+  CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS_v2;
+
+// cuGraphAddNode's parameters: a node type and a 232-byte union, of which the hook reads only `alloc`.
+typedef struct CUgraphNodeParams_st {
+  CUgraphNodeType type;
+  int reserved0[3];
+  union {
+    long long reserved1[29];
+    CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc;
+  };
+  long long reserved2;
+} CUgraphNodeParams;
+
+typedef struct CUgraphEdgeData_st {
+  unsigned char from_port;
+  unsigned char to_port;
+  unsigned char type;
+  unsigned char reserved[5];
+} CUgraphEdgeData;
 
 // cuGraphAddKernelNode_v2's parameters.
 typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
@@ -448,6 +518,7 @@ typedef CUresult (*PFN_cuStreamCreate_v2000)(CUstream* phStream, unsigned int Fl
 typedef CUresult (*PFN_cuStreamDestroy_v4000)(CUstream hStream);
 typedef CUresult (*PFN_cuStreamSynchronize_v2000)(CUstream hStream);
 typedef CUresult (*PFN_cuStreamIsCapturing_v10000)(CUstream hStream, CUstreamCaptureStatus* captureStatus);
+typedef CUresult (*PFN_cuStreamIsCapturing_v10000_ptsz)(CUstream hStream, CUstreamCaptureStatus* captureStatus);
 typedef CUresult (*PFN_cuEventCreate_v2000)(CUevent* phEvent, unsigned int Flags);
 typedef CUresult (*PFN_cuEventRecord_v2000)(CUevent hEvent, CUstream hStream);
 typedef CUresult (*PFN_cuEventQuery_v2000)(CUevent hEvent);
@@ -503,6 +574,104 @@ typedef CUresult (*PFN_cuStreamBeginCapture_v10010)(CUstream hStream, CUstreamCa
 typedef CUresult (*PFN_cuStreamBeginCapture_v10010_ptsz)(CUstream hStream, CUstreamCaptureMode mode);
 typedef CUresult (*PFN_cuStreamEndCapture_v10000)(CUstream hStream, CUgraph* phGraph);
 typedef CUresult (*PFN_cuStreamEndCapture_v10000_ptsz)(CUstream hStream, CUgraph* phGraph);
+
+// CUDA 13 variants of functions whose signature changed: they take the context.
+typedef CUresult (*PFN_cuCtxGetDevice_v13000)(CUdevice* device, CUcontext ctx);
+typedef CUresult (*PFN_cuCtxSynchronize_v13000)(CUcontext ctx);
+
+// Memory a context gains after creation: modules, libraries, limits, green contexts.
+typedef CUresult (*PFN_cuModuleLoad_v2000)(CUmodule* module, const char* fname);
+typedef CUresult (*PFN_cuModuleLoadDataEx_v2010)(CUmodule* module, const void* image, unsigned int numOptions,
+                                                 CUjit_option* options, void** optionValues);
+typedef CUresult (*PFN_cuModuleLoadFatBinary_v2000)(CUmodule* module, const void* fatCubin);
+typedef CUresult (*PFN_cuLibraryLoadData_v12000)(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                                                 void** jitOptionsValues, unsigned int numJitOptions,
+                                                 CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                                                 unsigned int numLibraryOptions);
+typedef CUresult (*PFN_cuLibraryLoadFromFile_v12000)(CUlibrary* library, const char* fileName,
+                                                     CUjit_option* jitOptions, void** jitOptionsValues,
+                                                     unsigned int numJitOptions, CUlibraryOption* libraryOptions,
+                                                     void** libraryOptionValues, unsigned int numLibraryOptions);
+typedef CUresult (*PFN_cuLibraryUnload_v12000)(CUlibrary library);
+typedef CUresult (*PFN_cuCtxSetLimit_v3010)(CUlimit limit, size_t value);
+typedef CUresult (*PFN_cuGreenCtxCreate_v12040)(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                                unsigned int flags);
+typedef CUresult (*PFN_cuGreenCtxDestroy_v12040)(CUgreenCtx hCtx);
+
+// Pools: what they keep, their release threshold, trims.
+typedef CUresult (*PFN_cuMemPoolTrimTo_v11020)(CUmemoryPool pool, size_t minBytesToKeep);
+typedef CUresult (*PFN_cuMemPoolSetAttribute_v11020)(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+typedef CUresult (*PFN_cuMemPoolGetAttribute_v11020)(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+typedef CUresult (*PFN_cuDeviceGetMemPool_v11020)(CUmemoryPool* pool, CUdevice_v1 dev);
+typedef CUresult (*PFN_cuDeviceGetDefaultMemPool_v11020)(CUmemoryPool* pool_out, CUdevice_v1 dev);
+typedef CUresult (*PFN_cuDeviceSetMemPool_v11020)(CUdevice_v1 dev, CUmemoryPool pool);
+
+// Graph memory: backed at launch, kept in the device's graph pool until trimmed.
+typedef CUresult (*PFN_cuDeviceGraphMemTrim_v11040)(CUdevice device);
+typedef CUresult (*PFN_cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr,
+                                                            void* value);
+typedef CUresult (*PFN_cuGraphAddMemFreeNode_v11040)(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                                     const CUgraphNode* dependencies, size_t numDependencies,
+                                                     CUdeviceptr dptr);
+typedef CUresult (*PFN_cuGraphAddNode_v12020)(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies, size_t numDependencies,
+                                              CUgraphNodeParams* nodeParams);
+typedef CUresult (*PFN_cuGraphAddNode_v12030)(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies, const CUgraphEdgeData* dependencyData,
+                                              size_t numDependencies, CUgraphNodeParams* nodeParams);
+typedef CUresult (*PFN_cuGraphGetNodes_v10000)(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes);
+typedef CUresult (*PFN_cuGraphNodeGetType_v10000)(CUgraphNode hNode, CUgraphNodeType* type);
+typedef CUresult (*PFN_cuGraphMemAllocNodeGetParams_v11040)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS* params_out);
+
+// Pages moved onto a device.
+typedef CUresult (*PFN_cuMemPrefetchAsync_v8000)(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice,
+                                                 CUstream hStream);
+typedef CUresult (*PFN_cuMemPrefetchAsync_v8000_ptsz)(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice,
+                                                      CUstream hStream);
+typedef CUresult (*PFN_cuMemPrefetchAsync_v12020)(CUdeviceptr_v2 devPtr, size_t count, CUmemLocation_v1 location,
+                                                  unsigned int flags, CUstream hStream);
+typedef CUresult (*PFN_cuMemPrefetchAsync_v12020_ptsz)(CUdeviceptr_v2 devPtr, size_t count,
+                                                       CUmemLocation_v1 location, unsigned int flags,
+                                                       CUstream hStream);
+typedef CUresult (*PFN_cuMemPrefetchBatchAsync_v13000)(CUdeviceptr_v2* dptrs, size_t* sizes, size_t count,
+                                                       CUmemLocation_v1* prefetchLocs, size_t* prefetchLocIdxs,
+                                                       size_t numPrefetchLocs, unsigned long long flags,
+                                                       CUstream hStream);
+typedef CUresult (*PFN_cuMemPrefetchBatchAsync_v13000_ptsz)(CUdeviceptr_v2* dptrs, size_t* sizes, size_t count,
+                                                            CUmemLocation_v1* prefetchLocs,
+                                                            size_t* prefetchLocIdxs, size_t numPrefetchLocs,
+                                                            unsigned long long flags, CUstream hStream);
+typedef CUresult (*PFN_cuMemDiscardAndPrefetchBatchAsync_v13000)(
+    CUdeviceptr_v2* dptrs, size_t* sizes, size_t count, CUmemLocation_v1* prefetchLocs, size_t* prefetchLocIdxs,
+    size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
+typedef CUresult (*PFN_cuMemDiscardAndPrefetchBatchAsync_v13000_ptsz)(
+    CUdeviceptr_v2* dptrs, size_t* sizes, size_t count, CUmemLocation_v1* prefetchLocs, size_t* prefetchLocIdxs,
+    size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
+typedef CUresult (*PFN_cuMemAdvise_v8000)(CUdeviceptr_v2 devPtr, size_t count, CUmem_advise advice,
+                                          CUdevice_v1 device);
+typedef CUresult (*PFN_cuMemAdvise_v12020)(CUdeviceptr_v2 devPtr, size_t count, CUmem_advise advice,
+                                           CUmemLocation_v1 location);
+
+// Synchronization points (stream-ordered pools release what they keep above their threshold there).
+typedef CUresult (*PFN_cuStreamSynchronize_v7000_ptsz)(CUstream hStream);
+
+// cuGraphInstantiateWithParams' parameters (read by the driver only; opaque here).
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS;
+typedef CUresult (*PFN_cuGraphInstantiateWithParams_v12000)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                            CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+typedef CUresult (*PFN_cuGraphInstantiateWithParams_v12000_ptsz)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+
+// Capture: a capture into an existing graph, and the calling thread's capture mode.
+typedef CUresult (*PFN_cuStreamBeginCaptureToGraph_v12030)(CUstream hStream, CUgraph hGraph,
+                                                           const CUgraphNode* dependencies,
+                                                           const CUgraphEdgeData* dependencyData,
+                                                           size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*PFN_cuStreamBeginCaptureToGraph_v12030_ptsz)(CUstream hStream, CUgraph hGraph,
+                                                                const CUgraphNode* dependencies,
+                                                                const CUgraphEdgeData* dependencyData,
+                                                                size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*PFN_cuThreadExchangeStreamCaptureMode_v10010)(CUstreamCaptureMode* mode);
 
 }  // extern "C"
 

@@ -29,8 +29,6 @@ using hook::Error;
 using hook::LogLevel;
 using hook::LogLine;
 
-constexpr const char* kDefaultLimitsFile = "/etc/tessera/limits";
-constexpr const char* kDefaultAgentSocket = "/var/run/tessera/agent.sock";
 
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn g_real_dlsym = nullptr;
@@ -41,7 +39,6 @@ pthread_mutex_t g_devices_mutex = PTHREAD_MUTEX_INITIALIZER;
 __thread int t_in_init __attribute__((tls_model("initial-exec"))) = 0;
 std::atomic<bool> g_thread_started{false};
 std::atomic<bool> g_nvml_tried{false};
-struct stat g_limits_stat;
 
 // The hooked names: for dlsym() and cuGetProcAddress().
 struct HookEntry {
@@ -107,7 +104,8 @@ bool LoadRealCuda() {
 bool LoadRealNvml() {
   if (g_libnvml != nullptr) return true;
   if (g_nvml_tried.exchange(true)) return g_libnvml != nullptr;
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+  const char* path = getenv("TESSERA_REAL_LIBNVML");
+  void* h = dlopen(path != nullptr && path[0] != 0 ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (h == nullptr) return false;
   DlsymFn real = RealDlsym();
   g_nvml.nvmlInit_v2 = reinterpret_cast<nvmlInit_fn*>(real(h, "nvmlInit_v2"));
@@ -122,6 +120,15 @@ bool LoadRealNvml() {
   for (const NvmlEntry& e : kNvmlHooks) *e.real = real(h, e.symbol);
   g_libnvml = h;
   return true;
+}
+
+bool NvmlReady() {
+  static std::atomic<int> state{0};  // 0 unknown, 1 ready, 2 unavailable
+  const int s = state.load(std::memory_order_acquire);
+  if (s != 0) return s == 1;
+  const bool ok = LoadRealNvml() && g_nvml.nvmlInit_v2 != nullptr && g_nvml.nvmlInit_v2() == NVML_SUCCESS;
+  state.store(ok ? 1 : 2, std::memory_order_release);
+  return ok;
 }
 
 namespace {
@@ -142,34 +149,17 @@ Mode InitLocked() {
     LogLine(LogLevel::kDebug, "no libcuda.so.1 (%s); CUDA calls will fail as without a driver", dlerror());
   }
   Error error;
-  const char* file = getenv("TESSERA_LIMITS_FILE");
-  struct stat st;
-  bool from_file = false;
-  if (file != nullptr && file[0] != 0) {
-    from_file = true;
-  } else if (stat(kDefaultLimitsFile, &st) == 0) {
-    file = kDefaultLimitsFile;
-    from_file = true;
-  }
-  if (from_file) {
-    hook::CopyString(g_state.limits_path, sizeof(g_state.limits_path), file);
-    stat(file, &g_limits_stat);
-    if (!hook::ReadLimitsFile(file, &g_state.limits, &error)) {
+  switch (hook::StartSession("cuda", TESSERA_VERSION, &EnvLookup, &g_state.session, &error)) {
+    case hook::SessionMode::kFailClosed:
       FailClosed(error.text);
       return Mode::kFailClosed;
-    }
-    g_state.limits_from_file = true;
-  } else {
-    bool configured = false;
-    if (!hook::LimitsFromEnvironment(&EnvLookup, &g_state.limits, &configured, &error)) {
-      FailClosed(error.text);
-      return Mode::kFailClosed;
-    }
-    if (!configured) {
+    case hook::SessionMode::kPassThrough:
       LogLine(LogLevel::kDebug, "no limits configured; passing through");
       return Mode::kPassThrough;
-    }
+    case hook::SessionMode::kLimited:
+      break;
   }
+  g_state.host_pid = g_state.session.host_pid;
   if (const char* ctx = getenv("TESSERA_CONTEXT_BYTES")) {
     if (!hook::ParseByteSize(ctx, &g_state.context_bytes_override)) {
       hook::WriteStderrLine("TESSERA_CONTEXT_BYTES='%s' is not a size; measuring context memory instead",
@@ -178,47 +168,6 @@ Mode InitLocked() {
       g_state.context_bytes_set = true;
     }
   }
-  char region_path[hook::kPathSize];
-  if (const char* env_region = getenv("TESSERA_REGION"); env_region != nullptr && env_region[0] != 0) {
-    hook::CopyString(region_path, sizeof(region_path), env_region);
-  } else if (g_state.limits.region_path[0] != 0) {
-    hook::CopyString(region_path, sizeof(region_path), g_state.limits.region_path);
-  } else {
-    snprintf(region_path, sizeof(region_path), "/tmp/tessera-region-%u", static_cast<unsigned>(getuid()));
-  }
-  if (!g_state.region.Open(region_path, &error) || !g_state.region.Attach(&error)) {
-    FailClosed(error.text);
-    return Mode::kFailClosed;
-  }
-  // Registration with the node agent, when one is mounted. Not fatal: the limits file is the authority.
-  const char* socket_path = getenv("TESSERA_AGENT_SOCKET");
-  if ((socket_path == nullptr || socket_path[0] == 0) && from_file &&
-      access(kDefaultAgentSocket, F_OK) == 0) {
-    socket_path = kDefaultAgentSocket;
-  }
-  if (socket_path != nullptr && socket_path[0] != 0) {
-    hook::Hello hello;
-    hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
-    hook::CopyString(hello.version, sizeof(hello.version), TESSERA_VERSION);
-    hello.pid = static_cast<int>(getpid());
-    hello.generation = g_state.limits.generation;
-    size_t used = 0;
-    for (int i = 0; i < g_state.limits.device_count; ++i) {
-      const char* u = g_state.limits.devices[i].uuid;
-      if (u[0] == 0) continue;
-      const int n = snprintf(hello.gpus + used, sizeof(hello.gpus) - used, "%s%s", used ? "," : "", u);
-      if (n < 0 || static_cast<size_t>(n) >= sizeof(hello.gpus) - used) break;
-      used += static_cast<size_t>(n);
-    }
-    hook::AgentMessage reply;
-    if (!g_state.agent.Register(socket_path, hello, 2000, &reply, &error)) {
-      hook::WriteStderrLine("warning: %s (running on the limits file alone)", error.text);
-    } else {
-      LogLine(LogLevel::kInfo, "registered with the node agent at %s", socket_path);
-    }
-  }
-  LogLine(LogLevel::kInfo, "limits from %s, generation %llu, region %s", from_file ? file : "the environment",
-          static_cast<unsigned long long>(g_state.limits.generation), region_path);
   return Mode::kLimited;
 }
 
@@ -234,11 +183,16 @@ void AtForkChild() {
   // The limiter thread and the parent's slot stay with the parent. CUDA contexts do not survive fork(), so
   // the child starts with nothing charged; it claims its own slot before its first charge.
   g_thread_started.store(false);
-  g_state.region.ForgetSlot();
-  g_state.agent.Forget();
+  hook::SessionForgetInChild(&g_state.session);
   g_state.need_attach.store(true);
   ResetAllocTableInChild();
-  for (HookDevice& d : g_state.devices) d.primary_refs = 0;
+  ResetPoolsInChild();
+  ResetFootprintInChild();
+  for (HookDevice& d : g_state.devices) {
+    d.primary_refs = 0;
+    d.footprint_bytes = 0;
+    d.graph_pool_bytes = 0;
+  }
 }
 
 __attribute__((constructor)) void OnLoad() {
@@ -247,7 +201,7 @@ __attribute__((constructor)) void OnLoad() {
 }
 
 __attribute__((destructor)) void OnUnload() {
-  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) g_state.region.Detach();
+  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) g_state.session.region.Detach();
 }
 
 }  // namespace
@@ -274,11 +228,15 @@ bool EnsureAttached() {
   bool ok = true;
   if (g_state.need_attach.load()) {
     Error error;
-    ok = g_state.region.Attach(&error);
+    ok = g_state.session.region.Attach(&error);
     if (!ok)
       hook::WriteStderrLine("%s", error.text);
     else
       g_state.need_attach.store(false);
+    if (ok) {
+      hook::SessionForkedChildAttached(&g_state.session, false);
+      g_state.host_pid = g_state.session.host_pid;
+    }
   }
   pthread_mutex_unlock(&g_init_mutex);
   return ok;
@@ -310,17 +268,17 @@ void ApplyLimitsLocked() {
   const int n = g_state.device_count.load();
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
-    const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.limits, d.uuid, i);
+    const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.uuid, i);
     d.has_limits = l != nullptr;
     if (l == nullptr) {
-      if (g_state.limits_from_file) {
+      if (g_state.session.limits_from_file) {
         hook::WriteStderrLine("GPU %d (%s) is visible but not in the limits file %s: its use is refused", i,
-                              d.uuid, g_state.limits_path);
+                              d.uuid, g_state.session.limits_path);
       }
       continue;
     }
     d.limits = *l;
-    if (d.region_index >= 0) g_state.region.SetDeviceLimits(d.region_index, *l, now);
+    if (d.region_index >= 0) g_state.session.region.SetDeviceLimits(d.region_index, *l, now);
   }
 }
 
@@ -348,11 +306,11 @@ void SetUpDevices() {
           FormatUuid(uuid, d.uuid, sizeof(d.uuid));
         }
         Error error;
-        d.region_index = g_state.region.FindOrAddDevice(d.uuid, &error);
+        d.region_index = g_state.session.region.FindOrAddDevice(d.uuid, &error);
         if (d.region_index < 0)
           hook::WriteStderrLine("%s", error.text);
         else
-          d.shared = g_state.region.device(d.region_index);
+          d.shared = g_state.session.region.device(d.region_index);
         d.present = true;
       }
       g_state.device_count.store(count, std::memory_order_release);
@@ -370,20 +328,28 @@ CUresult RefusalFor(int ordinal) {
 
 CUresult ChargeBefore(int ordinal, uint64_t bytes) {
   HookDevice* d = DeviceAt(ordinal);
-  if (d == nullptr || d->region_index < 0) return CUDA_SUCCESS;  // not a device we account (out of range)
+  if (d == nullptr) return CUDA_SUCCESS;  // not a device we account (out of range)
   if (!d->has_limits) return RefusalFor(ordinal);
+  if (d->region_index < 0) return CUDA_ERROR_NOT_PERMITTED;  // no entry in the region: nothing to charge
   if (!EnsureAttached()) return CUDA_ERROR_NOT_PERMITTED;
-  if (g_state.region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) return CUDA_SUCCESS;
+  hook::SharedRegion& region = g_state.session.region;
+  hook::ChargeResult c = region.TryCharge(d->region_index, bytes);
+  if (c == hook::ChargeResult::kOk) return CUDA_SUCCESS;
   // Before saying no: processes of this container that died may still hold charges.
-  if (g_state.region.ReclaimDeadSlots() > 0 &&
-      g_state.region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) {
-    return CUDA_SUCCESS;
+  if (c == hook::ChargeResult::kOverLimit && region.ReclaimDeadSlots() > 0) {
+    c = region.TryCharge(d->region_index, bytes);
+    if (c == hook::ChargeResult::kOk) return CUDA_SUCCESS;
+  }
+  if (c == hook::ChargeResult::kLockTimeout) {
+    hook::WriteStderrLine("refused %llu bytes on GPU %d: %s", static_cast<unsigned long long>(bytes), ordinal,
+                          region.lock_error());
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   d->shared->oom_count.fetch_add(1, std::memory_order_relaxed);
   LogLine(LogLevel::kInfo, "refused %llu bytes on GPU %d: %llu of %llu in use by the container",
           static_cast<unsigned long long>(bytes), ordinal,
-          static_cast<unsigned long long>(g_state.region.Used(d->region_index)),
-          static_cast<unsigned long long>(g_state.region.Limit(d->region_index)));
+          static_cast<unsigned long long>(g_state.session.region.Used(d->region_index)),
+          static_cast<unsigned long long>(g_state.session.region.Limit(d->region_index)));
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -391,7 +357,10 @@ void Uncharge(int ordinal, uint64_t bytes) {
   HookDevice* d = DeviceAt(ordinal);
   if (d == nullptr || d->region_index < 0 || bytes == 0) return;
   if (g_state.need_attach.load(std::memory_order_relaxed)) return;  // a forked child holds nothing
-  g_state.region.Uncharge(d->region_index, bytes);
+  if (!g_state.session.region.Uncharge(d->region_index, bytes)) {
+    hook::WriteStderrLine("kept a charge of %llu bytes on GPU %d: %s", static_cast<unsigned long long>(bytes),
+                          ordinal, g_state.session.region.lock_error());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -401,13 +370,8 @@ void Uncharge(int ordinal, uint64_t bytes) {
 namespace {
 
 int32_t DeviceUtilization(HookDevice& d) {
-  if (!LoadRealNvml() || g_nvml.nvmlDeviceGetUtilizationRates == nullptr) return -1;
+  if (!NvmlReady() || g_nvml.nvmlDeviceGetUtilizationRates == nullptr) return -1;
   if (d.nvml == nullptr) {
-    static bool nvml_init = false;
-    if (!nvml_init) {
-      if (g_nvml.nvmlInit_v2 == nullptr || g_nvml.nvmlInit_v2() != NVML_SUCCESS) return -1;
-      nvml_init = true;
-    }
     if (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
         g_nvml.nvmlDeviceGetHandleByUUID(d.uuid, &d.nvml) != NVML_SUCCESS) {
       return -1;
@@ -416,30 +380,6 @@ int32_t DeviceUtilization(HookDevice& d) {
   nvmlUtilization_t u;
   if (g_nvml.nvmlDeviceGetUtilizationRates(d.nvml, &u) != NVML_SUCCESS) return -1;
   return static_cast<int32_t>(u.gpu) * 10000;
-}
-
-void ReloadLimits(bool forced) {
-  struct stat st;
-  if (!g_state.limits_from_file) return;
-  if (stat(g_state.limits_path, &st) != 0) return;  // being replaced: the next look finds it
-  if (!forced && st.st_ino == g_limits_stat.st_ino && st.st_mtim.tv_sec == g_limits_stat.st_mtim.tv_sec &&
-      st.st_mtim.tv_nsec == g_limits_stat.st_mtim.tv_nsec && st.st_size == g_limits_stat.st_size) {
-    return;
-  }
-  g_limits_stat = st;
-  hook::Limits next;
-  Error error;
-  if (!hook::ReadLimitsFile(g_state.limits_path, &next, &error)) {
-    hook::WriteStderrLine("keeping the current limits: %s", error.text);
-    return;
-  }
-  if (next.generation <= g_state.limits.generation) return;
-  pthread_mutex_lock(&g_devices_mutex);
-  g_state.limits = next;
-  ApplyLimitsLocked();
-  pthread_mutex_unlock(&g_devices_mutex);
-  LogLine(LogLevel::kInfo, "applied limits generation %llu",
-          static_cast<unsigned long long>(next.generation));
 }
 
 bool DrainSample(const hook::SampleRing::Sample& s) {
@@ -469,41 +409,54 @@ bool DrainSample(const hook::SampleRing::Sample& s) {
   return true;
 }
 
-void* LimiterThread(void*) {
-  uint64_t last_reload = 0;
-  uint64_t last_reclaim = 0;
-  for (;;) {
-    const uint64_t now = hook::MonotonicNs();
-    const int n = g_state.device_count.load(std::memory_order_acquire);
-    for (int i = 0; i < n; ++i) {
-      HookDevice& d = g_state.devices[i];
-      if (d.shared == nullptr) continue;
-      hook::TokenBucket::Refill(&d.shared->bucket, now);
-      // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
-      hook::ControllerState* c = &d.shared->controller;
-      const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
-      if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
-        const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
-        hook::ElasticController::Step(c, &d.shared->bucket, now, util);
-      }
+// Every millisecond: refill the budgets, step the elastic controllers, read the measured launches.
+bool EveryMs(uint64_t now) {
+  bool busy = g_state.samples.InFlight() > 0;
+  const int n = g_state.device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    HookDevice& d = g_state.devices[i];
+    if (d.shared == nullptr) continue;
+    hook::TokenBucket::Refill(&d.shared->bucket, now);
+    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
+    // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
+    hook::ControllerState* c = &d.shared->controller;
+    const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
+    if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+      const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
+      hook::ElasticController::Step(c, &d.shared->bucket, now, util);
     }
-    if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
-    if (now - last_reload >= 250000000ull) {
-      last_reload = now;
-      bool forced = false;
-      hook::AgentMessage msg;
-      while (g_state.agent.Poll(&msg)) {
-        if (msg.kind == hook::AgentMessageKind::kReload) forced = true;
-      }
-      ReloadLimits(forced);
-    }
-    if (now - last_reclaim >= 1000000000ull) {
-      last_reclaim = now;
-      g_state.region.ReclaimDeadSlots();
-    }
-    hook::SleepNs(1000000);  // 1 ms
   }
-  return nullptr;
+  if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
+  return busy;
+}
+
+void LimitsChanged() {
+  ApplyLimitsLocked();
+  LogLine(LogLevel::kInfo, "applied limits generation %llu",
+          static_cast<unsigned long long>(g_state.session.limits.generation));
+}
+
+// About four times a second: what the driver holds that no call announced.
+void EveryQuarter(uint64_t) {
+  TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
+  TrueUpPools(/*wait=*/false);  // pools and the graph pool, as the driver reports them
+}
+
+void* LimiterThread(void*) {
+  // The capture rules of cuda.h: during another thread's global-mode capture, a thread in global mode may
+  // not make potentially unsafe calls (cuEventQuery, cuEventDestroy...), or the capture is invalidated. This
+  // thread never captures: relaxed mode lets it measure launches whatever the application captures.
+  if (g_cu.real_cuThreadExchangeStreamCaptureMode != nullptr) {
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    g_cu.real_cuThreadExchangeStreamCaptureMode(&relaxed);
+  }
+  hook::LimiterLoop loop;
+  loop.session = &g_state.session;
+  loop.devices_mutex = &g_devices_mutex;
+  loop.each_ms = &EveryMs;
+  loop.limits_changed = &LimitsChanged;
+  loop.each_quarter = &EveryQuarter;
+  hook::RunLimiterLoop(loop);
 }
 
 }  // namespace

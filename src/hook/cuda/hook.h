@@ -1,5 +1,6 @@
 // Internal to libtessera-cuda.so: the real driver's entry points, the process's hook state, and the helpers
-// the API families (memory.cc, launch.cc, context.cc, nvml.cc, entry.cc) share. See docs/isolation.md.
+// the API families (memory.cc, footprint.cc, pools.cc, launch.cc, nvml.cc, entry.cc) share. See
+// docs/isolation.md ("What is charged") and docs/hook-abi.md.
 //
 // Thread-safety: Init() runs once under a mutex; afterwards the state is read lock-free on the launch path;
 // the allocation tables have their own mutex.
@@ -16,6 +17,7 @@
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "hook/common/registration.h"
+#include "hook/common/session.h"
 #include "hook/cuda/cuda_api.h"
 #include "hook/cuda/nvml_types.h"
 
@@ -75,25 +77,23 @@ struct HookDevice {
   hook::DeviceLimits limits;
   hook::RegionDevice* shared = nullptr;  // the container's entry in the shared region
   nvmlDevice_t nvml = nullptr;           // for utilization (elastic policy), resolved lazily
-  uint64_t context_bytes = 0;            // charged per context on this device
   int primary_refs = 0;                  // primary context retains by this process
+  uint64_t footprint_bytes = 0;          // charged for memory no allocation names (footprint.cc)
+  uint64_t graph_pool_bytes = 0;         // charged for the device's graph memory pool (pools.cc)
 };
 
 struct HookState {
   std::atomic<int> mode{0};
   std::atomic<int> device_count{0};  // CUDA devices set up (after cuInit)
   HookDevice devices[hook::kMaxDevices];
-  hook::Limits limits;
-  bool limits_from_file = false;
-  char limits_path[hook::kPathSize] = {0};
-  hook::SharedRegion region;
-  hook::AgentConnection agent;
+  hook::Session session;  // limits, region, agent connection (hook/common/session.h, shared with OpenCL)
   hook::KernelCostTable costs;
   hook::SampleRing samples;
   std::atomic<int> capturing{0};         // streams being captured in this process
   std::atomic<bool> need_attach{false};  // after fork(): claim a new slot before the next charge
   uint64_t context_bytes_override = 0;   // TESSERA_CONTEXT_BYTES (0: measure)
   bool context_bytes_set = false;
+  uint32_t host_pid = 0;                 // this process in NVML's process lists (the agent says; else getpid)
 };
 
 extern HookState g_state;
@@ -129,9 +129,13 @@ enum class AllocKind : uint32_t {
   kMipmapped = 3,
   kVmmHandle = 4,
   kMapping = 5,
-  kGraph = 6,
+  kGraph = 6,       // unused since graph memory is charged at launch (pools.cc); the value stays reserved
   kContext = 7,
-  kPool = 8
+  kPool = 8,
+  kGreenContext = 9,
+  kPoolAlloc = 10,  // an allocation from a stream-ordered pool (owner: the pool)
+  kGraphExec = 11,  // an instantiated graph with memory nodes (bytes: what one launch allocates)
+  kPrefetched = 12,  // pageable memory prefetched to a GPU (bytes: the range)
 };
 struct AllocRecord {
   uint64_t bytes = 0;
@@ -151,12 +155,64 @@ void ReleaseOwned(AllocKind kind, uint64_t owner);
 int CollectInRange(AllocKind kind, uint64_t begin, uint64_t end, uint64_t* keys, AllocRecord* records,
                    int max);
 
+// The footprint (footprint.cc, docs/isolation.md "What is charged"): memory the driver holds for this process
+// that no allocation call names (contexts, modules, libraries, limits, green contexts, kernels loaded
+// lazily). With NVML it is trued up to NVML's figure for this process; without, a context is charged an
+// estimate.
+enum class ProcessUse { kKnown, kNotListed, kUnavailable };
+// NVML's usedGpuMemory of this process on a device.
+ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out);
+// NVML loaded and initialized (once).
+bool NvmlReady();
+enum class TrueUp {
+  kMustFit,    // after something was created: growth beyond the limit is refused (the caller undoes it)
+  kRaiseOnly,  // the limiter thread: growth is charged even past the limit; nothing is given back
+  kExact,      // after something was destroyed: raise or lower to what NVML says
+};
+// Brings the device's footprint charge to NVML's figure. CUDA_ERROR_OUT_OF_MEMORY only for kMustFit.
+// `*known` (optional) says whether NVML gave a figure.
+CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known = nullptr);
+// The limiter thread's periodic true-up of every device (kRaiseOnly).
+void TrueUpAllFootprints();
+// The charge for a context when NVML cannot measure it: TESSERA_CONTEXT_BYTES, else the size last
+// measured by a process of the container, else kDefaultContextBytes.
+inline constexpr uint64_t kDefaultContextBytes = 256ull << 20;
+uint64_t EstimatedContextBytes(int ordinal);
+
+// Stream-ordered pools and graph memory (pools.cc). A pool's charge is what it holds from the device: its
+// allocations in use plus what it keeps (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT); the device graph pool's is
+// CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT.
+// cuMemFree/cuMemFreeAsync of a pool allocation: the memory goes back to its pool. False when `dptr` is not
+// a pool allocation.
+bool ReturnToPool(uint64_t dptr);
+// Brings every pool's and graph pool's charge to what the driver says it holds (after synchronizations,
+// trims, and from the limiter thread, which passes wait=false: skipped when another thread holds the pools).
+void TrueUpPools(bool wait = true);
+// Graph launches: nonzero while an instantiated graph with memory nodes exists (the launch path reads it).
+extern std::atomic<int> g_graph_memory_execs;
+struct GraphLaunchTicket {
+  int ordinal = -1;
+  uint64_t reserved = 0;
+  bool locked = false;
+};
+// Before launching `exec`: reserves the growth of the device's graph pool its allocations may need.
+CUresult GraphMemoryBeforeLaunch(CUgraphExec exec, GraphLaunchTicket* ticket);
+// After: charges the graph pool as the driver reports it (the reservation is kept when the report lags).
+void GraphMemoryAfterLaunch(const GraphLaunchTicket& ticket, bool launched);
+
+// Whether `stream` is being captured (a _ptsz call's stream 0 is the per-thread stream). Only asked while
+// g_state.capturing is nonzero.
+bool StreamIsCapturing(CUstream stream, bool ptsz);
+
 // The limiter thread (started by SetUpDevices in limited mode).
 void StartLimiterThread();
 // Loads libnvidia-ml.so.1 and resolves what the hook needs from it, once. False when there is none.
 bool LoadRealNvml();
-// After fork(), in the child: forgets the parent's allocation records.
+// After fork(), in the child: forgets the parent's allocation records, pools and footprint (and their locks,
+// which another thread of the parent may have held).
 void ResetAllocTableInChild();
+void ResetPoolsInChild();
+void ResetFootprintInChild();
 
 }  // namespace tessera::cuda_hook
 

@@ -22,11 +22,27 @@ inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   return Mix(h, shmem);
 }
 
-bool Capturing(CUstream stream) {
-  if (g_cu.real_cuStreamIsCapturing == nullptr) return false;
+}  // namespace
+
+// Whether `stream` is being captured. A _ptsz call's stream 0 is the thread's per-thread default stream,
+// not the legacy one: asked as such (through the _ptsz query, or CU_STREAM_PER_THREAD).
+bool StreamIsCapturing(CUstream stream, bool ptsz) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (g_cu.real_cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return false;
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r;
+  if (ptsz && g_cu.real_cuStreamIsCapturing_ptsz != nullptr) {
+    r = g_cu.real_cuStreamIsCapturing_ptsz(stream, &status);
+  } else if (g_cu.real_cuStreamIsCapturing != nullptr) {
+    r = g_cu.real_cuStreamIsCapturing(ptsz && stream == nullptr ? CU_STREAM_PER_THREAD : stream, &status);
+  } else {
+    return false;
+  }
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+namespace {
+
+bool Capturing(CUstream stream, bool ptsz) {
+  return StreamIsCapturing(stream, ptsz);
 }
 
 template <typename Call>
@@ -37,7 +53,7 @@ __attribute__((noinline)) CUresult SlowLaunch(int ordinal, hook::BucketState* b,
   hook::TokenBucket::Take(b, look.estimate_ns);
   if (!look.sample || g_cu.real_cuEventCreate == nullptr || g_cu.real_cuEventRecord == nullptr ||
       g_state.samples.InFlight() >= hook::SampleRing::kCapacity / 2 ||
-      (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream))) {
+      (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))) {
     return call();
   }
   // A timed launch: events before and after, measured later by the limiter thread.
@@ -76,7 +92,7 @@ inline __attribute__((always_inline)) CUresult Paced(uint64_t key, CUstream stre
   if (!d.has_limits) return CUDA_ERROR_NOT_PERMITTED;
   hook::BucketState* b = &d.shared->bucket;
   if (hook::TokenBucket::Unlimited(b)) return call();
-  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream))
+  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))
     return call();  // not run now
   const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
   if (!look.sample && hook::TokenBucket::TryTake(b, look.estimate_ns)) return call();
@@ -139,14 +155,34 @@ extern "C" CUresult tessera_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigne
   });
 }
 
+namespace {
+// A graph with memory nodes: its allocations are mapped by the launch (pools.cc). Off the fast path: only
+// while such a graph exists.
+template <typename Call>
+__attribute__((noinline)) CUresult LaunchGraphWithMemory(CUgraphExec exec, CUstream stream, bool ptsz, Call call) {
+  GraphLaunchTicket ticket;
+  const CUresult c = GraphMemoryBeforeLaunch(exec, &ticket);
+  if (c != CUDA_SUCCESS) return c;
+  const CUresult r = Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, ptsz, call);
+  GraphMemoryAfterLaunch(ticket, r == CUDA_SUCCESS);
+  return r;
+}
+}  // namespace
+
 extern "C" CUresult tessera_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, false,
-               [&] { return g_cu.real_cuGraphLaunch(exec, stream); });
+  auto call = [&] { return g_cu.real_cuGraphLaunch(exec, stream); };
+  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
+    return LaunchGraphWithMemory(exec, stream, false, call);
+  }
+  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, false, call);
 }
 
 extern "C" CUresult tessera_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, true,
-               [&] { return g_cu.real_cuGraphLaunch_ptsz(exec, stream); });
+  auto call = [&] { return g_cu.real_cuGraphLaunch_ptsz(exec, stream); };
+  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
+    return LaunchGraphWithMemory(exec, stream, true, call);
+  }
+  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, true, call);
 }
 
 // --- Stream capture: launches into a capture are recorded, not run, so they are not charged
@@ -162,7 +198,8 @@ CUresult BeginCapture(Call call) {
 template <typename Call>
 CUresult EndCapture(Call call) {
   const CUresult r = call();
-  if (r != CUDA_ERROR_ILLEGAL_STATE) {
+  // Not capturing (ILLEGAL_STATE) or another thread's capture (WRONG_THREAD): no capture ended.
+  if (r != CUDA_ERROR_ILLEGAL_STATE && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
     int n = g_state.capturing.load(std::memory_order_relaxed);
     while (n > 0 && !g_state.capturing.compare_exchange_weak(n, n - 1)) {
     }
@@ -182,6 +219,17 @@ extern "C" CUresult tessera_cuStreamBeginCapture_v2(CUstream stream, CUstreamCap
 }
 extern "C" CUresult tessera_cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode) {
   return BeginCapture([&] { return g_cu.real_cuStreamBeginCapture_v2_ptsz(stream, mode); });
+}
+extern "C" CUresult tessera_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                                                        const CUgraphEdgeData* edges, size_t ndeps,
+                                                        CUstreamCaptureMode mode) {
+  return BeginCapture([&] { return g_cu.real_cuStreamBeginCaptureToGraph(stream, graph, deps, edges, ndeps, mode); });
+}
+extern "C" CUresult tessera_cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                                                             const CUgraphEdgeData* edges, size_t ndeps,
+                                                             CUstreamCaptureMode mode) {
+  return BeginCapture(
+      [&] { return g_cu.real_cuStreamBeginCaptureToGraph_ptsz(stream, graph, deps, edges, ndeps, mode); });
 }
 extern "C" CUresult tessera_cuStreamEndCapture(CUstream stream, CUgraph* graph) {
   return EndCapture([&] { return g_cu.real_cuStreamEndCapture(stream, graph); });

@@ -43,9 +43,11 @@ CUresult Charged(int ordinal, uint64_t bytes, AllocKind kind, uint64_t owner, Ca
 
 void ReleaseLinear(uint64_t dptr) {
   AllocRecord rec;
-  if (TakeAlloc(AllocKind::kLinear, dptr, &rec) || TakeAlloc(AllocKind::kGraph, dptr, &rec)) {
+  if (TakeAlloc(AllocKind::kLinear, dptr, &rec)) {
     Uncharge(rec.ordinal, rec.bytes);
+    return;
   }
+  ReturnToPool(dptr);  // cuMemFree of stream-ordered memory: back to its pool, which keeps it
 }
 
 uint64_t RoundUp(uint64_t v, uint64_t to) {
@@ -83,80 +85,101 @@ uint64_t Array3DBytes(const CUDA_ARRAY3D_DESCRIPTOR& a) {
   return ArrayBytes(a.Width, a.Height, depth, a.Format, a.NumChannels);
 }
 
-uint64_t NvmlUsed(int ordinal) {
-  HookDevice* d = DeviceAt(ordinal);
-  if (d == nullptr || !LoadRealNvml() || g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
-      g_nvml.nvmlDeviceGetMemoryInfo == nullptr || g_nvml.nvmlInit_v2 == nullptr) {
-    return UINT64_MAX;
-  }
-  static bool nvml_init = false;
-  if (!nvml_init) {
-    if (g_nvml.nvmlInit_v2() != NVML_SUCCESS) return UINT64_MAX;
-    nvml_init = true;
-  }
-  nvmlDevice_t h = nullptr;
-  nvmlMemory_t m;
-  if (g_nvml.nvmlDeviceGetHandleByUUID(d->uuid, &h) != NVML_SUCCESS ||
-      g_nvml.nvmlDeviceGetMemoryInfo(h, &m) != NVML_SUCCESS) {
-    return UINT64_MAX;
-  }
-  return m.used;
-}
-
-// What a new context took: TESSERA_CONTEXT_BYTES when set, else the GPU's used memory before and after
-// (NVML), as closely as a shared GPU allows.
-uint64_t ContextBytes(uint64_t before, int ordinal) {
-  if (g_state.context_bytes_set) return g_state.context_bytes_override;
-  if (before == UINT64_MAX) return 0;
-  const uint64_t after = NvmlUsed(ordinal);
-  if (after == UINT64_MAX || after <= before) return 0;
-  const uint64_t delta = after - before;
-  return delta > (4ull << 30) ? 0 : delta;  // more than 4 GiB is someone else's allocation, not a context
-}
-
 void ReleaseContextMemory(uint64_t ctx) {
   ReleaseOwned(AllocKind::kLinear, ctx);
   ReleaseOwned(AllocKind::kArray, ctx);
   ReleaseOwned(AllocKind::kMipmapped, ctx);
 }
 
-// Charges a context that now exists; destroys it again (via `undo`) when it does not fit.
-template <typename Undo>
-CUresult ChargeContext(int ordinal, uint64_t ctx, uint64_t before, Undo undo) {
-  const uint64_t bytes = ContextBytes(before, ordinal);
-  const CUresult c = ChargeBefore(ordinal, bytes);
-  if (c != CUDA_SUCCESS) {
-    undo();
-    return c;
+// A new context's footprint (docs/isolation.md, "What is charged"). Without NVML's figure for this process:
+// reserve the estimate before the driver is asked; `*estimate` is then what the context's record must give
+// back. With it: the context is created, then its exact footprint is charged, and when that does not fit the
+// context is destroyed again (reserve-then-commit against the container's total: two processes never both
+// pass).
+template <typename Create, typename Undo>
+CUresult CreateCharged(int ordinal, Create create, Undo undo, uint64_t* estimate) {
+  *estimate = 0;
+  HookDevice* d = DeviceAt(ordinal);
+  if (d != nullptr && !d->has_limits) return RefusalFor(ordinal);
+  uint64_t probe = 0;
+  const bool measurable = !g_state.context_bytes_set &&
+                          ProcessUsedBytes(ordinal, &probe) != ProcessUse::kUnavailable;
+  uint64_t reserved = 0;
+  if (!measurable) {
+    reserved = EstimatedContextBytes(ordinal);
+    const CUresult c = ChargeBefore(ordinal, reserved);
+    if (c != CUDA_SUCCESS) return c;
   }
+  const CUresult r = create();
+  if (r != CUDA_SUCCESS) {
+    Uncharge(ordinal, reserved);
+    return r;
+  }
+  if (measurable) {
+    bool known = false;
+    const CUresult c = TrueUpFootprint(ordinal, TrueUp::kMustFit, &known);
+    if (c != CUDA_SUCCESS) {
+      undo();
+      TrueUpFootprint(ordinal, TrueUp::kExact);
+      return c;
+    }
+    if (!known) {
+      // NVML does not list this process (another pid namespace, and no agent to say the host pid).
+      reserved = EstimatedContextBytes(ordinal);
+      const CUresult e = ChargeBefore(ordinal, reserved);
+      if (e != CUDA_SUCCESS) {
+        undo();
+        return e;
+      }
+    }
+  }
+  *estimate = reserved;
+  return CUDA_SUCCESS;
+}
+
+void RecordContext(uint64_t key, uint64_t ctx, int ordinal, uint64_t estimate) {
   AllocRecord rec;
-  rec.bytes = bytes;
+  rec.bytes = estimate;
   rec.ordinal = ordinal;
   rec.owner = ctx;
-  RecordAlloc(AllocKind::kContext, ctx, rec);
-  return CUDA_SUCCESS;
+  RecordAlloc(AllocKind::kContext, key, rec);
 }
 
 template <typename Create>
 CUresult CreateContext(CUcontext* pctx, CUdevice dev, Create create) {
   if (!Limited()) return create();
-  HookDevice* d = DeviceAt(static_cast<int>(dev));
-  if (d != nullptr && !d->has_limits) return RefusalFor(static_cast<int>(dev));
-  const uint64_t before = g_state.context_bytes_set ? 0 : NvmlUsed(static_cast<int>(dev));
-  const CUresult r = create();
-  if (r != CUDA_SUCCESS || pctx == nullptr) return r;
-  CUcontext ctx = *pctx;
-  return ChargeContext(static_cast<int>(dev), reinterpret_cast<uint64_t>(ctx), before,
-                       [&] { g_cu.real_cuCtxDestroy_v2(ctx); });
+  uint64_t estimate = 0;
+  const CUresult r = CreateCharged(
+      static_cast<int>(dev),
+      [&] {
+        const CUresult made = create();
+        return made == CUDA_SUCCESS && pctx == nullptr ? CUDA_ERROR_INVALID_VALUE : made;
+      },
+      [&] { g_cu.real_cuCtxDestroy_v2(*pctx); }, &estimate);
+  if (r == CUDA_SUCCESS) {
+    const uint64_t ctx = reinterpret_cast<uint64_t>(*pctx);
+    RecordContext(ctx, ctx, static_cast<int>(dev), estimate);
+  }
+  return r;
 }
 
 template <typename Destroy>
 CUresult DestroyContext(CUcontext ctx, Destroy destroy) {
+  int ordinal = -1;
+  CUdevice dev = -1;
+  if (Limited() && g_cu.real_cuCtxPushCurrent_v2 != nullptr && g_cu.real_cuCtxPopCurrent_v2 != nullptr &&
+      g_cu.real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS) {
+    if (g_cu.real_cuCtxGetDevice(&dev) == CUDA_SUCCESS) ordinal = static_cast<int>(dev);
+    CUcontext popped = nullptr;
+    g_cu.real_cuCtxPopCurrent_v2(&popped);
+  }
   const CUresult r = destroy();
   if (r != CUDA_SUCCESS || !Limited()) return r;
   AllocRecord rec;
-  if (TakeAlloc(AllocKind::kContext, reinterpret_cast<uint64_t>(ctx), &rec)) Uncharge(rec.ordinal, rec.bytes);
-  ReleaseContextMemory(reinterpret_cast<uint64_t>(ctx));
+  const uint64_t key = reinterpret_cast<uint64_t>(ctx);
+  if (TakeAlloc(AllocKind::kContext, key, &rec)) Uncharge(rec.ordinal, rec.bytes);
+  ReleaseContextMemory(key);
+  if (ordinal >= 0) TrueUpFootprint(ordinal, TrueUp::kExact);
   return r;
 }
 
@@ -185,6 +208,7 @@ CUresult ReleasePrimary(CUdevice dev, bool reset, Release release) {
       Uncharge(rec.ordinal, rec.bytes);
       ReleaseContextMemory(rec.owner);
     }
+    TrueUpFootprint(static_cast<int>(dev), TrueUp::kExact);
   }
   (void)keys;
   (void)recs;
@@ -202,10 +226,10 @@ CUresult MemInfo(GetInfo get, uint64_t* free_out, uint64_t* total_out) {
   if (CurrentMode() != Mode::kLimited) return r;
   HookDevice* d = DeviceAt(CurrentDevice());
   if (d == nullptr || d->region_index < 0 || !d->has_limits) return r;
-  const uint64_t limit = g_state.region.Limit(d->region_index);
+  const uint64_t limit = g_state.session.region.Limit(d->region_index);
   if (limit == 0) return r;
   const uint64_t total = limit < real_total ? limit : real_total;
-  const uint64_t used = g_state.region.Used(d->region_index);
+  const uint64_t used = g_state.session.region.Used(d->region_index);
   uint64_t free = total > used ? total - used : 0;
   if (free > real_free) free = real_free;  // the GPU itself may have less left than the quota
   *free_out = free;
@@ -289,7 +313,7 @@ uint64_t LimitedTotal(int ordinal, uint64_t real_total) {
   if (CurrentMode() != Mode::kLimited) return real_total;
   HookDevice* d = DeviceAt(ordinal);
   if (d == nullptr || d->region_index < 0 || !d->has_limits) return real_total;
-  const uint64_t limit = g_state.region.Limit(d->region_index);
+  const uint64_t limit = g_state.session.region.Limit(d->region_index);
   return limit != 0 && limit < real_total ? limit : real_total;
 }
 }  // namespace
@@ -343,22 +367,22 @@ extern "C" CUresult tessera_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice d
   if (mode != Mode::kLimited) return g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev);
   HookDevice* d = DeviceAt(static_cast<int>(dev));
   if (d != nullptr && !d->has_limits) return RefusalFor(static_cast<int>(dev));
-  const bool first = d != nullptr && d->primary_refs == 0;
-  const uint64_t before = first && !g_state.context_bytes_set ? NvmlUsed(static_cast<int>(dev)) : 0;
-  const CUresult r = g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev);
-  if (r != CUDA_SUCCESS || d == nullptr) return r;
-  if (first) {
-    const uint64_t key = 0x7000000000000000ull | static_cast<uint64_t>(dev);
-    const CUresult c = ChargeContext(static_cast<int>(dev), reinterpret_cast<uint64_t>(*pctx), before,
-                                     [&] { g_cu.real_cuDevicePrimaryCtxRelease_v2(dev); });
-    if (c != CUDA_SUCCESS) return c;
-    // Re-key the record by device: the primary context is released by device, not by handle.
-    AllocRecord rec;
-    if (TakeAlloc(AllocKind::kContext, reinterpret_cast<uint64_t>(*pctx), &rec)) {
-      RecordAlloc(AllocKind::kContext, key, rec);
-    }
+  if (d == nullptr || d->primary_refs > 0) {
+    const CUresult r = g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r == CUDA_SUCCESS && d != nullptr) ++d->primary_refs;
+    return r;
   }
-  ++d->primary_refs;
+  // The first retain creates the primary context: charged as any context, recorded by device (the primary
+  // context is released by device, not by handle).
+  const uint64_t key = 0x7000000000000000ull | static_cast<uint64_t>(dev);
+  uint64_t estimate = 0;
+  const CUresult r = CreateCharged(
+      static_cast<int>(dev), [&] { return g_cu.real_cuDevicePrimaryCtxRetain(pctx, dev); },
+      [&] { g_cu.real_cuDevicePrimaryCtxRelease_v2(dev); }, &estimate);
+  if (r == CUDA_SUCCESS) {
+    RecordContext(key, reinterpret_cast<uint64_t>(*pctx), static_cast<int>(dev), estimate);
+    ++d->primary_refs;
+  }
   return r;
 }
 
@@ -672,94 +696,3 @@ extern "C" CUresult tessera_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return r;
 }
 
-// --- Stream-ordered allocation and pools ---------------------------------------------------------------------
-
-namespace {
-int PoolDevice(CUmemoryPool pool) {
-  AllocRecord rec;
-  if (FindAlloc(AllocKind::kPool, reinterpret_cast<uint64_t>(pool), &rec)) return rec.ordinal;
-  return CurrentDevice();
-}
-
-template <typename Call>
-CUresult AsyncAlloc(CUdeviceptr* dptr, size_t bytesize, int ordinal, Call call) {
-  const Mode mode = EnsureInit();
-  if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-  if (mode != Mode::kLimited || bytesize == 0 || dptr == nullptr) return call();
-  return Charged(ordinal, bytesize, AllocKind::kLinear, CurrentContext(),
-                 [&](uint64_t* key) {
-                   const CUresult r = call();
-                   *key = *dptr;
-                   return r;
-                 },
-                 nullptr);
-}
-}  // namespace
-
-extern "C" CUresult tessera_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  return AsyncAlloc(dptr, bytesize, CurrentDevice(), [&] { return g_cu.real_cuMemAllocAsync(dptr, bytesize, stream); });
-}
-extern "C" CUresult tessera_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  return AsyncAlloc(dptr, bytesize, CurrentDevice(),
-                    [&] { return g_cu.real_cuMemAllocAsync_ptsz(dptr, bytesize, stream); });
-}
-extern "C" CUresult tessera_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                    CUstream stream) {
-  return AsyncAlloc(dptr, bytesize, PoolDevice(pool),
-                    [&] { return g_cu.real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream); });
-}
-extern "C" CUresult tessera_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                         CUstream stream) {
-  return AsyncAlloc(dptr, bytesize, PoolDevice(pool),
-                    [&] { return g_cu.real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream); });
-}
-extern "C" CUresult tessera_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-  const CUresult r = g_cu.real_cuMemFreeAsync != nullptr ? g_cu.real_cuMemFreeAsync(dptr, stream)
-                                                         : CUDA_ERROR_NOT_INITIALIZED;
-  if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) ReleaseLinear(dptr);
-  return r;
-}
-extern "C" CUresult tessera_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
-  const CUresult r = g_cu.real_cuMemFreeAsync_ptsz != nullptr ? g_cu.real_cuMemFreeAsync_ptsz(dptr, stream)
-                                                              : CUDA_ERROR_NOT_INITIALIZED;
-  if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) ReleaseLinear(dptr);
-  return r;
-}
-extern "C" CUresult tessera_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
-  const Mode mode = EnsureInit();
-  if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-  const CUresult r = g_cu.real_cuMemPoolCreate(pool, props);
-  if (r == CUDA_SUCCESS && mode == Mode::kLimited && pool != nullptr && props != nullptr &&
-      props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-    AllocRecord rec;
-    rec.ordinal = props->location.id;
-    RecordAlloc(AllocKind::kPool, reinterpret_cast<uint64_t>(*pool), rec);
-  }
-  return r;
-}
-
-// --- Graph memory nodes ---------------------------------------------------------------------------------------
-
-extern "C" CUresult tessera_cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
-                                                   size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
-  const Mode mode = EnsureInit();
-  if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-  if (mode != Mode::kLimited || params == nullptr || params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-    return g_cu.real_cuGraphAddMemAllocNode(node, graph, deps, ndeps, params);
-  }
-  // Charged from the node's creation until the graph is destroyed or the memory freed outside it.
-  return Charged(params->poolProps.location.id, params->bytesize, AllocKind::kGraph,
-                 reinterpret_cast<uint64_t>(graph),
-                 [&](uint64_t* key) {
-                   const CUresult r = g_cu.real_cuGraphAddMemAllocNode(node, graph, deps, ndeps, params);
-                   *key = params->dptr;
-                   return r;
-                 },
-                 nullptr);
-}
-
-extern "C" CUresult tessera_cuGraphDestroy(CUgraph graph) {
-  const CUresult r = g_cu.real_cuGraphDestroy != nullptr ? g_cu.real_cuGraphDestroy(graph) : CUDA_ERROR_NOT_INITIALIZED;
-  if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) ReleaseOwned(AllocKind::kGraph, reinterpret_cast<uint64_t>(graph));
-  return r;
-}

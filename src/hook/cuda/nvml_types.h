@@ -55,6 +55,23 @@ typedef struct nvmlProcessUtilizationSample_st {
   unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+// Processes on a GPU (nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses): the v1 layout, and the
+// layout of v2 and v3 (nvmlProcessInfo_t). pid is the host's pid; usedGpuMemory is what the driver holds for
+// that process on that GPU (NVML_VALUE_NOT_AVAILABLE when unknown).
+typedef struct nvmlProcessInfo_v1_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct nvmlProcessInfo_v2_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t, nvmlProcessInfo_t;
+
+#define TESSERA_NVML_VALUE_NOT_AVAILABLE (0xFFFFFFFFFFFFFFFFull)
+
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 
@@ -71,6 +88,10 @@ typedef nvmlReturn_t nvmlDeviceGetIndex_fn(nvmlDevice_t device, unsigned int* in
 typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_fn(nvmlDevice_t device, nvmlMemory_t* memory);
 typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_v2_fn(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 typedef nvmlReturn_t nvmlDeviceGetUtilizationRates_fn(nvmlDevice_t device, nvmlUtilization_t* utilization);
+typedef nvmlReturn_t nvmlDeviceGetRunningProcesses_v1_fn(nvmlDevice_t device, unsigned int* infoCount,
+                                                          nvmlProcessInfo_v1_t* infos);
+typedef nvmlReturn_t nvmlDeviceGetRunningProcesses_fn(nvmlDevice_t device, unsigned int* infoCount,
+                                                       nvmlProcessInfo_t* infos);
 typedef nvmlReturn_t nvmlDeviceGetProcessUtilization_fn(nvmlDevice_t device,
                                                         nvmlProcessUtilizationSample_t* utilization,
                                                         unsigned int* processSamplesCount,

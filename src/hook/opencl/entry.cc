@@ -180,8 +180,7 @@ void AtForkChild() {
   pthread_mutex_init(&g_devices_mutex, nullptr);
   // The limiter thread and the parent's slot stay with the parent; OpenCL objects do not survive fork().
   g_thread_started.store(false);
-  g_state.session.region.ForgetSlot();
-  g_state.session.agent.Forget();
+  hook::SessionForgetInChild(&g_state.session);
   g_state.need_attach.store(true);
   ResetMemTableInChild();
 }
@@ -206,6 +205,7 @@ bool EnsureAttached() {
       hook::WriteStderrLine("%s", error.text);
     } else {
       g_state.need_attach.store(false);
+      hook::SessionForkedChildAttached(&g_state.session, false);
     }
   }
   pthread_mutex_unlock(&g_init_mutex);
@@ -324,43 +324,40 @@ int32_t DeviceUtilization(HookDevice& d, uint64_t* last_measured, uint64_t* last
   return static_cast<int32_t>(ppm > hook::kPpm ? hook::kPpm : ppm);
 }
 
-void* LimiterThread(void*) {
-  uint64_t last_reload = 0;
-  uint64_t last_reclaim = 0;
-  uint64_t last_measured[hook::kMaxDevices] = {0};
-  uint64_t last_alone[hook::kMaxDevices] = {0};
-  uint64_t last_step[hook::kMaxDevices] = {0};
-  for (;;) {
-    const uint64_t now = hook::MonotonicNs();
-    g_state.samples.Drain(&DrainSample);
-    const int n = g_state.device_count.load(std::memory_order_acquire);
-    for (int i = 0; i < n; ++i) {
-      HookDevice& d = g_state.devices[i];
-      if (d.shared == nullptr) continue;
-      hook::TokenBucket::Refill(&d.shared->bucket, now);
-      hook::ControllerState* c = &d.shared->controller;
-      const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
-      if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
-        const int32_t util = DeviceUtilization(d, &last_measured[i], &last_alone[i],
-                                               last_step[i] == 0 ? 0 : now - last_step[i]);
-        last_step[i] = now;
-        hook::ElasticController::Step(c, &d.shared->bucket, now,
-                                      d.limits.policy == hook::ComputePolicy::kElastic ? util : -1);
-      }
+uint64_t g_last_measured[hook::kMaxDevices] = {0};
+uint64_t g_last_alone[hook::kMaxDevices] = {0};
+uint64_t g_last_step[hook::kMaxDevices] = {0};
+
+// Every millisecond: read the measured launches, refill the budgets, step the elastic controllers.
+bool EveryMs(uint64_t now) {
+  g_state.samples.Drain(&DrainSample);
+  bool busy = g_state.samples.InFlight() > 0;
+  const int n = g_state.device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    HookDevice& d = g_state.devices[i];
+    if (d.shared == nullptr) continue;
+    hook::TokenBucket::Refill(&d.shared->bucket, now);
+    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
+    hook::ControllerState* c = &d.shared->controller;
+    const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
+    if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+      const int32_t util = DeviceUtilization(d, &g_last_measured[i], &g_last_alone[i],
+                                             g_last_step[i] == 0 ? 0 : now - g_last_step[i]);
+      g_last_step[i] = now;
+      hook::ElasticController::Step(c, &d.shared->bucket, now,
+                                    d.limits.policy == hook::ComputePolicy::kElastic ? util : -1);
     }
-    if (now - last_reload >= 250000000ull) {
-      last_reload = now;
-      pthread_mutex_lock(&g_devices_mutex);
-      if (hook::PollSessionLimits(&g_state.session)) ApplyLimitsLocked();
-      pthread_mutex_unlock(&g_devices_mutex);
-    }
-    if (now - last_reclaim >= 1000000000ull) {
-      last_reclaim = now;
-      g_state.session.region.ReclaimDeadSlots();
-    }
-    hook::SleepNs(1000000);  // 1 ms
   }
-  return nullptr;
+  return busy;
+}
+
+void* LimiterThread(void*) {
+  hook::LimiterLoop loop;
+  loop.session = &g_state.session;
+  loop.devices_mutex = &g_devices_mutex;
+  loop.each_ms = &EveryMs;
+  loop.limits_changed = &ApplyLimitsLocked;
+  hook::RunLimiterLoop(loop);
 }
 
 }  // namespace

@@ -2,123 +2,52 @@
 // container before the runtime is asked (reserve-then-commit; OpenCL allocates lazily, so creation is the
 // only point where the size is known), and given back at the object's last release. Sub-buffers and images
 // made from a buffer take no new memory and are not charged. clGetDeviceInfo reports the limit.
-#include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
+
+#include "hook/common/record_table.h"
 
 #include "hook/opencl/hook.h"
 
 namespace tessera::opencl_hook {
 
 // ---------------------------------------------------------------------------------------------------------
-// The records: an open-addressing hash table in mmapped memory (no operator new), guarded by one mutex. Only
-// memory calls use it, never the launch path.
+// The records (hook/common/record_table.h, shared with the CUDA library): one kind, keyed by the handle. Only
+// memory calls use them, never the launch path.
 
 namespace {
-
-struct Cell {
-  uint64_t key;  // 0 empty, kDeleted deleted
-  MemRecord record;
-};
-constexpr uint64_t kDeleted = ~0ull;
-
-pthread_mutex_t g_table_mutex = PTHREAD_MUTEX_INITIALIZER;
-Cell* g_cells = nullptr;
-size_t g_capacity = 0;  // power of two
-size_t g_used = 0;      // live + deleted
-
-size_t Hash(uint64_t key) {
-  uint64_t h = key;
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 29;
-  return static_cast<size_t>(h);
-}
-
-bool Grow() {
-  const size_t next = g_capacity == 0 ? 1024 : g_capacity * 2;
-  void* p = mmap(nullptr, next * sizeof(Cell), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
-  Cell* cells = static_cast<Cell*>(p);
-  size_t used = 0;
-  for (size_t i = 0; i < g_capacity; ++i) {
-    const Cell& c = g_cells[i];
-    if (c.key == 0 || c.key == kDeleted) continue;
-    size_t j = Hash(c.key) & (next - 1);
-    while (cells[j].key != 0) j = (j + 1) & (next - 1);
-    cells[j] = c;
-    ++used;
-  }
-  if (g_cells != nullptr) munmap(g_cells, g_capacity * sizeof(Cell));
-  g_cells = cells;
-  g_capacity = next;
-  g_used = used;
-  return true;
-}
-
-Cell* FindLocked(uint64_t key) {
-  if (g_capacity == 0) return nullptr;
-  for (size_t i = Hash(key) & (g_capacity - 1), n = 0; n < g_capacity; i = (i + 1) & (g_capacity - 1), ++n) {
-    if (g_cells[i].key == 0) return nullptr;
-    if (g_cells[i].key == key) return &g_cells[i];
-  }
-  return nullptr;
-}
-
+hook::RecordTable<MemRecord> g_records;
+constexpr uint32_t kMemKind = 1;
 }  // namespace
 
 void RecordMem(uint64_t key, const MemRecord& record) {
-  if (key == 0 || key == kDeleted) return;
-  pthread_mutex_lock(&g_table_mutex);
-  if (Cell* c = FindLocked(key)) {
-    c->record = record;  // a handle the runtime reused after a release we did not see
-  } else if ((g_used + 1) * 4 <= g_capacity * 3 || Grow()) {
-    size_t i = Hash(key) & (g_capacity - 1);
-    while (g_cells[i].key != 0 && g_cells[i].key != kDeleted) i = (i + 1) & (g_capacity - 1);
-    if (g_cells[i].key == 0) ++g_used;
-    g_cells[i].key = key;
-    g_cells[i].record = record;
-  }
-  pthread_mutex_unlock(&g_table_mutex);
+  if (key == 0) return;
+  g_records.Put(kMemKind, key, record);  // overwrites a handle the runtime reused after a release we did not see
 }
 
 bool RetainMem(uint64_t key) {
-  pthread_mutex_lock(&g_table_mutex);
-  Cell* c = FindLocked(key);
-  if (c != nullptr) ++c->record.refs;
-  pthread_mutex_unlock(&g_table_mutex);
-  return c != nullptr;
+  return g_records.Update(kMemKind, key, [](MemRecord* r) {
+    ++r->refs;
+    return true;
+  });
 }
 
 bool ReleaseMem(uint64_t key, MemRecord* out) {
   bool last = false;
-  pthread_mutex_lock(&g_table_mutex);
-  if (Cell* c = FindLocked(key)) {
-    if (--c->record.refs <= 0) {
-      *out = c->record;
-      c->key = kDeleted;
-      last = true;
-    }
-  }
-  pthread_mutex_unlock(&g_table_mutex);
+  g_records.Update(kMemKind, key, [&](MemRecord* r) {
+    if (--r->refs > 0) return true;
+    *out = *r;
+    last = true;
+    return false;  // removed
+  });
   return last;
 }
 
 bool TakeMem(uint64_t key, MemRecord* out) {
-  pthread_mutex_lock(&g_table_mutex);
-  Cell* c = FindLocked(key);
-  if (c != nullptr) {
-    *out = c->record;
-    c->key = kDeleted;
-  }
-  pthread_mutex_unlock(&g_table_mutex);
-  return c != nullptr;
+  return g_records.Take(kMemKind, key, out);
 }
 
 void ResetMemTableInChild() {
-  pthread_mutex_init(&g_table_mutex, nullptr);
-  for (size_t i = 0; i < g_capacity; ++i) g_cells[i] = Cell{};
-  g_used = 0;
+  g_records.ResetInChild();
 }
 
 namespace {
