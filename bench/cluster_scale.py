@@ -102,7 +102,7 @@ def inventory_template(c):
         c.tessera("tessera-node"), "--node-name=template", "--kubeconfig", c.path("admin.kubeconfig"),
         "--fake-gpus", os.path.join(SOURCE, harness.FAKE_GPUS), "--state-dir", c.path("template-state"),
         "--device-plugin-dir", c.path("template-dp"), "--pod-resources-socket", c.path("none.sock"),
-        "--metrics-listen="], c.logs).start()
+        "--metrics-listen", f"127.0.0.1:{harness.free_port()}"], c.logs).start()
     try:
         def read():
             _, node = api.call("GET", "/api/v1/nodes/template")
