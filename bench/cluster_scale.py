@@ -114,6 +114,23 @@ def inventory_template(c):
     return inventory
 
 
+def kwok_stages(c):
+    """kwok's own "fast" stages (nodes Ready at once with a lease heartbeat; pods Running when bound), from the
+    kwok module scripts/k8s-components built: kwok does nothing without stages."""
+    kwok_dir = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"], check=True, text=True,
+                              capture_output=True, cwd=os.path.join(SOURCE, "tools", "k8s", "kwok"),
+                              env=dict(os.environ, GOFLAGS="-mod=readonly")).stdout.strip()
+    stage = os.path.join(kwok_dir, "kustomize", "stage")
+    files = ["node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+             "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"]
+    path = c.path("kwok-stages.yaml")
+    with open(path, "w") as out:
+        for f in files:
+            with open(os.path.join(stage, f)) as src:
+                out.write("---\n" + src.read())
+    return path
+
+
 def make_nodes(c, n, inventory):
     api = Api(c)
     heartbeat = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -220,7 +237,7 @@ def main():
         print(f"cluster_scale: {args.nodes} nodes x 8 GPUs, {args.pods} pods of the trace's shapes", flush=True)
         c.start(node=False)
         inventory = inventory_template(c)
-        c._start("kwok", [c.bin("kwok"), "--kubeconfig", c.path("admin.kubeconfig"),
+        c._start("kwok", [c.bin("kwok"), "--kubeconfig", c.path("admin.kubeconfig"), "--config", kwok_stages(c),
                           "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                           "--server-address=", "--node-lease-duration-seconds=40"])
         make_nodes(c, args.nodes, inventory)
