@@ -10,10 +10,11 @@ Both runs use one cluster (etcd, kube-apiserver, kube-controller-manager for ser
 nodes Ready and marking bound pods Running). Each node has the inventory annotation tessera-node would publish
 (8 V100s, examples/fake-gpus/two-socket-8gpu.yaml) and a plain extended resource `example.com/gpu: 8`.
 
-- baseline: the cluster's default kube-scheduler alone; each pod asks for its whole GPUs as `example.com/gpu`
-  (a share counts as one GPU: what a cluster without GPU sharing gives it).
+- baseline: the cluster's default kube-scheduler alone, no admission webhook; each pod asks for its whole GPUs as
+  `example.com/gpu` (a share counts as one GPU: what a cluster without GPU sharing gives it).
 - tessera: Tessera's kube-scheduler (deploy/'s KubeSchedulerConfiguration) with tessera-scheduler as extender and
-  the admission webhook registered; each pod asks in Tessera's names for exactly its share.
+  its admission webhooks registered (one replica, called directly); each pod asks in Tessera's names for exactly
+  its share.
 
 It prints pods bound per second for each, measured from the first create to the last bind, and their ratio
 (goal: tessera >= 0.7x the baseline). Pods are created by 16 client threads, well above either bind rate.
@@ -230,7 +231,8 @@ def main():
     if not os.path.exists(TRACE):
         sys.exit(f"cluster_scale: the trace is not at {TRACE} (../shared/traces/alibaba-gpu-v2023)")
     # Nodes simulated by kwok publish no heartbeat of their own; the one written at creation must stay fresh.
-    c = harness.Cluster(SOURCE, os.path.join(SOURCE, "build"), scheduler_args=["--heartbeat-timeout", "36000"])
+    c = harness.Cluster(SOURCE, os.path.join(SOURCE, "build"), scheduler_args=["--heartbeat-timeout", "36000"],
+                        service_proxy=False)
     if not os.access(c.bin("kwok"), os.X_OK):
         sys.exit("cluster_scale: kwok is not built: run scripts/k8s-components --with-kwok")
     try:
@@ -245,7 +247,10 @@ def main():
             any(x["type"] == "Ready" and x["status"] == "True" for x in n["status"].get("conditions", []))
             for n in c.get("nodes")["items"]), "kwok to make every node Ready", 600, interval=5)
         shapes = trace_shapes(args.pods)
+        # The baseline is a cluster without Tessera: no admission webhook either.
+        c.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "tessera-scheduler")
         base = run(c, shapes, tessera=False, label="baseline")
+        c.register_webhooks()
         tess = run(c, shapes, tessera=True, label="tessera")
         print(f"\nbaseline (kube-scheduler alone): {base:.0f} pods/s")
         print(f"tessera (kube-scheduler + extender + webhook): {tess:.0f} pods/s")

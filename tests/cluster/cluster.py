@@ -191,7 +191,7 @@ def run(argv, **kw):
 
 
 class Cluster:
-    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=()):
+    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -203,6 +203,9 @@ class Cluster:
         self.procs = {}
         self.ports = {}
         self.scheduler_args = list(scheduler_args)
+        # False: one tessera-scheduler replica, called directly (the scale benchmark, where the stand-in's Python
+        # forwarding would be what is measured).
+        self.service_proxy = service_proxy
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
                   "cri-fake"):
             if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
@@ -400,6 +403,8 @@ class Cluster:
 
     def extender_url(self, replica=None):
         """The extender of one replica, or (None) the Service's address, which reaches the leader."""
+        if replica is None and not self.service_proxy:
+            replica = "r1"
         if replica is None:
             return f"http://127.0.0.1:{self.extender_proxy.port}"
         return f"http://127.0.0.1:{self.ports['tessera-scheduler-' + replica]}"
@@ -411,7 +416,7 @@ class Cluster:
             docs = [d for d in yaml.safe_load_all(f) if d]
         with open(self.path("pki", "ca.crt"), "rb") as f:
             ca = base64.b64encode(f.read()).decode()
-        port = self.webhook_proxy.port
+        port = self.webhook_proxy.port if self.service_proxy else self.ports["tessera-scheduler-r1-webhook"]
         for d in docs:
             for w in d["webhooks"]:
                 path = w["clientConfig"]["service"]["path"]

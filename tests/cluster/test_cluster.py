@@ -123,6 +123,14 @@ def _started_with_assignment(c, pod, container):
         got = limits[v["uuid"]]
         assert got["memory"] == v["memoryMiB"] << 20, (got, v)
         assert got["cores"] == max(1, int(v["cores"] + 0.5)), (got, v)  # rounded half up, as the agent does
+    # The kubelet's pod-resources API agrees: the agent marks its record confirmed once the real kubelet reports
+    # these devices for this very container (docs/node-agent.md).
+    path = c.path("tessera", "records", f"{pod['metadata']['uid']}_{container}.json")
+    assert os.path.exists(path), f"no agent record {path}"
+    with open(path) as f:
+        saved = json.load(f)
+    assert saved["confirmed"], f"pod-resources has not confirmed {path}: {saved}"
+    assert len(saved["deviceIDs"]) == len(vgpus), saved
     return rec, vgpus
 
 
