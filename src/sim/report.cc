@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
 
 #include "core/strings.h"
 
@@ -38,6 +40,39 @@ void AppendRow(std::string& out, const std::vector<std::string>& cells, const st
 
 }  // namespace
 
+namespace {
+
+struct BoundSummary {
+  double offline_mean = 0, offline_se = 0, floor_mean = 0, floor_se = 0;
+};
+
+// Mean and standard error over the seeds.
+std::pair<double, double> MeanSe(const std::vector<double>& xs) {
+  double mean = 0;
+  for (double x : xs) mean += x;
+  mean /= static_cast<double>(xs.size());
+  if (xs.size() < 2) return {mean, 0.0};
+  double var = 0;
+  for (double x : xs) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(xs.size() - 1);
+  return {mean, std::sqrt(var / static_cast<double>(xs.size()))};
+}
+
+BoundSummary SummarizeBounds(const std::vector<SeedBound>& bounds) {
+  std::vector<double> offline;
+  std::vector<double> floor;
+  for (const SeedBound& s : bounds) {
+    offline.push_back(s.offline.unallocated_pct);
+    floor.push_back(s.online_floor.unallocated_pct);
+  }
+  BoundSummary b;
+  std::tie(b.offline_mean, b.offline_se) = MeanSe(offline);
+  std::tie(b.floor_mean, b.floor_se) = MeanSe(floor);
+  return b;
+}
+
+}  // namespace
+
 std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   std::string out =
       StrCat("Cluster:  ", info.nodes, " (", info.node_count, " nodes, ", info.gpu_count, " GPUs)\n",
@@ -64,6 +99,14 @@ std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
   }
   for (const auto& r : rows) AppendRow(out, r, width);
+  if (!info.bounds.empty()) {
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    out += StrCat("\nBOUND@100%: no placement leaves less than ", Fixed(b.offline_mean, 2), " ± ",
+                  Fixed(b.offline_se, 2),
+                  "% unallocated (LP relaxation); an online one, which must place every pod ",
+                  "arriving before 95%, no less than ", Fixed(b.floor_mean, 2), " ± ", Fixed(b.floor_se, 2),
+                  "% (mean ± standard error over the seeds).\n");
+  }
   out +=
       "\nUNALLOCATED@N%: GPU capacity left unallocated when the pods arrived so far ask for N% of it (mean "
       "of the "
@@ -89,6 +132,24 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
   j["pod_count"] = info.pod_count;
   j["inflate"] = info.inflate;
   j["seeds"] = info.seeds;
+  if (!info.bounds.empty()) {
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    json bound;
+    bound["offline_pct_at_100"] = b.offline_mean;
+    bound["offline_pct_at_100_se"] = b.offline_se;
+    bound["online_floor_pct_at_100"] = b.floor_mean;
+    bound["online_floor_pct_at_100_se"] = b.floor_se;
+    bound["per_seed"] = json::array();
+    for (const SeedBound& s : info.bounds) {
+      bound["per_seed"].push_back({{"seed", s.seed},
+                                   {"offline_pct_at_100", s.offline.unallocated_pct},
+                                   {"online_floor_pct_at_100", s.online_floor.unallocated_pct},
+                                   {"online_floor_feasible", s.online_floor.feasible},
+                                   {"patterns", s.offline.patterns + s.online_floor.patterns},
+                                   {"lp_solves", s.offline.iterations + s.online_floor.iterations}});
+    }
+    j["bound"] = bound;
+  }
   json policies = json::object();
   for (const PolicySummary& s : summaries) {
     json p;
