@@ -40,7 +40,8 @@ end (`--seen` runs the others).
 Prints, per variant, unallocated GPU % at 100% and 130% arrived, mean ± standard error over the seeds, for both
 policies, and exits non-zero when tessera is not below fgd on any of them.
 
-    ./scripts/build && bench/variants.py [--traces DIR] [--seeds 42-51] [--only cpu-heavy,odd-shares] [--seen]
+    ./scripts/build && bench/variants.py [--traces DIR] [--seeds 42-51] [--only cpu-heavy,odd-shares] [--seen] [--bound]
+    bench/variants.py --policies none    # only the LP bound and the online floor of each variant
 
 Needs ../shared/traces/alibaba-gpu-v2023 (or --traces). About 2 s per run on a quiet core: 30 variants x 2
 policies x 10 seeds, some 20 minutes on 2 cores.
@@ -56,7 +57,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESSERA = os.path.join(ROOT, "build", "bin", "tessera")
+TESSERA = os.environ.get("TESSERA_BIN", os.path.join(ROOT, "build", "bin", "tessera"))
 
 
 def read(path):
@@ -286,17 +287,29 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated variants (default: all)")
     ap.add_argument("--seen", action="store_true", help="only the variants the design saw (not the held-out)")
     ap.add_argument("--threads", default="", help="passed to tessera simulate")
-    ap.add_argument("--policies", default="tessera,fgd", help="first is judged against the second")
+    ap.add_argument("--policies", default="tessera,fgd",
+                    help="first is judged against the second; 'none' prints only the bounds")
+    ap.add_argument("--bound", action="store_true",
+                    help="also the LP bound and the online floor at 100%% (tessera simulate --bound)")
     args = ap.parse_args()
     if not os.path.exists(TESSERA):
         sys.exit(f"{TESSERA} is missing: run ./scripts/build first")
     if not os.path.isdir(args.traces):
         sys.exit(f"{args.traces} is missing: give the trace folder with --traces")
-    ours, base = args.policies.split(",")[:2]
+    only_bound = args.policies == "none"
+    if only_bound:
+        args.bound = True
+    else:
+        ours, base = args.policies.split(",")[:2]
 
     wanted = set(filter(None, args.only.split(",")))
-    print(f"| variant | GPUs | {ours} @100% | {base} @100% | {ours} @130% | {base} @130% |")
-    print("|---|---:|---:|---:|---:|---:|")
+    if only_bound:
+        print("| variant | GPUs | LP bound @100% | online floor @100% |")
+        print("|---|---:|---:|---:|")
+    else:
+        print(f"| variant | GPUs | {ours} @100% | {base} @100% | {ours} @130% | {base} @130% |"
+              + (" LP bound @100% | online floor @100% |" if args.bound else ""))
+        print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.bound else ""))
     lost = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, nodes, pods in variants(args.traces):
@@ -312,17 +325,30 @@ def main():
                    args.policies, "--seeds", args.seeds, "--json"]
             if args.threads:
                 cmd += ["--threads", args.threads]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            result = json.loads(out)["policies"]
+            if args.bound:
+                cmd += ["--bound"]
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            gpus = sum(int(n["gpu"]) for n in nodes)
+            label = f"{name} (held out)" if name in HELD_OUT else name
+            bound_cells = ""
+            if args.bound:
+                b = out["bound"]
+                bound_cells = (f" {b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f} |"
+                               f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f} |")
+            if only_bound:
+                print(f"| {label} | {gpus} |{bound_cells}", flush=True)
+                continue
+            result = out["policies"]
             cells = []
             for key in ("unallocated_pct_at_100", "unallocated_pct_at_130"):
                 t, f = stats(result[ours], key), stats(result[base], key)
                 cells += [f"{t[0]:.2f} ± {t[1]:.2f}", f"{f[0]:.2f} ± {f[1]:.2f}"]
                 if not t[0] < f[0]:
                     lost.append(f"{name} @{key[-3:]}")
-            gpus = sum(int(n["gpu"]) for n in nodes)
-            label = f"{name} (held out)" if name in HELD_OUT else name
-            print(f"| {label} | {gpus} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |", flush=True)
+            print(f"| {label} | {gpus} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |{bound_cells}",
+                  flush=True)
+    if only_bound:
+        return 0
     print(f"\n{ours} below {base} at 100% and 130% on every variant (seeds {args.seeds}): "
           f"{'yes' if not lost else 'NO: ' + ', '.join(lost)}")
     return 1 if lost else 0

@@ -314,6 +314,25 @@ std::string PlotSvg(const ReportInfo& info, const std::vector<PolicySummary>& su
     StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='12'>",
               Escape(StrCat(summaries[i].policy, "  ", Fixed(summaries[i].Mean100(), 2), "%")), "</text>\n");
   }
+  if (!info.bounds.empty() && max_pct >= 100) {
+    // The LP bound and the online floor at 100% arrived: the most any placement (any online one) allocates.
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    const std::pair<double, const char*> marks[] = {{b.offline_mean, "LP bound"},
+                                                    {b.floor_mean, "online floor"}};
+    for (size_t i = 0; i < 2; ++i) {
+      const double y = std::clamp(100.0 - marks[i].first, right.ymin, right.ymax);
+      const char* dash = i == 0 ? "2 2" : "6 3";
+      StrAppend(&svg, "<line x1='", Fixed(right.X(std::max(from, 96)), 1), "' y1='", Fixed(right.Y(y), 1),
+                "' x2='", Fixed(right.X(std::min(max_pct, 104)), 1), "' y2='", Fixed(right.Y(y), 1),
+                "' stroke='black' stroke-width='1.5' stroke-dasharray='", dash, "'/>\n");
+      const double lx = 910, ly = 92 + 18.0 * static_cast<double>(summaries.size() + i);
+      StrAppend(&svg, "<line x1='", Fixed(lx, 1), "' y1='", Fixed(ly - 4, 1), "' x2='", Fixed(lx + 22, 1),
+                "' y2='", Fixed(ly - 4, 1), "' stroke='black' stroke-width='1.5' stroke-dasharray='", dash,
+                "'/>\n");
+      StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='12'>",
+                Escape(StrCat(marks[i].second, "  ", Fixed(marks[i].first, 2), "%")), "</text>\n");
+    }
+  }
   svg += "</svg>\n";
   return svg;
 }

@@ -1,27 +1,25 @@
 // Tessera's own placement policy. See docs/placement.md ("tessera") for the reasoning and the measurements.
 //
-// It keeps FGD's decision (Weng et al., ATC '23): the node and GPU where the cluster's expected fragmentation
+// It scores as FGD does (Weng et al., ATC '23): the node and GPU where the cluster's expected fragmentation
 // grows least, at FGD's resolution (the study's int(100 * sigmoid(-growth / 1000))). That resolution is
 // coarse on purpose: comparing the exact growth instead loses placement quality (on the Alibaba trace, 5.8%
 // of the GPUs unallocated at 100% arrived instead of 4.7%), because placements that are as good as each other
 // then stop falling onto the same nodes.
 //
-// Within FGD's equally good placements it chooses by what FGD does not see:
-//   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. Near saturation, most pods of the
-//     Alibaba trace fail not for want of GPU but because the nodes whose GPUs are free have run out of CPU or
-//     memory. Tessera prefers the placement that least grows the GPUs a node strands that way: its free GPUs
-//     beyond what its free CPU and memory can feed, at the CPU and memory per GPU the workload's GPU pods
-//     ask.
-//   - GPU models others need. A pod that may use several models is steered away from the models that
-//     model-constrained pods of the workload need: each GPU it takes there counts as that model's pressure
-//     (constrained demand over supply, at most 1) of a GPU stranded.
-// Both are in GPUs, added, and compared through tanh so that they never outweigh FGD's decision. Last, whole
-// GPUs follow the interconnect (Gaia's access-cost tree): within a node the nearest free group, across nodes
-// the node whose group is nearest. Stranded
-// GPUs are counted in quarter GPUs, for the reason FGD's score is coarse: placements that differ by a sliver
-// stay ties and keep falling onto the same nodes (exact strands lose on a cluster short of host CPU and
-// memory: 40.0% unallocated instead of 38.6%, bench/variants.py "host-poor"). What still ties goes to the
-// Placer's tie-break (random, or a fixed node order).
+// To FGD's growth it adds two losses FGD's measure does not see, both in GPUs:
+//   - GPU models others need. Pods bound to models keep arriving in the workload's proportions until the
+//     cluster is full, so of the GPUs free now, the share demand_share(m) of the GPU asked will be asked by pods
+//     bound to model m. pressure(m) = demand_share(m) x free GPUs / free GPUs of m (at most 1) is the part of
+//     each free GPU of m those pods will need; a GPU taken there by a pod that could go elsewhere loses that
+//     much. It is read from the cluster before each pod (Observe), so it rises as other pods fill a model and
+//     falls when they leave; FGD's measure counts a model's idle GPUs alike however scarce the model is.
+//   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. A node strands its free GPUs
+//     beyond what its free CPU and memory can feed at the CPU and memory per GPU the workload's GPU pods ask;
+//     each GPU a placement strands counts a quarter (a stranded GPU may still take a pod of less CPU).
+// Within FGD's equally good placements, the same two again (stranded GPUs in quarter GPUs, so that
+// placements that differ by a sliver stay ties), through tanh so that they only order ties. Last, whole GPUs
+// follow the interconnect (Gaia's access-cost tree): within a node the nearest free group, across nodes the
+// node whose group is nearest. What still ties goes to the Placer's tie-break (random, or a fixed node order).
 #include <algorithm>
 #include <cmath>
 
