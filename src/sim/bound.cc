@@ -252,6 +252,8 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
     bool added = false;
     for (size_t c = 0; c < classes.size() && !sizes.empty(); ++c) {
       const double gpu_dual = glp_get_row_dual(lp.get(), rows[c].gpu);
+      std::vector<double> duals(sizes.size());
+      for (size_t v = 0; v < sizes.size(); ++v) duals[v] = glp_get_row_dual(lp.get(), rows[c].share[v]);
       std::vector<double> value(1001, 0);
       std::vector<int> last(1001, -1);  // the size added last to reach the best value at this capacity
       for (int w = 1; w <= 1000; ++w) {
@@ -259,8 +261,8 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
         last[static_cast<size_t>(w)] = -2;  // same as w - 1
         for (size_t v = 0; v < sizes.size(); ++v) {
           if (sizes[v] > w) break;
-          const double dual = glp_get_row_dual(lp.get(), rows[c].share[v]);
-          const double candidate = value[static_cast<size_t>(w - sizes[v])] + dual;
+          if (duals[v] <= 0) continue;
+          const double candidate = value[static_cast<size_t>(w - sizes[v])] + duals[v];
           if (candidate > value[static_cast<size_t>(w)] + 1e-12) {
             value[static_cast<size_t>(w)] = candidate;
             last[static_cast<size_t>(w)] = static_cast<int>(v);
