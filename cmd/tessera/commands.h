@@ -25,7 +25,8 @@ struct SimulateOptions {
   double inflate = 1.3;
   bool json = false;
   std::string plot_file;
-  int threads = 0;  // 0: one per core
+  int threads = 0;     // 0: one per core
+  bool bound = false;  // also the LP bound and the online floor (sim/bound.h)
 };
 int RunSimulate(const SimulateOptions& options);
 

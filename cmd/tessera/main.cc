@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--plot", sim.plot_file,
                       "Write the allocation curves of all policies to this SVG file");
   sim_cmd->add_option("--threads", sim.threads, "Runs in parallel (default: one per core)");
+  sim_cmd->add_flag(
+      "--bound", sim.bound,
+      "Also compute, per seed, the LP lower bound on unallocated GPU at 100% arrived and the "
+      "online floor (every pod arriving before 95% placed); --policies none computes only these");
 
   tessera::cli::TopoOptions topo;
   CLI::App* topo_cmd = app.add_subcommand(

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "core/placement/policy.h"
 #include "core/strings.h"
+#include "sim/bound.h"
 #include "sim/metrics.h"
 #include "sim/replay.h"
 #include "sim/report.h"
@@ -49,8 +50,9 @@ absl::StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   return seeds;
 }
 
-absl::StatusOr<std::vector<std::string>> ParsePolicies(const std::string& text) {
+absl::StatusOr<std::vector<std::string>> ParsePolicies(const std::string& text, bool allow_none) {
   std::vector<std::string> out;
+  if (allow_none && StripWhitespace(text) == "none") return out;
   const std::vector<std::string> known = core::PolicyNames();
   for (std::string_view part : StrSplit(text, ',')) {
     std::string name(StripWhitespace(part));
@@ -61,7 +63,10 @@ absl::StatusOr<std::vector<std::string>> ParsePolicies(const std::string& text) 
     }
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
   }
-  if (out.empty()) return absl::InvalidArgumentError("--policies is empty; name at least one policy");
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        "--policies is empty; name at least one policy (or, with --bound, none)");
+  }
   return out;
 }
 
@@ -99,7 +104,7 @@ int RunSimulate(const SimulateOptions& options) {
                                       ? options.policies
                                       : (bundled ? "tessera,fgd,bestfit,packing,random" : "tessera");
   const std::string seed_text = !options.seeds.empty() ? options.seeds : (bundled ? "42-46" : "42");
-  absl::StatusOr<std::vector<std::string>> policies = ParsePolicies(policy_text);
+  absl::StatusOr<std::vector<std::string>> policies = ParsePolicies(policy_text, options.bound);
   absl::StatusOr<std::vector<uint64_t>> seeds = ParseSeeds(seed_text);
   if (!policies.ok() || !seeds.ok()) {
     std::cerr << "tessera simulate: " << (!policies.ok() ? policies.status() : seeds.status()).message()
@@ -210,6 +215,33 @@ int RunSimulate(const SimulateOptions& options) {
     return 1;
   }
 
+  if (options.bound) {
+    // One LP per seed, offline and with the early pods forced; each takes well under a second.
+    info.bounds.resize(seeds->size());
+    std::vector<absl::Status> failures(seeds->size());
+    std::vector<std::thread> workers;
+    std::atomic<size_t> next_seed{0};
+    for (unsigned t = 0; t < threads; ++t) {
+      workers.emplace_back([&] {
+        for (size_t i = next_seed++; i < seeds->size(); i = next_seed++) {
+          absl::StatusOr<sim::SeedBound> b = sim::BoundForSeed(
+              input.cluster, input.pods, input.capacity_milli, (*seeds)[i], options.inflate);
+          if (b.ok()) {
+            info.bounds[i] = *b;
+          } else {
+            failures[i] = b.status();
+          }
+        }
+      });
+    }
+    for (std::thread& t : workers) t.join();
+    for (const absl::Status& s : failures) {
+      if (!s.ok()) {
+        std::cerr << "tessera simulate: --bound: " << s.message() << "\n";
+        return 1;
+      }
+    }
+  }
   const int max_pct = static_cast<int>(std::ceil(options.inflate * 100 - 1e-9));
   const std::vector<sim::PolicySummary> summaries = sim::Summarize(results, *policies, max_pct);
   if (options.json) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
 
 #include "core/strings.h"
 
@@ -38,6 +40,39 @@ void AppendRow(std::string& out, const std::vector<std::string>& cells, const st
 
 }  // namespace
 
+namespace {
+
+struct BoundSummary {
+  double offline_mean = 0, offline_se = 0, floor_mean = 0, floor_se = 0;
+};
+
+// Mean and standard error over the seeds.
+std::pair<double, double> MeanSe(const std::vector<double>& xs) {
+  double mean = 0;
+  for (double x : xs) mean += x;
+  mean /= static_cast<double>(xs.size());
+  if (xs.size() < 2) return {mean, 0.0};
+  double var = 0;
+  for (double x : xs) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(xs.size() - 1);
+  return {mean, std::sqrt(var / static_cast<double>(xs.size()))};
+}
+
+BoundSummary SummarizeBounds(const std::vector<SeedBound>& bounds) {
+  std::vector<double> offline;
+  std::vector<double> floor;
+  for (const SeedBound& s : bounds) {
+    offline.push_back(s.offline.unallocated_pct);
+    floor.push_back(s.online_floor.unallocated_pct);
+  }
+  BoundSummary b;
+  std::tie(b.offline_mean, b.offline_se) = MeanSe(offline);
+  std::tie(b.floor_mean, b.floor_se) = MeanSe(floor);
+  return b;
+}
+
+}  // namespace
+
 std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   std::string out =
       StrCat("Cluster:  ", info.nodes, " (", info.node_count, " nodes, ", info.gpu_count, " GPUs)\n",
@@ -64,6 +99,14 @@ std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
   }
   for (const auto& r : rows) AppendRow(out, r, width);
+  if (!info.bounds.empty()) {
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    out += StrCat("\nBOUND@100%: no placement leaves less than ", Fixed(b.offline_mean, 2), " ± ",
+                  Fixed(b.offline_se, 2),
+                  "% unallocated (LP relaxation); an online one, which must place every pod ",
+                  "arriving before 95%, no less than ", Fixed(b.floor_mean, 2), " ± ", Fixed(b.floor_se, 2),
+                  "% (mean ± standard error over the seeds).\n");
+  }
   out +=
       "\nUNALLOCATED@N%: GPU capacity left unallocated when the pods arrived so far ask for N% of it (mean "
       "of the "
@@ -89,6 +132,24 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
   j["pod_count"] = info.pod_count;
   j["inflate"] = info.inflate;
   j["seeds"] = info.seeds;
+  if (!info.bounds.empty()) {
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    json bound;
+    bound["offline_pct_at_100"] = b.offline_mean;
+    bound["offline_pct_at_100_se"] = b.offline_se;
+    bound["online_floor_pct_at_100"] = b.floor_mean;
+    bound["online_floor_pct_at_100_se"] = b.floor_se;
+    bound["per_seed"] = json::array();
+    for (const SeedBound& s : info.bounds) {
+      bound["per_seed"].push_back({{"seed", s.seed},
+                                   {"offline_pct_at_100", s.offline.unallocated_pct},
+                                   {"online_floor_pct_at_100", s.online_floor.unallocated_pct},
+                                   {"online_floor_feasible", s.online_floor.feasible},
+                                   {"patterns", s.offline.patterns + s.online_floor.patterns},
+                                   {"lp_solves", s.offline.iterations + s.online_floor.iterations}});
+    }
+    j["bound"] = bound;
+  }
   json policies = json::object();
   for (const PolicySummary& s : summaries) {
     json p;
@@ -252,6 +313,25 @@ std::string PlotSvg(const ReportInfo& info, const std::vector<PolicySummary>& su
               "' y2='", Fixed(ly - 4, 1), "' stroke='", colour, "' stroke-width='2.5'/>\n");
     StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='12'>",
               Escape(StrCat(summaries[i].policy, "  ", Fixed(summaries[i].Mean100(), 2), "%")), "</text>\n");
+  }
+  if (!info.bounds.empty() && max_pct >= 100) {
+    // The LP bound and the online floor at 100% arrived: the most any placement (any online one) allocates.
+    const BoundSummary b = SummarizeBounds(info.bounds);
+    const std::pair<double, const char*> marks[] = {{b.offline_mean, "LP bound"},
+                                                    {b.floor_mean, "online floor"}};
+    for (size_t i = 0; i < 2; ++i) {
+      const double y = std::clamp(100.0 - marks[i].first, right.ymin, right.ymax);
+      const char* dash = i == 0 ? "2 2" : "6 3";
+      StrAppend(&svg, "<line x1='", Fixed(right.X(std::max(from, 96)), 1), "' y1='", Fixed(right.Y(y), 1),
+                "' x2='", Fixed(right.X(std::min(max_pct, 104)), 1), "' y2='", Fixed(right.Y(y), 1),
+                "' stroke='black' stroke-width='1.5' stroke-dasharray='", dash, "'/>\n");
+      const double lx = 910, ly = 92 + 18.0 * static_cast<double>(summaries.size() + i);
+      StrAppend(&svg, "<line x1='", Fixed(lx, 1), "' y1='", Fixed(ly - 4, 1), "' x2='", Fixed(lx + 22, 1),
+                "' y2='", Fixed(ly - 4, 1), "' stroke='black' stroke-width='1.5' stroke-dasharray='", dash,
+                "'/>\n");
+      StrAppend(&svg, "<text x='", Fixed(lx + 28, 1), "' y='", Fixed(ly, 1), "' font-size='12'>",
+                Escape(StrCat(marks[i].second, "  ", Fixed(marks[i].first, 2), "%")), "</text>\n");
+    }
   }
   svg += "</svg>\n";
   return svg;

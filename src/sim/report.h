@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/bound.h"
 #include "sim/metrics.h"
 
 namespace tessera::sim {
@@ -19,6 +20,7 @@ struct ReportInfo {
   size_t pod_count = 0;  // before scaling
   double inflate = 1.3;
   std::vector<uint64_t> seeds;
+  std::vector<SeedBound> bounds;  // `--bound`: per seed, the LP bound and the online floor at 100%
 };
 
 std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>& summaries);

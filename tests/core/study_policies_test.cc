@@ -2,8 +2,11 @@
 // hkust-adsl/kubernetes-scheduler-simulator, read for the formulas), checked on small cases worked by hand.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/placement/evaluation_cache.h"
 #include "core/placement/placer.h"
+#include "core/strings.h"
 #include "test_util.h"
 
 namespace tessera::core {
@@ -219,6 +222,84 @@ TEST(TesseraTopologyAcrossNodes, NearerGroupWins) {
     absl::StatusOr<Placement> p = placer.Place(cluster, MakePod("two", {Milli(1000), Milli(1000)}), rng);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(p->node.value(), "near") << "seed " << seed;
+  }
+}
+
+// Tessera's model pressure reads the whole cluster (Policy::Observe) and changes as models fill; the cache
+// must still never change a decision. Random clusters of two models, a third of the GPU pods bound to one.
+TEST(TesseraModelPressure, EvaluationCacheChangesNothing) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Rng gen(seed);
+    Cluster cluster;
+    for (int i = 0; i < 8; ++i) {
+      NodeInfo n = MakeNode(StrCat("n", i), 1 + static_cast<int>(gen.Uniform(8)), MiB(16384),
+                            gen.Uniform(2) == 0 ? "T4" : "G2");
+      n.cpu = MilliCpu(16000 + 8000 * static_cast<int64_t>(gen.Uniform(8)));
+      n.memory = MiB(262144);
+      ASSERT_TRUE(cluster.AddNode(n).ok());
+    }
+    std::vector<PodRequest> pods;
+    for (int i = 0; i < 200; ++i) {
+      PodRequest p = MakePod(
+          StrCat("p", i), {Milli(gen.Uniform(3) == 0 ? 1000 : 100 * (1 + static_cast<int>(gen.Uniform(9))))});
+      p.cpu = MilliCpu(1000 * (1 + gen.Uniform(8)));
+      if (gen.Uniform(3) == 0) p.model_include = {gen.Uniform(2) == 0 ? "T4" : "G2"};
+      pods.push_back(p);
+    }
+    const PolicyContext context = MakePolicyContext(cluster, pods);
+    std::vector<uint32_t> rank(8);
+    for (uint32_t i = 0; i < 8; ++i) rank[i] = (i * 5) % 8;
+    Cluster with = cluster;
+    Cluster without = cluster;
+    std::unique_ptr<Policy> a = *MakePolicy("tessera", context);
+    std::unique_ptr<Policy> b = *MakePolicy("tessera", context);
+    Placer pa(*a);
+    Placer pb(*b);
+    EvaluationCache cache;
+    Rng ra(1);
+    Rng rb(1);
+    std::set<uint64_t> keys;
+    for (const PodRequest& pod : pods) {
+      absl::StatusOr<Placement> x = pa.Place(with, pod, ra, {}, rank, &cache);
+      absl::StatusOr<Placement> y = pb.Place(without, pod, rb, {}, rank);
+      keys.insert(a->state_key());
+      ASSERT_EQ(x.ok(), y.ok()) << "seed " << seed << " " << pod.name;
+      if (!x.ok()) continue;
+      ASSERT_EQ(*x, *y) << "seed " << seed << " " << pod.name;
+      ASSERT_TRUE(with.Commit(pod, *x).ok());
+      ASSERT_TRUE(without.Commit(pod, *y).ok());
+    }
+    EXPECT_GT(keys.size(), 1u) << "the pressure never changed: the test checks nothing";
+  }
+}
+
+// Of two nodes alike but for their model, a pod that may use either goes to the model that pods bound to a
+// model need less, where FGD's measure sees no difference (the bound pod is too rare to be a typical pod),
+// and once that model is full, to the other.
+TEST(TesseraModelPressure, UnboundPodsLeaveTheNeededModel) {
+  Cluster cluster;
+  for (const char* model : {"T4", "G2"}) {
+    NodeInfo n = MakeNode(StrCat("node-", model), 4, MiB(16384), model);
+    n.cpu = MilliCpu(64000);
+    n.memory = MiB(262144);
+    ASSERT_TRUE(cluster.AddNode(n).ok());
+  }
+  // 20 pods of one whole GPU, any model; one of four GPUs bound to T4 (a sixth of the GPU asked).
+  std::vector<PodRequest> workload;
+  for (int i = 0; i < 20; ++i) workload.push_back(MakePod(StrCat("u", i), {Milli(1000)}));
+  PodRequest bound = MakePod("bound", {Milli(1000), Milli(1000), Milli(1000), Milli(1000)});
+  bound.model_include = {"T4"};
+  workload.push_back(bound);
+  std::unique_ptr<Policy> policy = *MakePolicy("tessera", MakePolicyContext(cluster, workload));
+  Placer placer(*policy);
+  Rng rng(1);
+  const std::vector<uint32_t> rank = {0, 1};  // ties would go to node-T4
+  for (int i = 0; i < 5; ++i) {
+    PodRequest pod = MakePod(StrCat("free", i), {Milli(1000)});
+    absl::StatusOr<Placement> p = placer.Place(cluster, pod, rng, {}, rank);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->node.value(), i < 4 ? "node-G2" : "node-T4") << "pod " << i;
+    ASSERT_TRUE(cluster.Commit(pod, *p).ok());
   }
 }
 

@@ -353,16 +353,19 @@ Placement Placer::Materialize(const NodeState& node, const CompiledRequest& req,
   return p;
 }
 
-const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& node, const CompiledRequest& req,
-                                      Rng& rng, EvaluationCache* cache, NodeFit& scratch) const {
+const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& node,
+                                      const CompiledRequest& req, Rng& rng, EvaluationCache* cache,
+                                      NodeFit& scratch) const {
   if (cache == nullptr || !policy_->deterministic()) {
     scratch = Evaluate(node, req, rng);
     return scratch;
   }
   const size_t index = static_cast<size_t>(&node - cluster.nodes().data());
-  if (const NodeFit* hit = cache->Find(index, node.version(), req.fingerprint())) return *hit;
+  // The policy's cluster-wide state is part of the question.
+  const uint64_t key = req.fingerprint() ^ (policy_->state_key() * 0x9e3779b97f4a7c15ULL);
+  if (const NodeFit* hit = cache->Find(index, node.version(), key)) return *hit;
   scratch = Evaluate(node, req, rng);
-  cache->Store(index, node.version(), req.fingerprint(), scratch);
+  cache->Store(index, node.version(), key, scratch);
   return scratch;
 }
 
@@ -370,6 +373,7 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
                                         std::span<const NodeName> candidates,
                                         std::span<const uint32_t> node_rank, EvaluationCache* cache) const {
   CompiledRequest req(cluster, request);
+  policy_->Observe(cluster);
   std::vector<const NodeState*> nodes;
   if (candidates.empty()) {
     nodes.reserve(cluster.nodes().size());

@@ -122,9 +122,14 @@ class Policy {
   virtual double Score(const NodeScratch& after, const CompiledRequest& pod, const PodChoice& choice,
                        Rng& rng) const = 0;
 
-  // Whether a node's answer depends only on the node's state and the pod (not on the Rng), so that it may be
-  // reused while neither changes (EvaluationCache).
+  // Whether a node's answer depends only on the node's state, the pod and state_key() (not on the Rng), so
+  // that it may be reused while none of them changes (EvaluationCache).
   virtual bool deterministic() const { return true; }
+
+  // Reads what the policy weighs from the cluster as a whole; Placer::Place calls it before ranking the nodes
+  // for a pod. state_key() names what was read: answers remembered under another key are not reused.
+  virtual void Observe(const Cluster&) const {}
+  virtual uint64_t state_key() const { return 0; }
 };
 
 // What some policies need to know beyond one node.
@@ -139,9 +144,10 @@ struct PolicyContext {
   // estimate of GPUs stranded by a node's CPU or memory running out first.
   MilliCpu cpu_per_gpu{10000};
   MiB memory_per_gpu{40960};
-  // Per GPU model id, 0..1: how much of that model's GPUs the workload's model-constrained pods need,
-  // relative to the most needed model.
-  std::vector<double> model_pressure;
+  // Per GPU model id: the GPU the workload's model-constrained pods ask of that model (split evenly over the
+  // models each allows), as a share of all the GPU the workload asks; and that model's GPUs.
+  std::vector<double> model_demand_share;
+  std::vector<double> model_supply;
 };
 
 // A policy by name. Policies that keep caches (fgd, tessera) must not be shared between threads.

@@ -98,10 +98,11 @@ PolicyContext MakePolicyContext(const Cluster& cluster, std::span<const PodReque
     }
     for (int id : present) demand[static_cast<size_t>(id)] += pod_gpus / static_cast<double>(present.size());
   }
-  c.model_pressure.assign(supply.size(), 0);
+  c.model_demand_share.assign(supply.size(), 0);
   for (size_t m = 0; m < supply.size(); ++m) {
-    if (supply[m] > 0) c.model_pressure[m] = std::min(1.0, demand[m] / supply[m]);
+    if (pod_gpu > 0) c.model_demand_share[m] = demand[m] * 1000.0 / static_cast<double>(pod_gpu);
   }
+  c.model_supply = supply;
   return c;
 }
 

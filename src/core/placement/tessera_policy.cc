@@ -1,27 +1,25 @@
 // Tessera's own placement policy. See docs/placement.md ("tessera") for the reasoning and the measurements.
 //
-// It keeps FGD's decision (Weng et al., ATC '23): the node and GPU where the cluster's expected fragmentation
+// It scores as FGD does (Weng et al., ATC '23): the node and GPU where the cluster's expected fragmentation
 // grows least, at FGD's resolution (the study's int(100 * sigmoid(-growth / 1000))). That resolution is
 // coarse on purpose: comparing the exact growth instead loses placement quality (on the Alibaba trace, 5.8%
 // of the GPUs unallocated at 100% arrived instead of 4.7%), because placements that are as good as each other
 // then stop falling onto the same nodes.
 //
-// Within FGD's equally good placements it chooses by what FGD does not see:
-//   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. Near saturation, most pods of the
-//     Alibaba trace fail not for want of GPU but because the nodes whose GPUs are free have run out of CPU or
-//     memory. Tessera prefers the placement that least grows the GPUs a node strands that way: its free GPUs
-//     beyond what its free CPU and memory can feed, at the CPU and memory per GPU the workload's GPU pods
-//     ask.
-//   - GPU models others need. A pod that may use several models is steered away from the models that
-//     model-constrained pods of the workload need: each GPU it takes there counts as that model's pressure
-//     (constrained demand over supply, at most 1) of a GPU stranded.
-// Both are in GPUs, added, and compared through tanh so that they never outweigh FGD's decision. Last, whole
-// GPUs follow the interconnect (Gaia's access-cost tree): within a node the nearest free group, across nodes
-// the node whose group is nearest. Stranded
-// GPUs are counted in quarter GPUs, for the reason FGD's score is coarse: placements that differ by a sliver
-// stay ties and keep falling onto the same nodes (exact strands lose on a cluster short of host CPU and
-// memory: 40.0% unallocated instead of 38.6%, bench/variants.py "host-poor"). What still ties goes to the
-// Placer's tie-break (random, or a fixed node order).
+// To FGD's growth it adds two losses FGD's measure does not see, both in GPUs:
+//   - GPU models others need. Pods bound to models keep arriving in the workload's proportions until the
+//     cluster is full, so of the GPUs free now, the share demand_share(m) of the GPU asked will be asked by pods
+//     bound to model m. pressure(m) = demand_share(m) x free GPUs / free GPUs of m (at most 1) is the part of
+//     each free GPU of m those pods will need; a GPU taken there by a pod that could go elsewhere loses that
+//     much. It is read from the cluster before each pod (Observe), so it rises as other pods fill a model and
+//     falls when they leave; FGD's measure counts a model's idle GPUs alike however scarce the model is.
+//   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. A node strands its free GPUs
+//     beyond what its free CPU and memory can feed at the CPU and memory per GPU the workload's GPU pods ask;
+//     each GPU a placement strands counts a quarter (a stranded GPU may still take a pod of less CPU).
+// Within FGD's equally good placements, the same two again (stranded GPUs in quarter GPUs, so that
+// placements that differ by a sliver stay ties), through tanh so that they only order ties. Last, whole GPUs
+// follow the interconnect (Gaia's access-cost tree): within a node the nearest free group, across nodes the
+// node whose group is nearest. What still ties goes to the Placer's tie-break (random, or a fixed node order).
 #include <algorithm>
 #include <cmath>
 
@@ -37,6 +35,11 @@ double StudyScore(double growth) {
 
 // The resolution at which stranded GPUs are compared, in GPUs.
 constexpr double kStrandResolution = 0.25;
+// In FGD's growth, in GPUs of fragmentation: a GPU taken on a model under pressure p is p GPU lost to the
+// pods bound to that model; a GPU stranded by host CPU or memory counts a quarter (measured:
+// bench/variants.py, docs/placement.md).
+constexpr double kPressureWeight = 1.0;
+constexpr double kStrandWeight = 0.25;
 
 class TesseraPolicy : public Policy {
  public:
@@ -44,8 +47,29 @@ class TesseraPolicy : public Policy {
       : model_(c.fragmentation),
         cpu_per_gpu_(static_cast<double>(c.cpu_per_gpu.value())),
         memory_per_gpu_(static_cast<double>(c.memory_per_gpu.value())),
-        pressure_(c.model_pressure),
-        views_(c.fragmentation) {}
+        demand_share_(c.model_demand_share),
+        views_(c.fragmentation) {
+    // Until the cluster is observed: every GPU free.
+    std::vector<double> free = c.model_supply;
+    free.resize(demand_share_.size(), 0);
+    SetPressure(free);
+  }
+
+  // Model pressure: how much of a model's free GPUs the constrained pods still to come will need. Pods keep
+  // arriving in the workload's proportions until the cluster is full, so of the GPUs free now, a share
+  // demand_share(m) will be asked by pods bound to m: pressure(m) = demand_share(m) x free GPUs / free GPUs
+  // of m, at most 1. It rises as other pods fill the model; in 1/16 steps, so that the nodes' remembered
+  // answers stay valid between steps.
+  void Observe(const Cluster& cluster) const override {
+    std::vector<double> free(demand_share_.size(), 0);
+    for (const NodeState& n : cluster.nodes()) {
+      if (!n.schedulable() || n.gpu_count() == 0) continue;
+      const auto m = static_cast<size_t>(n.model_id(0));
+      if (m < free.size()) free[m] += n.total_free_cores().value() / 1000.0;
+    }
+    SetPressure(free);
+  }
+  uint64_t state_key() const override { return key_; }
   std::string_view name() const override { return "tessera"; }
 
   bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod, std::span<const VGpuDemand> vgpus,
@@ -145,12 +169,11 @@ class TesseraPolicy : public Policy {
         node.tracks_host_memory() ? static_cast<double>(node.free_host_memory().value()) : 1e18;
     const double cpu_asked = node.tracks_cpu() ? static_cast<double>(pod.request().cpu.value()) : 0.0;
     const double memory_asked = static_cast<double>(pod.request().memory.value());
-    const double strands = std::round((stranded(gpus - taken, node.tracks_cpu() ? cpu - cpu_asked : 1e18,
-                                                memory - memory_asked) -
-                                       stranded(gpus, node.tracks_cpu() ? cpu : 1e18, memory)) /
-                                      kStrandResolution) *
-                           kStrandResolution;
-    // GPUs of a model that model-constrained pods need.
+    const double raw_strands =
+        stranded(gpus - taken, node.tracks_cpu() ? cpu - cpu_asked : 1e18, memory - memory_asked) -
+        stranded(gpus, node.tracks_cpu() ? cpu : 1e18, memory);
+    const double strands = std::round(raw_strands / kStrandResolution) * kStrandResolution;
+    // GPUs of a model that the model-constrained pods still to come need (Observe).
     double pressure = 0;
     if (node.gpu_count() > 0 && static_cast<size_t>(node.model_id(0)) < pressure_.size()) {
       pressure = pressure_[static_cast<size_t>(node.model_id(0))] * taken;
@@ -162,6 +185,8 @@ class TesseraPolicy : public Policy {
       if (node.free_cores(g) == kWholeGpu && after.free_cores(g).value() == 0) whole.Add(g);
     }
     const double distance = whole.Count() > 1 ? node.tree().CostOf(whole) / 60.0 : 0.0;
+    // Both are losses FGD's measure does not see: added to its growth, at FGD's resolution.
+    growth += 1000 * (kPressureWeight * pressure + kStrandWeight * raw_strands);
     return 10 * StudyScore(growth) - std::tanh(strands + pressure) - 0.01 * distance;
   }
 
@@ -169,7 +194,24 @@ class TesseraPolicy : public Policy {
   std::shared_ptr<const FragmentationModel> model_;
   double cpu_per_gpu_;
   double memory_per_gpu_;
-  std::vector<double> pressure_;
+  void SetPressure(const std::vector<double>& free) const {
+    double total = 0;
+    for (double f : free) total += f;
+    pressure_.assign(free.size(), 0);
+    uint64_t key = 0;
+    for (size_t m = 0; m < free.size(); ++m) {
+      const double p = free[m] > 0 ? std::min(1.0, demand_share_[m] * total / free[m]) : 1.0;
+      const int step = static_cast<int>(std::round(p * kPressureSteps));
+      pressure_[m] = step / static_cast<double>(kPressureSteps);
+      key = key * 31 + static_cast<uint64_t>(step);
+    }
+    key_ = key;
+  }
+  static constexpr int kPressureSteps = 16;
+
+  std::vector<double> demand_share_;
+  mutable std::vector<double> pressure_;
+  mutable uint64_t key_ = 0;
   FragmentationViews views_;
 };
 
