@@ -277,6 +277,9 @@ FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<co
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
+  // What the policy weighs from the cluster as a whole (tessera: how full each GPU model is), read before each
+  // pod as Placer::Place does; answers cached under another reading are not reused (state_key).
+  s.policy->Observe(s.cluster);
   FilterOutcome out;
   const core::CompiledRequest compiled(s.cluster, request);
   core::NodeFit scratch;
@@ -350,6 +353,9 @@ std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
+  // What the policy weighs from the cluster as a whole (tessera: how full each GPU model is), read before each
+  // pod as Placer::Place does; answers cached under another reading are not reused (state_key).
+  s.policy->Observe(s.cluster);
   const core::CompiledRequest compiled(s.cluster, request);
   core::NodeFit scratch;
   std::vector<std::pair<std::string, core::NodeFit>> fits;
