@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/files.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 
 namespace tessera::node {
 
@@ -184,16 +186,20 @@ class FileLock {
   int fd_ = -1;
 };
 
+// Larger than any node's pods and events; a file past it is refused, not read into memory.
+constexpr size_t kMaxApiFileBytes = size_t{64} << 20;
+
 absl::StatusOr<json> ReadApiFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadTextFile(path, kMaxApiFileBytes);
+  if (absl::IsNotFound(text.status()) || absl::IsPermissionDenied(text.status())) {
     return absl::NotFoundError(
         StrCat("cannot read the fake API file ", path, "; create it with {\"pods\": []} or fix --fake-api"));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json doc = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  if (!text.ok()) return text.status();
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(*text, StrCat("the fake API file ", path));
+  if (!parsed.ok()) return absl::InvalidArgumentError(StrCat(Message(parsed.status()), "; fix its syntax"));
+  json doc = *std::move(parsed);
+  if (!doc.is_object()) {
     return absl::InvalidArgumentError(
         StrCat("the fake API file ", path, " is not a JSON object {\"pods\": [...]}; fix its syntax"));
   }
@@ -231,7 +237,9 @@ absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();
   std::vector<NodePod> out;
-  for (const json& p : doc->value("pods", json::array())) {
+  auto pods = doc->find("pods");
+  if (pods == doc->end()) return out;
+  for (const json& p : *pods) {
     if (NodeNameOf(p) != node_name_) continue;
     absl::StatusOr<NodePod> pod = NodePodFromJson(p);
     if (!pod.ok()) return absl::InvalidArgumentError(StrCat(path_, ": ", Message(pod.status())));

@@ -1,6 +1,7 @@
 #include "scheduler/admission.h"
 
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
 
@@ -42,10 +43,10 @@ struct Review {
 
 absl::StatusOr<Review> ParseReview(std::string_view body) {
   Review r;
-  r.doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (r.doc.is_discarded() || !r.doc.is_object()) {
-    return absl::InvalidArgumentError("the body is not an AdmissionReview JSON object");
-  }
+  absl::StatusOr<json> doc = formats::ParseBoundedJson(body, "the AdmissionReview");
+  if (!doc.ok()) return doc.status();
+  r.doc = *std::move(doc);
+  if (!r.doc.is_object()) return absl::InvalidArgumentError("the body is not an AdmissionReview JSON object");
   if (auto v = r.doc.find("apiVersion"); v != r.doc.end() && v->is_string())
     r.api_version = v->get<std::string>();
   auto request = r.doc.find("request");
@@ -90,7 +91,10 @@ Response Admission::Mutate(std::string_view body) const {
 
   json patch = json::array();
   bool gpu = false;
-  const json& spec = review->object->value("spec", json::object());
+  // Found, not copied: the spec is the sender's, and a copy walks it recursively.
+  static const json kNoSpec = json::object();
+  auto spec_it = review->object->find("spec");
+  const json& spec = spec_it != review->object->end() && spec_it->is_object() ? *spec_it : kNoSpec;
   for (const char* list : {"initContainers", "containers"}) {
     auto containers = spec.find(list);
     if (containers == spec.end() || !containers->is_array()) continue;

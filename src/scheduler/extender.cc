@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -41,11 +44,12 @@ Response BadRequest(std::string_view verb, std::string_view what) {
 }
 
 absl::StatusOr<json> ParseBody(std::string_view body) {
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(body, "the request body");
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        "the request body is not valid JSON; kube-scheduler sends JSON objects");
+        StrCat(Message(parsed.status()), "; kube-scheduler sends JSON objects"));
   }
+  json doc = *std::move(parsed);
   if (!doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   return doc;
 }
@@ -93,7 +97,7 @@ class ArgsSax {
   bool start_object(std::size_t n) {
     if (InNames()) return Bad();
     if (names_next_) return Bad();
-    ++depth_;
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
     return dom_.start_object(n);
   }
   bool end_object() {
@@ -108,7 +112,7 @@ class ArgsSax {
       has_names_ = true;
       return true;
     }
-    ++depth_;
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
     return dom_.start_array(n);
   }
   bool end_array() {
@@ -131,6 +135,7 @@ class ArgsSax {
   }
 
   bool bad_names() const { return bad_names_; }
+  bool too_deep() const { return too_deep_; }
   bool has_names() const { return has_names_; }
   std::vector<std::string>& names() { return names_; }
 
@@ -138,6 +143,12 @@ class ArgsSax {
   bool InNames() const { return in_names_; }
   bool Bad() {
     bad_names_ = true;
+    return false;
+  }
+  // Objects and arrays nested deeper than any Kubernetes object: refused before anything walks them
+  // recursively (copying a fitting node to echo it back, dumping the answer).
+  bool TooDeep() {
+    too_deep_ = true;
     return false;
   }
   // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
@@ -156,6 +167,7 @@ class ArgsSax {
   bool in_names_ = false;
   bool has_names_ = false;
   bool bad_names_ = false;
+  bool too_deep_ = false;
   std::vector<std::string> names_;
 };
 
@@ -220,6 +232,11 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   ArgsSax sax(root);
   const bool parsed_ok = json::sax_parse(body.begin(), body.end(), &sax);
   if (sax.bad_names()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
+  if (sax.too_deep()) {
+    return absl::InvalidArgumentError(StrCat("the request body is nested deeper than ",
+                                             formats::kMaxJsonDepth,
+                                             " levels of objects and arrays; no ExtenderArgs is"));
+  }
   if (!parsed_ok || root.is_discarded()) {
     return absl::InvalidArgumentError(
         "the request body is not valid JSON; kube-scheduler sends JSON objects");
@@ -241,11 +258,11 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
       return absl::InvalidArgumentError("Nodes.items must be a list");
     args.node_list = true;
     if (items != nullptr) {
-      for (const json& n : *items) {
+      for (json& n : const_cast<json&>(*items)) {  // root is ours: move the nodes out instead of copying
         std::string name = NodeName(n);
         if (name.empty()) return absl::InvalidArgumentError("a node in Nodes.items has no metadata.name");
         args.nodes.push_back(name);
-        args.node_objects[name] = n;
+        args.node_objects[name] = std::move(n);
       }
     }
   }
@@ -297,7 +314,7 @@ Response Extender::Filter(std::string_view body) {
   if (args->node_list) {
     json result;
     json items = json::array();
-    for (const std::string& n : outcome.fits) items.push_back(args->node_objects[n]);
+    for (const std::string& n : outcome.fits) items.push_back(std::move(args->node_objects[n]));
     result["Nodes"] = {
         {"apiVersion", "v1"}, {"kind", "NodeList"}, {"metadata", json::object()}, {"items", items}};
     result["NodeNames"] = nullptr;
@@ -441,7 +458,13 @@ Response Extender::Preempt(std::string_view body) {
         }
       }
       if (const json* n = Field(*it, "NumPDBViolations"); n != nullptr && n->is_number_integer()) {
-        pdb = n->get<int64_t>();
+        // Go's int64: an unsigned value above its range is not one (2^64-1 used to come back as -1).
+        std::optional<int64_t> v = formats::JsonIntIn(*n, 0, std::numeric_limits<int64_t>::max());
+        if (!v) {
+          return absl::InvalidArgumentError(StrCat("NumPDBViolations of node ", it.key(), " is ", n->dump(),
+                                                   "; expected a count from 0 to 2^63-1"));
+        }
+        pdb = *v;
       }
     }
     return absl::OkStatus();

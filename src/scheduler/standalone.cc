@@ -2,6 +2,7 @@
 
 #include "core/strings.h"
 #include "formats/assignment.h"
+#include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -29,8 +30,9 @@ void StandaloneBinder::Forget(const std::string& key) {
 
 Response ReleaseStandalone(ClusterCache& cache, StandaloneBinder& binder, std::string_view body) {
   using nlohmann::json;
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("PodUID") || !doc["PodUID"].is_string()) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(body, "the request body");
+  json doc = parsed.ok() ? *std::move(parsed) : json(nullptr);
+  if (!doc.is_object() || !doc.contains("PodUID") || !doc["PodUID"].is_string()) {
     return {
         400,
         json{{"Error", "release: send {\"PodUID\": ..., \"PodNamespace\": ..., \"PodName\": ...}"}}.dump()};

@@ -608,5 +608,18 @@ TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
   EXPECT_THAT(std::string(broken.status().message()), HasSubstr("fix its syntax"));
 }
 
+// A fake-API file nested 300,000 levels deep used to crash tessera-node (a recursive copy of "pods").
+TEST(FileNodeApiTest, DeeplyNestedFileIsAnErrorNotACrash) {
+  TempDir dir;
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  const std::string path =
+      dir.Write("api.json", R"({"pods": [{"spec": {"nodeName": "gpu-1"}, "x": )" + deep + "}]}");
+  FileNodeApi api(path, "gpu-1");
+  auto pods = api.ListNodePods();
+  ASSERT_FALSE(pods.ok());
+  EXPECT_THAT(std::string(pods.status().message()), HasSubstr("nested deeper than"));
+  EXPECT_FALSE(api.PostEvent({"ml", "a", "u-a", "Warning", "R", "m"}).ok());
+}
+
 }  // namespace
 }  // namespace tessera::node

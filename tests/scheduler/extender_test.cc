@@ -286,6 +286,47 @@ TEST_F(ExtenderTest, MalformedBodiesGet400WithAClearError) {
   EXPECT_EQ(extender_.counters().bad_request, 11u);
 }
 
+// A node object nested 100,000 levels deep in a NodeList used to be copied and echoed back through recursive
+// code and crash the scheduler (SIGSEGV); it is refused before anything walks it.
+TEST_F(ExtenderTest, DeeplyNestedBodiesAreRefusedNotWalked) {
+  const std::string pod = Pod("p", "u1", Share(50, 1024)).dump();
+  for (size_t depth : {size_t{300}, size_t{100000}, size_t{300000}}) {
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    const std::string node = R"({"metadata":{"name":"a100","x":)" + deep + "}}";
+    const std::string list = R"({"Pod":)" + pod + R"(,"Nodes":{"items":[)" + node + "]}}";
+    for (Response r : {extender_.Filter(list), extender_.Prioritize(list), extender_.Preempt(list)}) {
+      EXPECT_EQ(r.status, 400);
+      EXPECT_THAT(r.body, HasSubstr("nested deeper than 128")) << depth;
+    }
+    const std::string in_pod =
+        R"({"Pod":{"metadata":{"name":"p"},"spec":)" + deep + R"(},"NodeNames":["a"]})";
+    EXPECT_EQ(extender_.Filter(in_pod).status, 400);
+    const std::string bind = R"({"PodName":"p","PodNamespace":"d","PodUID":"u","Node":"n","x":)" + deep + "}";
+    EXPECT_THAT(extender_.Bind(bind).body, HasSubstr("nested deeper"));
+  }
+  // A node object of ordinary depth is still echoed back whole.
+  std::string ok_deep = std::string(100, '[') + std::string(100, ']');
+  const std::string list =
+      R"({"Pod":)" + pod + R"(,"Nodes":{"items":[{"metadata":{"name":"a100","x":)" + ok_deep + "}}]}}";
+  Response r = extender_.Filter(list);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["Nodes"]["items"][0]["metadata"]["x"].dump(), ok_deep);
+}
+
+// NumPDBViolations is Go's int64: 2^64-1 is not a count, and used to come back as -1.
+TEST_F(ExtenderTest, PdbViolationsOutsideInt64AreRefused) {
+  json args = {{"Pod", Pod("hp", "u-hp", Share(50, 1024))},
+               {"NodeNameToMetaVictims",
+                {{"t4-a", {{"Pods", {{{"UID", "x"}}}}, {"NumPDBViolations", 18446744073709551615ull}}}}}};
+  Response r = extender_.Preempt(args.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("NumPDBViolations"));
+  args["NodeNameToMetaVictims"]["t4-a"]["NumPDBViolations"] = 9223372036854775807ll;
+  r = extender_.Preempt(args.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["NodeNameToMetaVictims"]["t4-a"]["NumPDBViolations"], 9223372036854775807ll);
+}
+
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
   // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
   ClusterCache cache(Options());
