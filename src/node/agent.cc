@@ -9,12 +9,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "core/request_parser.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
+#include "formats/bounded_json.h"
 #include "node/cgroup.h"
 
 namespace tessera::node {
@@ -23,6 +26,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// A record is a few hundred bytes; anything far larger in the records directory is not one.
+constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 
 uint64_t MonotonicNs() {
   timespec ts{};
@@ -33,6 +39,34 @@ uint64_t MonotonicNs() {
 std::string Now() {
   return formats::FormatHeartbeat(std::chrono::system_clock::now());
 }
+
+// Opens (or creates) a region; the returned pointer unmaps it when its last holder (the agent or a region
+// job) lets go.
+std::shared_ptr<hook::SharedRegion> OpenRegion(const std::string& path, hook::Error* error) {
+  auto region = std::make_unique<hook::SharedRegion>();
+  if (!region->Open(path.c_str(), error)) return nullptr;
+  return std::shared_ptr<hook::SharedRegion>(region.release(), [](hook::SharedRegion* r) {
+    r->Close();
+    delete r;
+  });
+}
+
+// A region job: gives the region the record's limits (adding GPU entries takes the region's table lock)
+// and/or reclaims dead processes' slots (takes GPU locks). Returns the slots freed.
+int RegionWork(hook::SharedRegion& region, const std::optional<hook::Limits>& limits, bool reclaim) {
+  if (limits) {
+    hook::Error error;
+    for (int i = 0; i < limits->device_count; ++i) {
+      const int dev = region.FindOrAddDevice(limits->devices[i].uuid, &error);
+      if (dev >= 0) region.SetDeviceLimits(dev, limits->devices[i], MonotonicNs());
+    }
+  }
+  return reclaim ? region.ReclaimDeadSlots() : 0;
+}
+
+// Reclaims that freed nothing are retried at the next passes (the process may still be a zombie), this many
+// times.
+constexpr int kReclaimAttempts = 10;
 
 std::string Annotation(const NodePod& pod, const std::string& key) {
   auto it = pod.annotations.find(key);
@@ -178,11 +212,13 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
       api_(api),
       pod_resources_(pod_resources),
       inventory_(std::move(inventory)),
-      pods_(std::make_shared<std::vector<NodePod>>()) {
+      pods_(std::make_shared<std::vector<NodePod>>()),
+      region_jobs_(config_.region_lock_timeout, config_.clock) {
   registration_ = std::make_unique<RegistrationServer>(
       registration_socket(),
       RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
-                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }});
+                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }},
+      config_.registration);
 }
 
 NodeAgent::~NodeAgent() {
@@ -240,10 +276,7 @@ void NodeAgent::Stop() {
   if (thread_.joinable()) thread_.join();
   if (registration_) registration_->Stop();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, t] : tenants_) {
-    if (t.region) t.region->Close();
-    t.region.reset();
-  }
+  for (auto& [key, t] : tenants_) t.region.reset();  // unmapped now, or when a running job ends
 }
 
 void NodeAgent::Nudge() {
@@ -303,12 +336,9 @@ void NodeAgent::LoadRecords() {
       if (name.find(".tmp.") != std::string::npos) fs::remove(entry.path(), ec);  // a write cut short
       continue;
     }
-    std::ifstream in(entry.path());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
-    absl::StatusOr<ContainerRecord> r =
-        j.is_discarded() ? absl::InvalidArgumentError("not JSON") : FromJson(j);
+    absl::StatusOr<std::string> text = ReadTextFile(entry.path().string(), kMaxRecordBytes);
+    absl::StatusOr<json> j = text.ok() ? formats::ParseBoundedJson(*text, "the record") : text.status();
+    absl::StatusOr<ContainerRecord> r = j.ok() ? FromJson(*j) : j.status();
     if (!r.ok()) {
       log::Error("unreadable record; moved aside",
                  {{"file", entry.path().string()}, {"error", Message(r.status())}});
@@ -323,11 +353,10 @@ void NodeAgent::LoadRecords() {
       if (absl::Status s = WriteLimits(t.record); !s.ok())
         log::Error("cannot rewrite limits", {{"error", Message(s)}});
     }
-    t.region = std::make_unique<hook::SharedRegion>();
     hook::Error error;
-    if (!t.region->Open((fs::path(t.record.region_dir) / "region").c_str(), &error)) {
+    t.region = OpenRegion((fs::path(t.record.region_dir) / "region").string(), &error);
+    if (!t.region) {
       log::Error("cannot open a tenant's region", {{"tenant", t.record.key()}, {"error", error.text}});
-      t.region.reset();
     }
     loaded[t.record.key()] = std::move(t);
   }
@@ -352,13 +381,27 @@ absl::Status NodeAgent::WriteLimits(const ContainerRecord& r) const {
   return absl::OkStatus();
 }
 
-void NodeAgent::ApplyRegionLimits(Tenant* t) {
-  if (!t->region) return;
-  hook::Limits limits = LimitsFor(t->record);
-  hook::Error error;
-  for (int i = 0; i < limits.device_count; ++i) {
-    const int dev = t->region->FindOrAddDevice(limits.devices[i].uuid, &error);
-    if (dev >= 0) t->region->SetDeviceLimits(dev, limits.devices[i], MonotonicNs());
+void NodeAgent::RunFileOps(const std::vector<FileOp>& ops) {
+  int failed = 0;
+  for (const FileOp& op : ops) {
+    if (!op.remove.empty()) {
+      std::error_code ec;
+      fs::remove(op.remove, ec);
+      if (ec) {
+        ++failed;
+        log::Error("cannot remove a record", {{"file", op.remove}, {"error", ec.message()}});
+      }
+      continue;
+    }
+    if (absl::Status s = SaveRecord(op.save); !s.ok()) {
+      ++failed;
+      log::Error("cannot save a record; it is lost if the agent restarts now",
+                 {{"tenant", op.save.key()}, {"error", Message(s)}});
+    }
+  }
+  if (failed > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.record_errors += static_cast<uint64_t>(failed);
   }
 }
 
@@ -531,7 +574,6 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   if (absl::Status s = Materialize(&t); !s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     claims_.erase(key);
-    if (t.region) t.region->Close();
     return s;
   }
   kubelet::ContainerAllocation response = Response(t.record);
@@ -623,7 +665,7 @@ absl::Status NodeAgent::ReconcileOnce() {
   }
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
   std::shared_ptr<const std::vector<NodePod>> pods = Pods();
-  RetryReclaims();
+  SweepRegionJobs();  // jobs started since the last pass (a process exited)
   OpenRegions();
   ReconcilePodResources(*pods);
   ReportPhases(*pods);
@@ -638,6 +680,9 @@ absl::Status NodeAgent::ReconcileOnce() {
     }
   }
   Collect(*pods, pr_ok, kubelet_pods);
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);  // waits on no lock: Allocate and metrics go on meanwhile
+  SweepRegionJobs();
   return absl::OkStatus();
 }
 
@@ -686,42 +731,41 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
       continue;
     }
     if (!all) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const ContainerRecord& r : recs) {
-      auto t = tenants_.find(r.key());
-      if (t == tenants_.end()) continue;
-      t->second.record.reported = true;
-      if (absl::Status st = SaveRecord(t->second.record); !st.ok())
-        log::Warn("cannot save a record", {{"error", Message(st)}});
+    std::vector<FileOp> saves;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const ContainerRecord& r : recs) {
+        auto t = tenants_.find(r.key());
+        if (t == tenants_.end()) continue;
+        t->second.record.reported = true;
+        saves.push_back({t->second.record, ""});
+      }
     }
+    RunFileOps(saves);
   }
 }
 
 void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
-  std::vector<std::pair<std::string, uint64_t>> reloads;
+  std::vector<ContainerRecord> changed;  // the records as they become
+  std::vector<std::pair<NodeEvent, std::string>> events;
   {
+    // Decide under the lock; write, post and tell after it.
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, t] : tenants_) {
       if (!t.record.reported) continue;  // our own write has not landed yet
       auto p = by_uid.find(t.record.pod_uid);
       if (p == by_uid.end()) continue;
-      absl::StatusOr<formats::Assignment> a =
-          formats::ParseAssignment(Annotation(*p->second, formats::kAnnotationAssignment));
+      const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
+      absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
       if (!a.ok()) {
-        if (reported_problems_
-                .insert(StrCat(t.record.pod_uid, "|", Annotation(*p->second, formats::kAnnotationAssignment)))
-                .second) {
-          NodeEvent e{p->second->ns,
-                      p->second->name,
-                      p->second->uid,
-                      "Warning",
-                      "MalformedAssignment",
-                      StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
-                             "; the container keeps its current limits")};
-          if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
-          log::Warn(e.message, {{"pod", p->second->key()}});
+        if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
+          events.push_back(
+              {NodeEvent{p->second->ns, p->second->name, p->second->uid, "Warning", "MalformedAssignment",
+                         StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
+                                "; the container keeps its current limits")},
+               p->second->key()});
         }
         continue;
       }
@@ -733,24 +777,45 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
                   {{"pod", p->second->key()}, {"container", t.record.container}});
         continue;
       }
+      ContainerRecord r = t.record;
       for (size_t i = 0; i < c->vgpus.size(); ++i) {
-        t.record.vgpus[i].cores = c->vgpus[i].cores;
-        t.record.vgpus[i].memory = c->vgpus[i].memory;
-        t.record.vgpus[i].requested = c->vgpus[i].requested;
+        r.vgpus[i].cores = c->vgpus[i].cores;
+        r.vgpus[i].memory = c->vgpus[i].memory;
+        r.vgpus[i].requested = c->vgpus[i].requested;
       }
-      t.record.generation += 1;
-      if (absl::Status s = WriteLimits(t.record); !s.ok()) {
-        log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
-        continue;
-      }
-      ApplyRegionLimits(&t);
-      if (absl::Status s = SaveRecord(t.record); !s.ok())
-        log::Warn("cannot save a record", {{"error", Message(s)}});
-      ++stats_.limit_updates;
-      reloads.emplace_back(key, t.record.generation);
-      log::Info("limits changed", {{"tenant", key}, {"generation", StrCat(t.record.generation)}});
+      r.generation += 1;
+      changed.push_back(std::move(r));
     }
   }
+  for (const auto& [e, pod] : events) {
+    if (!api_->PostEvent(e).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.api_errors;
+    }
+    log::Warn(e.message, {{"pod", pod}});
+  }
+  std::vector<std::pair<std::string, uint64_t>> reloads;
+  for (const ContainerRecord& r : changed) {
+    if (absl::Status s = WriteLimits(r); !s.ok()) {
+      log::Error("cannot rewrite a limits file", {{"tenant", r.key()}, {"error", Message(s)}});
+      continue;
+    }
+    RunFileOps({{r, ""}});
+    std::lock_guard<std::mutex> lock(mu_);
+    auto t = tenants_.find(r.key());
+    if (t == tenants_.end()) continue;  // collected meanwhile
+    t->second.record = r;
+    t->second.limits_pending = true;
+    ++stats_.limit_updates;
+    reloads.emplace_back(r.key(), r.generation);
+    log::Info("limits changed", {{"tenant", r.key()}, {"generation", StrCat(r.generation)}});
+  }
+  if (reloads.empty()) return;
+  // The regions get the new limits before the processes are told to reload (a tenant holding its region's
+  // lock delays only this pass, and only up to region_wait).
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);
+  SweepRegionJobs();
   for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
 }
 
@@ -764,7 +829,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   std::map<std::string, std::string> uid_of;  // ns/name -> uid
   for (const NodePod& p : pods) uid_of[p.key()] = p.uid;
   std::vector<NodeEvent> events;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<FileOp> ops;  // done after the lock, in order
+  std::unique_lock<std::mutex> lock(mu_);
   for (const kubelet::PodResources& p : *list) {
     for (const kubelet::ContainerResources& c : p.containers) {
       std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
@@ -785,7 +851,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
         if (!r.confirmed) {
           r.confirmed = true;
-          [[maybe_unused]] absl::Status s = SaveRecord(r);
+          ops.push_back({r, ""});
         }
         continue;
       }
@@ -802,9 +868,13 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
           Signature(moved.record.vgpus, moved.record.compute_policy, moved.record.priority);
       ContainerRecord old_identity = moved.record;
       tenants_.erase(old_key);
+      // The old files go first: each record is saved under its new name after both are gone.
+      const std::string records_dir = (fs::path(config_.state_dir) / "records").string();
+      ops.push_back({{}, (fs::path(records_dir) / RecordFileName(old_identity)).string()});
       if (other != tenants_.end()) {
         Tenant second = std::move(other->second);
         tenants_.erase(other);
+        ops.push_back({{}, (fs::path(records_dir) / RecordFileName(second.record)).string()});
         const std::string new_sig =
             Signature(second.record.vgpus, second.record.compute_policy, second.record.priority);
         second.record.pod_uid = old_identity.pod_uid;
@@ -819,26 +889,29 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
                             "the kubelet started this pod with another pod's GPUs of a different shape; "
                             "delete the pod so that it is placed again"});
         }
-        fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(second.record));
-        [[maybe_unused]] absl::Status s2 = SaveRecord(second.record);
+        ops.push_back({second.record, ""});
         tenants_[second.record.key()] = std::move(second);
       }
-      fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(old_identity));
       moved.record.pod_uid = uid->second;
       moved.record.ns = p.ns;
       moved.record.pod_name = p.name;
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
-      [[maybe_unused]] absl::Status s1 = SaveRecord(moved.record);
+      ops.push_back({moved.record, ""});
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});
       tenants_[moved.record.key()] = std::move(moved);
       ++stats_.swaps;
     }
   }
+  lock.unlock();
+  RunFileOps(ops);
   for (const NodeEvent& e : events) {
-    if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
+    if (!api_->PostEvent(e).ok()) {
+      std::lock_guard<std::mutex> relock(mu_);
+      ++stats_.api_errors;
+    }
   }
 }
 
@@ -858,7 +931,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   const std::map<int, std::string> live = registration_->All();
-  std::vector<std::pair<ContainerRecord, std::unique_ptr<hook::SharedRegion>>> gone;
+  std::vector<std::pair<ContainerRecord, std::shared_ptr<hook::SharedRegion>>> gone;
   std::set<std::string> known_dirs;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -887,7 +960,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
   }
   for (auto& [r, region] : gone) {
-    if (region) region->Close();
+    region.reset();  // unmapped now, or when a running region job ends
     RemoveTenantFiles(r);
     log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
   }
@@ -977,44 +1050,141 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
 }
 
 void NodeAgent::OnGone(int pid, const std::string& tenant) {
-  // The process exited (or was killed): free what it held in the region now, not at the next charge. Until
-  // its parent reaps it the process is a zombie and still counts as alive; then the reconcile pass retries.
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = tenants_.find(tenant);
-  if (it == tenants_.end() || !it->second.region) return;
-  const int freed = it->second.region->ReclaimDeadSlots();
-  stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
-  if (freed <= 0) pending_reclaims_.insert(tenant);
-  log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}, {"slots_freed", StrCat(freed)}});
+  // The process exited (or was killed): free what it held in the region soon, not at the next charge. The
+  // reclaim takes the region's locks, which the tenant's other processes may hold: it runs as a region job.
+  // Until its parent reaps it the process is a zombie and still counts as alive; then later passes retry.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tenants_.find(tenant);
+    if (it == tenants_.end() || !it->second.region) return;
+    pending_reclaims_[tenant] = 0;
+  }
+  KickRegionJobs();
+  log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}});
 }
 
-void NodeAgent::OpenRegions() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, t] : tenants_) {
-    if (t.region) continue;
-    auto region = std::make_unique<hook::SharedRegion>();
-    hook::Error error;
-    const std::string path = (fs::path(t.record.region_dir) / "region").string();
-    if (!region->Open(path.c_str(), &error)) {
-      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
-      continue;
+void NodeAgent::KickRegionJobs() {
+  struct Start {
+    std::string key;
+    std::shared_ptr<hook::SharedRegion> region;
+    std::optional<hook::Limits> limits;
+    bool reclaim = false;
+  };
+  std::vector<Start> starts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, t] : tenants_) {
+      if (!t.region) continue;
+      const bool reclaim = pending_reclaims_.count(key) > 0;
+      if (!t.limits_pending && !reclaim) continue;
+      if (region_jobs_.Running(key)) continue;
+      Start st{key, t.region, std::nullopt, reclaim};
+      if (t.limits_pending) st.limits = LimitsFor(t.record);
+      t.limits_pending = false;
+      if (reclaim) reclaim_jobs_.insert(key);
+      starts.push_back(std::move(st));
     }
-    t.region = std::move(region);
-    ApplyRegionLimits(&t);
+  }
+  for (Start& st : starts) {
+    const bool started = region_jobs_.Start(
+        st.key, st.region, [limits = st.limits, reclaim = st.reclaim](hook::SharedRegion& r) {
+          return RegionWork(r, limits, reclaim);
+        });
+    if (started) continue;
+    // Another thread started one for this tenant meanwhile: ask again next time.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto t = tenants_.find(st.key);
+    if (t != tenants_.end() && st.limits) t->second.limits_pending = true;
+    if (st.reclaim) reclaim_jobs_.erase(st.key);
   }
 }
 
-void NodeAgent::RetryReclaims() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto key = pending_reclaims_.begin(); key != pending_reclaims_.end();) {
-    auto it = tenants_.find(*key);
-    if (it == tenants_.end() || !it->second.region) {
-      key = pending_reclaims_.erase(key);
+void NodeAgent::SweepRegionJobs() {
+  RegionJobs::Swept swept = region_jobs_.Sweep();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, freed] : swept.finished) {
+      if (reclaim_jobs_.erase(key) == 0) continue;
+      stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
+      auto p = pending_reclaims_.find(key);
+      if (p == pending_reclaims_.end()) continue;
+      if (freed > 0 || ++p->second >= kReclaimAttempts) pending_reclaims_.erase(p);
+    }
+  }
+  for (const std::string& key : swept.stuck) RebuildRegion(key);
+}
+
+void NodeAgent::RebuildRegion(const std::string& key) {
+  ContainerRecord record;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tenants_.find(key);
+    reclaim_jobs_.erase(key);
+    pending_reclaims_.erase(key);
+    if (it == tenants_.end()) return;
+    it->second.region.reset();  // the stuck job keeps the old mapping until the tenant lets go
+    it->second.record.generation += 1;
+    record = it->second.record;
+    ++stats_.regions_rebuilt;
+  }
+  // A new file under the same name: the tenant's processes keep the old one mapped until they reopen it;
+  // nothing of the agent's waits on its lock any more.
+  const std::string path = (fs::path(record.region_dir) / "region").string();
+  std::error_code ec;
+  fs::remove(path, ec);
+  hook::Error error;
+  std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
+  if (!region)
+    log::Error("cannot recreate a tenant's shared region", {{"tenant", key}, {"error", error.text}});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tenants_.find(key);
+    if (it != tenants_.end() && !it->second.region && region) {
+      it->second.region = std::move(region);
+      it->second.limits_pending = true;
+    }
+  }
+  if (absl::Status s = WriteLimits(record); !s.ok()) {
+    log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
+  }
+  RunFileOps({{record, ""}});
+  KickRegionJobs();
+  registration_->PushReload(key, record.generation);
+  const std::string message =
+      StrCat("a process of container ", record.container, " held its shared region's lock for more than ",
+             config_.region_lock_timeout.count(),
+             " ms; the region was replaced by a new one and its processes told to reload (memory accounting "
+             "restarts from the new region)");
+  log::Warn(message, {{"tenant", key}});
+  if (absl::Status s =
+          api_->PostEvent({record.ns, record.pod_name, record.pod_uid, "Warning", "RegionLockHeld", message});
+      !s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.api_errors;
+  }
+}
+
+void NodeAgent::OpenRegions() {
+  // Creating a region writes and fsyncs half a MiB: done without the lock.
+  std::vector<std::pair<std::string, std::string>> todo;  // key, path
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, t] : tenants_) {
+      if (!t.region) todo.emplace_back(key, (fs::path(t.record.region_dir) / "region").string());
+    }
+  }
+  for (const auto& [key, path] : todo) {
+    hook::Error error;
+    std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
+    if (!region) {
+      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
       continue;
     }
-    const int freed = it->second.region->ReclaimDeadSlots();
-    stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
-    key = freed > 0 ? pending_reclaims_.erase(key) : std::next(key);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tenants_.find(key);
+    if (it == tenants_.end() || it->second.region) continue;
+    it->second.region = std::move(region);
+    it->second.limits_pending = true;
   }
 }
 
@@ -1161,7 +1331,9 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_registrations_total", stats_.registrations},
       {"tessera_registrations_refused_total", stats_.registrations_refused},
       {"tessera_region_slots_reclaimed_total", stats_.slots_reclaimed},
-      {"tessera_api_errors_total", stats_.api_errors}};
+      {"tessera_api_errors_total", stats_.api_errors},
+      {"tessera_regions_rebuilt_total", stats_.regions_rebuilt},
+      {"tessera_record_errors_total", stats_.record_errors}};
   for (const auto& [name, value] : counters) {
     StrAppend(&out, "# TYPE ", name, " counter\n", name, " ", value, "\n");
   }

@@ -19,7 +19,9 @@
 //   /usr/lib/tessera) + ld.so.preload
 //
 // Thread-safety: every public method may be called from any thread; Allocate runs concurrently on the gRPC
-// threads and holds the agent's mutex only to claim a container (no I/O under it).
+// threads. The agent's mutex is held only to read or change its maps: never across a file write, an API call
+// or a region lock. Work on tenants' regions (which tenants can lock) runs on RegionJobs' threads; a tenant
+// that holds its region's lock longer than `region_lock_timeout` gets a new region (docs/security.md).
 #ifndef TESSERA_NODE_AGENT_H_
 #define TESSERA_NODE_AGENT_H_
 
@@ -39,9 +41,11 @@
 #include "formats/assignment.h"
 #include "formats/inventory.h"
 #include "hook/common/region.h"
+#include "k8s/clock.h"
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"
+#include "node/region_jobs.h"
 #include "node/registration_server.h"
 
 namespace tessera::node {
@@ -65,6 +69,13 @@ struct NodeAgentConfig {
   std::string resource_name = "tessera.dev/gpu";
   std::chrono::milliseconds resync{2000};      // background reconcile period
   std::chrono::milliseconds heartbeat{10000};  // node annotation refresh period
+  // A region job (adding a GPU entry, reclaiming dead processes' slots) still waiting for the tenant's lock
+  // after this long means the tenant holds it: the region is rebuilt.
+  std::chrono::milliseconds region_lock_timeout{5000};
+  // How long a reconcile pass waits for the region jobs it started before going on (they keep running).
+  std::chrono::milliseconds region_wait{5000};
+  RegistrationLimits registration;    // caps of the registration socket
+  const k8s::Clock* clock = nullptr;  // null: the real clock
 };
 
 // The agent's record of one container's allocation: persisted in records/, rebuilt from it after a restart.
@@ -101,6 +112,8 @@ struct AgentStats {
   uint64_t slots_reclaimed = 0;  // region slots of dead processes freed
   uint64_t reconciles = 0;
   uint64_t api_errors = 0;
+  uint64_t regions_rebuilt = 0;  // regions replaced because a tenant held their lock too long
+  uint64_t record_errors = 0;    // records that could not be saved or removed
 };
 
 class NodeAgent : public kubelet::AllocationBackend {
@@ -147,7 +160,14 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Candidate;
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
-    std::unique_ptr<hook::SharedRegion> region;
+    // Shared with region jobs, which may outlive the tenant; unmapped when the last holder lets go.
+    std::shared_ptr<hook::SharedRegion> region;
+    bool limits_pending = false;  // the region has not got the record's limits yet
+  };
+  // A file operation decided under the lock and done after it.
+  struct FileOp {
+    ContainerRecord save;  // saved when `remove` is empty
+    std::string remove;    // a record file to remove
   };
 
   absl::StatusOr<kubelet::ContainerAllocation> AllocateOne(const kubelet::AllocateContainerRequest& request);
@@ -159,7 +179,12 @@ class NodeAgent : public kubelet::AllocationBackend {
   absl::Status SaveRecord(const ContainerRecord& record) const;
   void LoadRecords();
   absl::Status WriteLimits(const ContainerRecord& record) const;
-  void ApplyRegionLimits(Tenant* tenant);
+  // Starts region jobs for tenants whose region needs limits or a reclaim; never waits on a region.
+  void KickRegionJobs();
+  // Collects finished region jobs and rebuilds the regions of tenants that hold their lock too long.
+  void SweepRegionJobs();
+  void RebuildRegion(const std::string& key);
+  void RunFileOps(const std::vector<FileOp>& ops);
   std::shared_ptr<const std::vector<NodePod>> Pods() const;
   absl::Status RefreshPods();
   void Event(const NodePod& pod, const std::string& type, const std::string& reason,
@@ -172,7 +197,6 @@ class NodeAgent : public kubelet::AllocationBackend {
   void RemoveTenantFiles(const ContainerRecord& record);
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
-  void RetryReclaims();
   void OpenRegions();  // creates the regions of new tenants
   void Loop();
 
@@ -186,9 +210,14 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::map<std::string, Tenant> tenants_;  // by record key
   std::set<std::string> claims_;           // keys being allocated right now
   std::shared_ptr<const std::vector<NodePod>> pods_;
-  std::set<std::string> pending_reclaims_;   // tenants whose exited process was not reaped yet (zombie)
+  // Tenants with a process gone whose slots are to be reclaimed -> reclaims that freed nothing so far (the
+  // process may still be a zombie).
+  std::map<std::string, int> pending_reclaims_;
   std::set<std::string> reported_problems_;  // "<uid>|<annotation>" already told as an event
   AgentStats stats_;
+
+  RegionJobs region_jobs_;
+  std::set<std::string> reclaim_jobs_;  // tenants whose running region job is a reclaim (guarded by mu_)
 
   std::mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
   std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_;

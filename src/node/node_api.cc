@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/files.h"
 #include "core/strings.h"
@@ -102,6 +103,7 @@ absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
 
 absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const std::string& name,
                                                   const AnnotationPatch& patch) {
+  Delay();
   std::lock_guard<std::mutex> lock(mu_);
   if (fail_patches_ > 0) {
     --fail_patches_;
@@ -114,15 +116,47 @@ absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const s
 }
 
 absl::Status InMemoryNodeApi::PatchNodeAnnotations(const AnnotationPatch& patch) {
+  Delay();
   std::lock_guard<std::mutex> lock(mu_);
   ApplyPatch(&node_annotations_, patch);
   return absl::OkStatus();
 }
 
 absl::Status InMemoryNodeApi::PostEvent(const NodeEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Delay();
+  std::unique_lock<std::mutex> lock(mu_);
+  ++events_waiting_;
+  held_cv_.wait(lock, [&] { return !hold_events_; });
+  --events_waiting_;
   events_.push_back(event);
   return absl::OkStatus();
+}
+
+void InMemoryNodeApi::Delay() const {
+  std::chrono::milliseconds d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    d = delay_;
+  }
+  if (d.count() > 0) std::this_thread::sleep_for(d);
+}
+
+void InMemoryNodeApi::SetCallDelay(std::chrono::milliseconds delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  delay_ = delay;
+}
+
+void InMemoryNodeApi::HoldEvents(bool hold) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_events_ = hold;
+  }
+  held_cv_.notify_all();
+}
+
+int InMemoryNodeApi::events_waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_waiting_;
 }
 
 void InMemoryNodeApi::UpsertPod(NodePod pod) {

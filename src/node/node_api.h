@@ -15,6 +15,8 @@
 #ifndef TESSERA_NODE_NODE_API_H_
 #define TESSERA_NODE_NODE_API_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -73,7 +75,9 @@ class NodeApi {
 // A v1.Pod JSON object -> NodePod. Errors name the field.
 absl::StatusOr<NodePod> NodePodFromJson(const nlohmann::json& pod);
 
-// In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail.
+// In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail. Slowness
+// injection: SetCallDelay(d) makes every patch and event take `d` (an API server far away); HoldEvents(true)
+// makes PostEvent wait until HoldEvents(false) (an API server that hangs).
 class InMemoryNodeApi : public NodeApi {
  public:
   explicit InMemoryNodeApi(std::string node_name) : node_name_(std::move(node_name)) {}
@@ -91,6 +95,9 @@ class InMemoryNodeApi : public NodeApi {
   std::vector<NodeEvent> events() const;
   void FailPatches(int n);
   int list_calls() const;
+  void SetCallDelay(std::chrono::milliseconds delay);
+  void HoldEvents(bool hold);
+  int events_waiting() const;  // PostEvent calls held right now
 
  private:
   const std::string node_name_;
@@ -100,6 +107,11 @@ class InMemoryNodeApi : public NodeApi {
   std::vector<NodeEvent> events_;
   int fail_patches_ = 0;
   int list_calls_ = 0;
+  std::chrono::milliseconds delay_{0};
+  bool hold_events_ = false;
+  int events_waiting_ = 0;
+  std::condition_variable held_cv_;
+  void Delay() const;
 };
 
 // A JSON file standing in for the API server (standalone nodes, demos): {"pods": [v1.Pod...], "node":
