@@ -269,17 +269,45 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   return args;
 }
 
+size_t Extender::ApproxBytes(const std::string& uid, const core::PodRequest& r) {
+  size_t n = sizeof(core::PodRequest) + 2 * uid.size() + 128 + r.ns.value().size() + r.name.size() +
+             r.uid.value().size();
+  for (const core::ContainerRequest& c : r.containers) {
+    n += sizeof(c) + c.name.size() + c.vgpus.size() * sizeof(core::VGpuDemand);
+  }
+  for (const auto* list : {&r.model_include, &r.model_exclude}) {
+    for (const std::string& m : *list) n += sizeof(m) + m.size();
+  }
+  for (const auto* list : {&r.uuid_include, &r.uuid_exclude}) {
+    for (const core::GpuUuid& u : *list) n += sizeof(u) + u.value().size();
+  }
+  return n;
+}
+
 void Extender::Remember(const core::PodRequest& request, const formats::PodObject& pod) {
-  std::lock_guard<std::mutex> lock(mu_);
   const std::string& uid = pod.spec.uid;
   if (uid.empty()) return;
-  if (auto it = recent_index_.find(uid); it != recent_index_.end()) recent_.erase(it->second);
+  const size_t bytes = ApproxBytes(uid, request);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = recent_index_.find(uid); it != recent_index_.end()) {
+    recent_bytes_ -= ApproxBytes(uid, it->second->second);
+    recent_.erase(it->second);
+    recent_index_.erase(it);
+  }
+  if (bytes > options_.remembered_bytes) return;  // larger than the whole budget: bind reads it again
   recent_.emplace_front(uid, request);
   recent_index_[uid] = recent_.begin();
-  while (recent_.size() > options_.remembered_pods) {
+  recent_bytes_ += bytes;
+  while (recent_.size() > options_.remembered_pods || recent_bytes_ > options_.remembered_bytes) {
+    recent_bytes_ -= ApproxBytes(recent_.back().first, recent_.back().second);
     recent_index_.erase(recent_.back().first);
     recent_.pop_back();
   }
+}
+
+size_t Extender::remembered_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recent_bytes_;
 }
 
 std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {

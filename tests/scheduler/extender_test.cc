@@ -327,6 +327,35 @@ TEST_F(ExtenderTest, PdbViolationsOutsideInt64AreRefused) {
   EXPECT_EQ(json::parse(r.body)["NodeNameToMetaVictims"]["t4-a"]["NumPDBViolations"], 9223372036854775807ll);
 }
 
+// Pods remembered for their bind are bounded by bytes, not only by count: 60 pods with 8 MB annotations used
+// to keep 1.7 GB.
+TEST(ExtenderMemoryTest, RememberedPodsAreBoundedByBytes) {
+  CacheOptions o;
+  o.policy = "binpack";
+  ClusterCache cache(o);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("t4-a", 4, core::MiB(15360), "T4")).ok());
+  StandaloneBinder binder;
+  ExtenderOptions eo;
+  eo.remembered_bytes = 4 << 20;
+  Extender extender(cache, binder, nullptr, {}, eo);
+  std::string models;
+  while (models.size() < (1u << 20))
+    models += "A100-SXM4-80GB-variant-" + std::to_string(models.size()) + ",";
+  models += "T4";
+  for (int i = 0; i < 20; ++i) {
+    const std::string uid = "u" + std::to_string(i);
+    json pod = Pod("p" + uid, uid, Share(10, 100), {{"tessera.dev/gpu-model", models}});
+    Response r = extender.Filter(json{{"Pod", pod}, {"NodeNames", {"t4-a"}}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(extender.remembered_bytes(), eo.remembered_bytes);
+  }
+  EXPECT_GT(extender.remembered_bytes(), 2u << 20);  // the newest ones are kept
+  // The newest pod binds from memory.
+  Response bind =
+      extender.Bind(R"({"PodName":"pu19","PodNamespace":"default","PodUID":"u19","Node":"t4-a"})");
+  EXPECT_EQ(json::parse(bind.body)["Error"], "");
+}
+
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
   // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
   ClusterCache cache(Options());
