@@ -350,6 +350,14 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
       kAnnotationPriority, kAnnotationComputePolicy, kAnnotationNumaBind};
   for (const auto& [key, value] : pod.annotations) {
     if (!key.starts_with("tessera.dev/")) continue;
+    // A resource written as an annotation asks for nothing: say so instead of scheduling without it.
+    for (const char* resource : {kResourceGpu, kResourceCores, kResourceMemory, kResourceMemoryPercent}) {
+      if (key == resource) {
+        return absl::InvalidArgumentError(
+            StrCat(key, " is a resource, not an annotation: move \"", key, ": ", value,
+                   "\" to a container's resources.limits"));
+      }
+    }
     if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&](const char* k) { return key == k; }) !=
         kUserKeys.end()) {
       continue;

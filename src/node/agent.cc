@@ -64,6 +64,17 @@ int RegionWork(hook::SharedRegion& region, const std::optional<hook::Limits>& li
   return reclaim ? region.ReclaimDeadSlots() : 0;
 }
 
+// Whether `name` (a pod UID, a container name) can be one component of a path under the state directory:
+// 1-253 characters of [A-Za-z0-9._-], not "." or "..". Kubernetes UIDs and container names always are; an
+// edited annotation or API file may not be.
+bool SafePathName(std::string_view name) {
+  if (name.empty() || name.size() > 253 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_';
+  });
+}
+
 // Reclaims that freed nothing are retried at the next passes (the process may still be a zombie), this many
 // times.
 constexpr int kReclaimAttempts = 10;
@@ -471,7 +482,9 @@ absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& ui
   return a;
 }
 
-absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector<NodePod>& pods) {
+absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>& device_ids,
+                                                 const std::vector<NodePod>& pods) {
+  const size_t count = device_ids.size();
   // Parse outside the lock; malformed annotations are reported once per pod and value.
   std::vector<std::pair<const NodePod*, formats::Assignment>> parsed;
   for (const NodePod& pod : pods) {
@@ -488,6 +501,16 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     } else if (a->node.value() != config_.node_name) {
       problem = StrCat("tessera.dev/assignment names node ", a->node.value(), " but the pod is bound to ",
                        config_.node_name, "; delete the pod to reschedule");
+    } else if (!SafePathName(pod.uid)) {
+      problem = StrCat("the pod's UID \"", pod.uid, "\" cannot name a directory; the pod gets no GPU");
+    } else {
+      for (const core::ContainerAssignment& c : a->containers) {
+        if (!SafePathName(c.name)) {
+          problem = StrCat("tessera.dev/assignment names container \"", c.name,
+                           "\", which cannot name a directory (a Kubernetes container name is a DNS label); "
+                           "delete the pod to reschedule");
+        }
+      }
     }
     if (!problem.empty()) {
       bool first = false;
@@ -511,7 +534,27 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& x, const Candidate& y) { return x.sort_key < y.sort_key; });
+  std::set<std::string> live;
+  for (const NodePod& p : pods) {
+    if (!p.terminated()) live.insert(p.uid);
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  // A device slot is one container's: the kubelet handing one out twice (a lost checkpoint) is refused while
+  // its holder lives, or the records could no longer be told apart.
+  for (const std::string& id : device_ids) {
+    if (devices_in_flight_.count(id) > 0) {
+      return absl::AlreadyExistsError(StrCat("device ", id, " is being allocated to another container"));
+    }
+    for (const auto& [key, t] : tenants_) {
+      if (live.count(t.record.pod_uid) == 0) continue;
+      if (std::find(t.record.device_ids.begin(), t.record.device_ids.end(), id) !=
+          t.record.device_ids.end()) {
+        return absl::AlreadyExistsError(StrCat("device ", id, " is already allocated to ", t.record.ns, "/",
+                                               t.record.pod_name, " container ", t.record.container,
+                                               ", which still runs; the kubelet must not hand it out twice"));
+      }
+    }
+  }
   for (const Candidate& c : candidates) {
     const std::string key = c.pod->uid + "/" + c.container->name;
     if (tenants_.count(key) > 0 || claims_.count(key) > 0) continue;
@@ -538,6 +581,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     r.compute_policy = Annotation(*c.pod, core::kAnnotationComputePolicy) == "elastic" ? "elastic" : "hard";
     r.priority = Annotation(*c.pod, core::kAnnotationPriority) == "high" ? "high" : "low";
     claims_.insert(key);
+    devices_in_flight_.insert(device_ids.begin(), device_ids.end());
     return r;
   }
   return absl::NotFoundError("none");
@@ -546,14 +590,20 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
 absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
     const kubelet::AllocateContainerRequest& req) {
   const size_t count = req.devices.size();
-  absl::StatusOr<ContainerRecord> claimed = Claim(count, *Pods());
+  std::vector<std::string> device_ids;
+  for (const kubelet::DeviceSlot& d : req.devices) device_ids.push_back(d.id);
+  absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods());
+  if (absl::IsAlreadyExists(claimed.status()))
+    return absl::FailedPreconditionError(Message(claimed.status()));
   if (!claimed.ok()) {
     // The pod may have been bound a moment ago: look again with a fresh list.
     if (absl::Status s = RefreshPods(); !s.ok()) {
       return absl::UnavailableError(StrCat("cannot list this node's pods from the API server: ", Message(s),
                                            "; the kubelet will retry"));
     }
-    claimed = Claim(count, *Pods());
+    claimed = Claim(device_ids, *Pods());
+    if (absl::IsAlreadyExists(claimed.status()))
+      return absl::FailedPreconditionError(Message(claimed.status()));
   }
   if (!claimed.ok()) {
     return absl::FailedPreconditionError(
@@ -571,15 +621,19 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
       (fs::path(config_.state_dir) / "regions" / t.record.pod_uid / t.record.container).string();
   t.record.allocated_at = Now();
   const std::string key = t.record.key();
+  auto release = [&] {
+    claims_.erase(key);
+    for (const std::string& id : device_ids) devices_in_flight_.erase(id);
+  };
   if (absl::Status s = Materialize(&t); !s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    claims_.erase(key);
+    release();
     return s;
   }
   kubelet::ContainerAllocation response = Response(t.record);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    claims_.erase(key);
+    release();
     tenants_[key] = std::move(t);
   }
   return response;

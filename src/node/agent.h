@@ -173,7 +173,9 @@ class NodeAgent : public kubelet::AllocationBackend {
   absl::StatusOr<kubelet::ContainerAllocation> AllocateOne(const kubelet::AllocateContainerRequest& request);
   // Picks and claims the oldest matching container; NotFound when none.
   absl::StatusOr<formats::Assignment> ParseCached(const std::string& uid, const std::string& text);
-  absl::StatusOr<ContainerRecord> Claim(size_t count, const std::vector<NodePod>& pods);
+  // AlreadyExists when a device slot is held by a live container or being allocated.
+  absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
+                                        const std::vector<NodePod>& pods);
   absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
   kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
   absl::Status SaveRecord(const ContainerRecord& record) const;
@@ -207,8 +209,9 @@ class NodeAgent : public kubelet::AllocationBackend {
 
   mutable std::mutex mu_;  // guards everything below (never held across I/O except the tiny region reads)
   formats::GpuInventory inventory_;
-  std::map<std::string, Tenant> tenants_;  // by record key
-  std::set<std::string> claims_;           // keys being allocated right now
+  std::map<std::string, Tenant> tenants_;    // by record key
+  std::set<std::string> claims_;             // keys being allocated right now
+  std::set<std::string> devices_in_flight_;  // device slots of those claims
   std::shared_ptr<const std::vector<NodePod>> pods_;
   // Tenants with a process gone whose slots are to be reclaimed -> reclaims that freed nothing so far (the
   // process may still be a zombie).

@@ -758,6 +758,48 @@ TEST_F(AgentTest, RegistrationSocketCapsIdleConnectionsAndRecovers) {
   conn.Close();
 }
 
+// Container names and pod UIDs become directory names: "../" in an edited assignment used to escape the
+// state directory (and later Allocates failed with "disk full?").
+TEST_F(AgentTest, NamesThatCannotBeDirectoriesAreRefused) {
+  NodePod p = BoundPod(0, {{0, 30, 1024}});
+  auto a = formats::ParseAssignment(p.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].name = "../../../escaped";
+  p.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(p);
+  NodePod q = BoundPod(1, {{1, 30, 1024}});
+  q.uid = "../uid";
+  api_.UpsertPod(q);
+  auto agent = StartAgent();
+  auto r = Client()->Allocate({{"GPU-0::0"}});
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(agent->Records().empty());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/escaped"));
+  EXPECT_FALSE(fs::exists(config_.state_dir + "/escaped"));
+  std::string messages;
+  for (const NodeEvent& e : api_.events()) messages += e.message + "\n";
+  EXPECT_THAT(messages, HasSubstr("cannot name a directory"));
+  // A good pod is still served.
+  api_.UpsertPod(BoundPod(2, {{2, 30, 1024}}));
+  EXPECT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
+}
+
+// The kubelet handing one device slot to two containers (a lost checkpoint) is refused while the first
+// holder runs: the agent used to record the same device ID for both.
+TEST_F(AgentTest, ADeviceSlotIsNeverGivenToTwoLiveContainers) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  auto twice = Client()->Allocate({{"GPU-0::0"}});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(std::string(twice.status().message()), HasSubstr("already allocated to default/pod-0"));
+  EXPECT_EQ(agent->Records().size(), 1u);
+  // Once its holder is gone, the slot may be given again.
+  api_.DeletePod("default", "pod-0");
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+}
+
 TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
   TempDir dir;
   const std::string path = dir.Write("api.json", R"({"pods": [
