@@ -10,6 +10,24 @@ bool BoundedDomBuilder::parse_error(std::size_t position, const std::string& tok
   return dom_.parse_error(position, token, e);
 }
 
+std::string DumpJson(const nlohmann::json& v, int indent) {
+  return v.dump(indent, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+// The parser's message quotes the input it stopped at: keep it printable ASCII.
+std::string Printable(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    out.push_back(u >= 0x20 && u < 0x7f ? c : '?');
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status BoundedJsonError(const BoundedDomBuilder& builder, std::string_view what) {
   if (builder.too_deep()) {
     return absl::InvalidArgumentError(StrCat(what, " is nested deeper than ", builder.max_depth(),
@@ -17,10 +35,10 @@ absl::Status BoundedJsonError(const BoundedDomBuilder& builder, std::string_view
   }
   if (builder.error().find("number overflow") != std::string::npos) {
     return absl::InvalidArgumentError(
-        StrCat(what, " holds a number outside the range of a double: ", builder.error()));
+        StrCat(what, " holds a number outside the range of a double: ", Printable(builder.error())));
   }
   if (!builder.error().empty()) {
-    return absl::InvalidArgumentError(StrCat(what, " is not valid JSON: ", builder.error()));
+    return absl::InvalidArgumentError(StrCat(what, " is not valid JSON: ", Printable(builder.error())));
   }
   return absl::InvalidArgumentError(StrCat(what, " is not valid JSON"));
 }

@@ -88,6 +88,11 @@ absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, std::stri
 // never truncates: 4294967297 is not 1, and 18446744073709551615 is not -1.
 std::optional<int64_t> JsonIntIn(const nlohmann::json& v, int64_t min, int64_t max);
 
+// `v` as compact JSON (or indented, indent >= 0), with invalid UTF-8 in strings replaced by U+FFFD instead of
+// throwing. Every document that carries text from outside (messages quoting input, names from files) is
+// written with it: nlohmann's dump() throws type_error 316 on a stray byte, which ended a server thread.
+std::string DumpJson(const nlohmann::json& v, int indent = -1);
+
 // The error ParseBoundedJson gives for `builder` after a failed parse; for custom SAX handlers built on it.
 absl::Status BoundedJsonError(const BoundedDomBuilder& builder, std::string_view what);
 

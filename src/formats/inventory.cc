@@ -248,6 +248,8 @@ absl::StatusOr<std::chrono::system_clock::time_point> ParseHeartbeat(std::string
   }
   const year_month_day ymd{year(y), month(static_cast<unsigned>(mo)), day(static_cast<unsigned>(d))};
   if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return bad("the date or time is out of range");
+  // Nanoseconds since 1970 in 64 bits reach 1677-2262; outside that the arithmetic below would overflow.
+  if (y < 1970 || y > 2200) return bad("the year is outside 1970-2200");
   size_t pos = 19;
   nanoseconds frac{0};
   if (pos < text.size() && text[pos] == '.') {

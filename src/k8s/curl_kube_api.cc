@@ -345,7 +345,7 @@ class CurlKubeApi final : public KubeApi {
   }
 
   absl::StatusOr<Json> Create(const ResourceType& type, std::string_view ns, const Json& object) override {
-    std::string body = object.dump();
+    std::string body = formats::DumpJson(object);
     return JsonCall("POST", CollectionPath(type, NamespaceFor(type, ns, object)), &body, "application/json",
                     {});
   }
@@ -355,7 +355,7 @@ class CurlKubeApi final : public KubeApi {
     absl::StatusOr<std::string> path =
         ObjectPath(type, NamespaceFor(type, ns, object), Name(object), subresource);
     if (!path.ok()) return path.status();
-    std::string body = object.dump();
+    std::string body = formats::DumpJson(object);
     return JsonCall("PUT", *path, &body, "application/json", {});
   }
 
@@ -363,7 +363,7 @@ class CurlKubeApi final : public KubeApi {
                              PatchType patch_type, const Json& patch, std::string_view subresource) override {
     absl::StatusOr<std::string> path = ObjectPath(type, ns, name, subresource);
     if (!path.ok()) return path.status();
-    std::string body = patch.dump();
+    std::string body = formats::DumpJson(patch);
     return JsonCall("PATCH", *path, &body, std::string(ContentType(patch_type)), {});
   }
 
@@ -378,7 +378,7 @@ class CurlKubeApi final : public KubeApi {
     }
     if (o.grace_period_seconds) opts["gracePeriodSeconds"] = *o.grace_period_seconds;
     if (!o.propagation_policy.empty()) opts["propagationPolicy"] = o.propagation_policy;
-    std::string body = opts.dump();
+    std::string body = formats::DumpJson(opts);
     return JsonCall("DELETE", *path, &body, "application/json", {}).status();
   }
 
@@ -386,7 +386,7 @@ class CurlKubeApi final : public KubeApi {
                                          std::string_view subresource, const Json& body) override {
     absl::StatusOr<std::string> path = ObjectPath(type, ns, name, subresource);
     if (!path.ok()) return path.status();
-    std::string text = body.dump();
+    std::string text = formats::DumpJson(body);
     return JsonCall("POST", *path, &text, "application/json", {});
   }
 

@@ -328,7 +328,7 @@ absl::Status NodeAgent::SaveRecord(const ContainerRecord& r) const {
   const std::string tmp = StrCat(path.string(), ".tmp.", gettid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << ToJson(r).dump() << "\n";
+    out << formats::DumpJson(ToJson(r)) << "\n";
     out.flush();
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; is ", config_.state_dir, " full?"));
   }

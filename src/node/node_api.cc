@@ -247,7 +247,7 @@ absl::Status WriteApiFile(const std::string& path, const json& doc) {
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(2) << "\n";
+    out << formats::DumpJson(doc, 2) << "\n";
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; check the directory is writable"));
   }
   std::error_code ec;

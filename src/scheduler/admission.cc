@@ -72,11 +72,11 @@ Response Reply(const Review& review, json response) {
   response["uid"] = review.uid;
   json out = {
       {"apiVersion", review.api_version}, {"kind", "AdmissionReview"}, {"response", std::move(response)}};
-  return {200, out.dump()};
+  return {200, formats::DumpJson(out)};
 }
 
 Response Malformed(std::string_view what) {
-  return {400, json{{"error", StrCat("admission: ", what)}}.dump()};
+  return {400, formats::DumpJson(json{{"error", StrCat("admission: ", what)}})};
 }
 
 }  // namespace
@@ -133,7 +133,7 @@ Response Admission::Mutate(std::string_view body) const {
   json response = {{"allowed", true}};
   if (!patch.empty()) {
     response["patchType"] = "JSONPatch";
-    response["patch"] = Base64(patch.dump());
+    response["patch"] = Base64(formats::DumpJson(patch));
   }
   return Reply(*review, std::move(response));
 }

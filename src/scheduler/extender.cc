@@ -40,7 +40,7 @@ const json* Field(const json& object, std::string_view name) {
 }
 
 Response BadRequest(std::string_view verb, std::string_view what) {
-  return {400, json{{"Error", StrCat(verb, ": ", what)}}.dump()};
+  return {400, formats::DumpJson(json{{"Error", StrCat(verb, ": ", what)}})};
 }
 
 absl::StatusOr<json> ParseBody(std::string_view body) {
@@ -349,7 +349,7 @@ Response Extender::Filter(std::string_view body) {
     result["FailedNodes"] = outcome.failed;
     result["FailedAndUnresolvableNodes"] = outcome.unresolvable;
     result["Error"] = "";
-    return {200, result.dump()};
+    return {200, formats::DumpJson(result)};
   }
   // Written by hand: the answer may name thousands of nodes (see ArgsSax).
   std::string out;
@@ -414,9 +414,8 @@ Response Extender::Bind(std::string_view body) {
   auto fail = [&](std::string_view why) {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.bind_failed;
-    return Response{
-        200,
-        json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ", target.node, ": ", why)}}.dump()};
+    return Response{200, formats::DumpJson(json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ",
+                                                                 target.node, ": ", why)}})};
   };
   std::optional<core::PodRequest> request = Recall(target.uid);
   if (!request) {
@@ -524,7 +523,7 @@ Response Extender::Preempt(std::string_view body) {
     for (const std::string& uid : v.first) pods.push_back({{"UID", uid}});
     result[node] = {{"Pods", pods}, {"NumPDBViolations", v.second}};
   }
-  return {200, json{{"NodeNameToMetaVictims", result}}.dump()};
+  return {200, formats::DumpJson(json{{"NodeNameToMetaVictims", result}})};
 }
 
 std::vector<std::string> Extender::SyncChangedShares() {

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "core/strings.h"
 #include "httplib.h"
+#include "formats/bounded_json.h"
 #include "scheduler/guarded_http.h"
 #include "nlohmann/json.hpp"
 
@@ -90,7 +91,7 @@ std::string InspectJson(const core::Cluster& cluster, const std::map<std::string
     nodes.push_back(
         {{"name", n.name().value()}, {"schedulable", n.schedulable()}, {"gpus", std::move(gpus)}});
   }
-  return json{{"nodes", std::move(nodes)}}.dump();
+  return formats::DumpJson(json{{"nodes", std::move(nodes)}});
 }
 
 ExtenderServer::ExtenderServer(Extender& extender, const Admission* admission, ClusterCache& cache)

@@ -183,6 +183,16 @@ TEST(HeartbeatTest, FormatAndParse) {
   EXPECT_EQ(*ParseHeartbeat(FormatHeartbeat(now)), now);
 }
 
+// Found by fuzz/inventory_fuzz: year 0001 overflowed 64-bit nanoseconds (undefined behaviour).
+TEST(HeartbeatTest, YearsOutsideTheClockAreRefused) {
+  for (const char* t : {"0001-01-01T00:00:00Z", "1056-06-01T00:00:00Z", "9999-12-31T23:59:59Z"}) {
+    absl::StatusOr<std::chrono::system_clock::time_point> p = ParseHeartbeat(t);
+    ASSERT_FALSE(p.ok()) << t;
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("1970-2200"));
+  }
+  EXPECT_TRUE(ParseHeartbeat("2026-11-22T08:14:03.120Z").ok());
+}
+
 TEST(HeartbeatTest, Malformed) {
   for (const char* bad : {"", "yesterday", "2026-11-22", "2026-11-22T08:14:03", "2026-13-22T08:14:03Z",
                           "2026-02-30T08:14:03Z", "2026-11-22T25:14:03Z", "2026-11-22T08:14:03.Z",

@@ -131,6 +131,19 @@ TEST(AdmissionTest, DeeplyNestedReviewsGet400) {
   }
 }
 
+// Found by fuzz/admission_review_fuzz: the parser's message quotes the bytes it stopped at, and dumping
+// invalid UTF-8 threw (std::terminate). Every answer is JSON, whatever the body holds.
+TEST(AdmissionTest, InvalidUtf8GetsAJsonAnswer) {
+  Admission admission({"tessera-scheduler", {}});
+  for (const std::string& body :
+       {std::string("{\"request\": \"\xA1\"}"), std::string("{\"a\":1}\xff\xfe"), std::string("\xA1")}) {
+    for (const Response& r : {admission.Mutate(body), admission.Validate(body)}) {
+      EXPECT_EQ(r.status, 400);
+      EXPECT_TRUE(json::accept(r.body)) << r.body;
+    }
+  }
+}
+
 TEST(AdmissionTest, MalformedReviewsGet400) {
   Admission admission({"tessera-scheduler", {}});
   for (const char* body : {"", "{", "[]", R"({"request":{}})", R"({"request":"x"})"}) {

@@ -313,6 +313,18 @@ TEST_F(ExtenderTest, DeeplyNestedBodiesAreRefusedNotWalked) {
   EXPECT_EQ(json::parse(r.body)["Nodes"]["items"][0]["metadata"]["x"].dump(), ok_deep);
 }
 
+// Found by fuzz/admission_review_fuzz (the same code serves the extender): an error quoting invalid UTF-8
+// must still be a JSON answer.
+TEST_F(ExtenderTest, InvalidUtf8GetsAJsonAnswer) {
+  const std::string body =
+      std::string(R"({"Pod":{"metadata":{"name":")") + "\xA1\xA1" + R"("}},"NodeNames":["a"]})";
+  for (Response r :
+       {extender_.Filter(body), extender_.Prioritize(body), extender_.Preempt(body), extender_.Bind(body)}) {
+    EXPECT_EQ(r.status, 400);
+    EXPECT_TRUE(json::accept(r.body)) << r.body;
+  }
+}
+
 // NumPDBViolations is Go's int64: 2^64-1 is not a count, and used to come back as -1.
 TEST_F(ExtenderTest, PdbViolationsOutsideInt64AreRefused) {
   json args = {{"Pod", Pod("hp", "u-hp", Share(50, 1024))},
