@@ -36,10 +36,6 @@ uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::string Now() {
-  return formats::FormatHeartbeat(std::chrono::system_clock::now());
-}
-
 // Opens (or creates) a region; the returned pointer unmaps it when its last holder (the agent or a region
 // job) lets go.
 std::shared_ptr<hook::SharedRegion> OpenRegion(const std::string& path, hook::Error* error) {
@@ -232,6 +228,14 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
       config_.registration);
 }
 
+std::chrono::system_clock::time_point NodeAgent::WallNow() const {
+  return config_.clock != nullptr ? config_.clock->Now() : std::chrono::system_clock::now();
+}
+
+std::chrono::steady_clock::time_point NodeAgent::SteadyNow() const {
+  return config_.clock != nullptr ? config_.clock->Steady() : std::chrono::steady_clock::now();
+}
+
 NodeAgent::~NodeAgent() {
   Stop();
 }
@@ -271,7 +275,7 @@ absl::Status NodeAgent::Start(bool background) {
     log::Warn("cannot list this node's pods yet; will retry", {{"error", Message(s)}});
   }
   if (background) {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     stopping_ = false;
     thread_ = std::thread([this] { Loop(); });
   }
@@ -280,28 +284,28 @@ absl::Status NodeAgent::Start(bool background) {
 
 void NodeAgent::Stop() {
   {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     stopping_ = true;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   if (registration_) registration_->Stop();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, t] : tenants_) t.region.reset();  // unmapped now, or when a running job ends
 }
 
 void NodeAgent::Nudge() {
   {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     nudged_ = true;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
 }
 
 void NodeAgent::Loop() {
-  auto next_heartbeat = std::chrono::steady_clock::now();
+  auto next_heartbeat = SteadyNow();
   while (true) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = SteadyNow();
     if (now >= next_heartbeat) {
       if (absl::Status s = PublishInventory(); !s.ok()) {
         log::Warn("cannot publish the node's inventory", {{"error", Message(s)}});
@@ -309,13 +313,17 @@ void NodeAgent::Loop() {
       next_heartbeat = now + config_.heartbeat;
     }
     if (absl::Status s = ReconcileOnce(); !s.ok()) log::Warn("reconcile failed", {{"error", Message(s)}});
-    std::unique_lock<std::mutex> lock(loop_mu_);
-    loop_cv_.wait_for(lock,
-                      std::min<std::chrono::milliseconds>(
-                          config_.resync, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              next_heartbeat - std::chrono::steady_clock::now()) +
-                                              std::chrono::milliseconds(1)),
-                      [this] { return stopping_ || nudged_; });
+    const auto wait = std::min<std::chrono::milliseconds>(
+        config_.resync, std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - SteadyNow()) +
+                            std::chrono::milliseconds(1));
+    MutexLock lock(&loop_mu_);
+    const auto until = std::chrono::steady_clock::now() + wait;  // a real wait, whatever the clock seam says
+    while (!stopping_ && !nudged_) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      loop_cv_.WaitFor(&loop_mu_, left);
+    }
     if (stopping_) return;
     nudged_ = false;
   }
@@ -371,7 +379,7 @@ void NodeAgent::LoadRecords() {
     }
     loaded[t.record.key()] = std::move(t);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, t] : loaded) tenants_[key] = std::move(t);
   if (!loaded.empty()) log::Info("records loaded", {{"containers", StrCat(loaded.size())}});
 }
@@ -411,7 +419,7 @@ void NodeAgent::RunFileOps(const std::vector<FileOp>& ops) {
     }
   }
   if (failed > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stats_.record_errors += static_cast<uint64_t>(failed);
   }
 }
@@ -435,19 +443,19 @@ absl::Status NodeAgent::Materialize(Tenant* t) {
 // --- pods ------------------------------------------------------------------------------------------------
 
 std::shared_ptr<const std::vector<NodePod>> NodeAgent::Pods() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pods_;
 }
 
 absl::Status NodeAgent::RefreshPods() {
   absl::StatusOr<std::vector<NodePod>> pods = api_->ListNodePods();
   if (!pods.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.api_errors;
     return pods.status();
   }
   auto snapshot = std::make_shared<const std::vector<NodePod>>(std::move(*pods));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_ = std::move(snapshot);
   return absl::OkStatus();
 }
@@ -471,12 +479,12 @@ void NodeAgent::Event(const NodePod& pod, const std::string& type, const std::st
 
 absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& uid, const std::string& text) {
   {
-    std::lock_guard<std::mutex> lock(parse_mu_);
+    MutexLock lock(&parse_mu_);
     auto it = parse_cache_.find(uid);
     if (it != parse_cache_.end() && it->second.first == text) return it->second.second;
   }
   absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
-  std::lock_guard<std::mutex> lock(parse_mu_);
+  MutexLock lock(&parse_mu_);
   if (parse_cache_.size() > 4096) parse_cache_.clear();
   parse_cache_[uid] = {text, a};
   return a;
@@ -515,7 +523,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
     if (!problem.empty()) {
       bool first = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         first = reported_problems_.insert(StrCat(pod.uid, "|", text)).second;
       }
       if (first) Event(pod, "Warning", "MalformedAssignment", problem);
@@ -538,7 +546,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
   for (const NodePod& p : pods) {
     if (!p.terminated()) live.insert(p.uid);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A device slot is one container's: the kubelet handing one out twice (a lost checkpoint) is refused while
   // its holder lives, or the records could no longer be told apart.
   for (const std::string& id : device_ids) {
@@ -619,21 +627,19 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
       (fs::path(config_.state_dir) / "containers" / t.record.pod_uid / t.record.container).string();
   t.record.region_dir =
       (fs::path(config_.state_dir) / "regions" / t.record.pod_uid / t.record.container).string();
-  t.record.allocated_at = Now();
+  t.record.allocated_at = formats::FormatHeartbeat(WallNow());
   const std::string key = t.record.key();
-  auto release = [&] {
+  if (absl::Status s = Materialize(&t); !s.ok()) {
+    MutexLock lock(&mu_);
     claims_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);
-  };
-  if (absl::Status s = Materialize(&t); !s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    release();
     return s;
   }
   kubelet::ContainerAllocation response = Response(t.record);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    release();
+    MutexLock lock(&mu_);
+    claims_.erase(key);
+    for (const std::string& id : device_ids) devices_in_flight_.erase(id);
     tenants_[key] = std::move(t);
   }
   return response;
@@ -677,7 +683,7 @@ absl::StatusOr<std::vector<kubelet::ContainerAllocation>> NodeAgent::Allocate(
   std::vector<kubelet::ContainerAllocation> out;
   for (const kubelet::AllocateContainerRequest& c : request.containers) {
     absl::StatusOr<kubelet::ContainerAllocation> a = AllocateOne(c);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!a.ok()) {
       ++stats_.allocation_errors;
       return a.status();
@@ -691,7 +697,7 @@ absl::StatusOr<std::vector<kubelet::ContainerAllocation>> NodeAgent::Allocate(
 
 absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& request) {
   // Every device must belong to a record: the container starts with limits in place.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const kubelet::DeviceSlot& d : request.devices) {
     bool found = false;
     for (const auto& [key, t] : tenants_) {
@@ -712,9 +718,9 @@ absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& re
 // --- reconcile -------------------------------------------------------------------------------------------
 
 absl::Status NodeAgent::ReconcileOnce() {
-  std::lock_guard<std::mutex> pass(reconcile_mu_);
+  MutexLock pass(&reconcile_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.reconciles;
   }
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
@@ -745,7 +751,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
   // tessera.dev/phase: allocated once every GPU container of the pod is allocated.
   std::map<std::string, std::vector<ContainerRecord>> by_uid;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, t] : tenants_) by_uid[t.record.pod_uid].push_back(t.record);
   }
   for (const NodePod& pod : pods) {
@@ -779,7 +785,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
     if (patch.empty()) continue;
     absl::Status s = api_->PatchPodAnnotations(pod.ns, pod.name, patch);
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.api_errors;
       log::Warn("cannot write the pod's phase; will retry", {{"pod", pod.key()}, {"error", Message(s)}});
       continue;
@@ -787,7 +793,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
     if (!all) continue;
     std::vector<FileOp> saves;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const ContainerRecord& r : recs) {
         auto t = tenants_.find(r.key());
         if (t == tenants_.end()) continue;
@@ -806,7 +812,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::vector<std::pair<NodeEvent, std::string>> events;
   {
     // Decide under the lock; write, post and tell after it.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [key, t] : tenants_) {
       if (!t.record.reported) continue;  // our own write has not landed yet
       auto p = by_uid.find(t.record.pod_uid);
@@ -823,8 +829,9 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
         }
         continue;
       }
-      auto c = std::find_if(a->containers.begin(), a->containers.end(),
-                            [&](const core::ContainerAssignment& x) { return x.name == t.record.container; });
+      auto c =
+          std::find_if(a->containers.begin(), a->containers.end(),
+                       [&t = t](const core::ContainerAssignment& x) { return x.name == t.record.container; });
       if (c == a->containers.end() || SameLimits(c->vgpus, t.record.vgpus)) continue;
       if (!SameGpus(c->vgpus, t.record.vgpus)) {
         log::Warn("assignment names other GPUs than the running container has; ignored",
@@ -843,7 +850,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   }
   for (const auto& [e, pod] : events) {
     if (!api_->PostEvent(e).ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.api_errors;
     }
     log::Warn(e.message, {{"pod", pod}});
@@ -855,7 +862,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
       continue;
     }
     RunFileOps({{r, ""}});
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto t = tenants_.find(r.key());
     if (t == tenants_.end()) continue;  // collected meanwhile
     t->second.record = r;
@@ -884,7 +891,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   for (const NodePod& p : pods) uid_of[p.key()] = p.uid;
   std::vector<NodeEvent> events;
   std::vector<FileOp> ops;  // done after the lock, in order
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const kubelet::PodResources& p : *list) {
     for (const kubelet::ContainerResources& c : p.containers) {
       std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
@@ -959,11 +966,11 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       ++stats_.swaps;
     }
   }
-  lock.unlock();
+  lock.Release();
   RunFileOps(ops);
   for (const NodeEvent& e : events) {
     if (!api_->PostEvent(e).ok()) {
-      std::lock_guard<std::mutex> relock(mu_);
+      MutexLock relock(&mu_);
       ++stats_.api_errors;
     }
   }
@@ -988,7 +995,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   std::vector<std::pair<ContainerRecord, std::shared_ptr<hook::SharedRegion>>> gone;
   std::set<std::string> known_dirs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       const ContainerRecord& r = it->second.record;
       auto p = by_uid.find(r.pod_uid);
@@ -1042,7 +1049,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
 absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const hook::Hello& hello) {
   absl::StatusOr<CgroupIdentity> id = IdentifyProcess(config_.proc_root, pid);
   auto refuse = [&](absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.registrations_refused;
     return s;
   };
@@ -1061,7 +1068,7 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
     return "";
   };
   std::string name = container_name_of(id->pod_uid);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<const Tenant*> mine;
   for (const auto& [key, t] : tenants_) {
     if (t.record.pod_uid == id->pod_uid) mine.push_back(&t);
@@ -1108,7 +1115,7 @@ void NodeAgent::OnGone(int pid, const std::string& tenant) {
   // reclaim takes the region's locks, which the tenant's other processes may hold: it runs as a region job.
   // Until its parent reaps it the process is a zombie and still counts as alive; then later passes retry.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tenants_.find(tenant);
     if (it == tenants_.end() || !it->second.region) return;
     pending_reclaims_[tenant] = 0;
@@ -1126,7 +1133,7 @@ void NodeAgent::KickRegionJobs() {
   };
   std::vector<Start> starts;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [key, t] : tenants_) {
       if (!t.region) continue;
       const bool reclaim = pending_reclaims_.count(key) > 0;
@@ -1146,7 +1153,7 @@ void NodeAgent::KickRegionJobs() {
         });
     if (started) continue;
     // Another thread started one for this tenant meanwhile: ask again next time.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto t = tenants_.find(st.key);
     if (t != tenants_.end() && st.limits) t->second.limits_pending = true;
     if (st.reclaim) reclaim_jobs_.erase(st.key);
@@ -1156,7 +1163,7 @@ void NodeAgent::KickRegionJobs() {
 void NodeAgent::SweepRegionJobs() {
   RegionJobs::Swept swept = region_jobs_.Sweep();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, freed] : swept.finished) {
       if (reclaim_jobs_.erase(key) == 0) continue;
       stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
@@ -1171,7 +1178,7 @@ void NodeAgent::SweepRegionJobs() {
 void NodeAgent::RebuildRegion(const std::string& key) {
   ContainerRecord record;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tenants_.find(key);
     reclaim_jobs_.erase(key);
     pending_reclaims_.erase(key);
@@ -1191,7 +1198,7 @@ void NodeAgent::RebuildRegion(const std::string& key) {
   if (!region)
     log::Error("cannot recreate a tenant's shared region", {{"tenant", key}, {"error", error.text}});
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tenants_.find(key);
     if (it != tenants_.end() && !it->second.region && region) {
       it->second.region = std::move(region);
@@ -1213,7 +1220,7 @@ void NodeAgent::RebuildRegion(const std::string& key) {
   if (absl::Status s =
           api_->PostEvent({record.ns, record.pod_name, record.pod_uid, "Warning", "RegionLockHeld", message});
       !s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.api_errors;
   }
 }
@@ -1222,7 +1229,7 @@ void NodeAgent::OpenRegions() {
   // Creating a region writes and fsyncs half a MiB: done without the lock.
   std::vector<std::pair<std::string, std::string>> todo;  // key, path
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, t] : tenants_) {
       if (!t.region) todo.emplace_back(key, (fs::path(t.record.region_dir) / "region").string());
     }
@@ -1234,7 +1241,7 @@ void NodeAgent::OpenRegions() {
       log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tenants_.find(key);
     if (it == tenants_.end() || it->second.region) continue;
     it->second.region = std::move(region);
@@ -1247,16 +1254,16 @@ void NodeAgent::OpenRegions() {
 absl::Status NodeAgent::PublishInventory() {
   std::string inventory;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     inventory = formats::SerializeGpuInventory(inventory_);
   }
-  return api_->PatchNodeAnnotations(
-      {{formats::kGpuInventoryAnnotation, inventory}, {formats::kHeartbeatAnnotation, Now()}});
+  return api_->PatchNodeAnnotations({{formats::kGpuInventoryAnnotation, inventory},
+                                     {formats::kHeartbeatAnnotation, formats::FormatHeartbeat(WallNow())}});
 }
 
 void NodeAgent::SetGpuHealth(const core::GpuUuid& uuid, bool healthy, const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (formats::InventoryGpu& g : inventory_.gpus) {
       if (g.info.uuid != uuid) continue;
       g.info.health = healthy ? core::GpuHealth::kHealthy : core::GpuHealth::kUnhealthy;
@@ -1268,7 +1275,7 @@ void NodeAgent::SetGpuHealth(const core::GpuUuid& uuid, bool healthy, const std:
 }
 
 std::vector<ContainerRecord> NodeAgent::Records() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<ContainerRecord> out;
   for (const auto& [key, t] : tenants_) out.push_back(t.record);
   return out;
@@ -1279,7 +1286,7 @@ std::vector<int> NodeAgent::TenantPids(const std::string& pod_uid, const std::st
 }
 
 AgentStats NodeAgent::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -1288,7 +1295,7 @@ std::string NodeAgent::MetricsText() const {
   std::map<std::string, int> procs_of;
   for (const auto& [pid, tenant] : procs) ++procs_of[tenant];
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   struct GpuSum {
     uint64_t mem_used = 0, mem_limit = 0;
     double cores_used = 0, cores_limit = 0;

@@ -27,16 +27,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/request.h"
 #include "formats/assignment.h"
 #include "formats/inventory.h"
@@ -201,35 +201,41 @@ class NodeAgent : public kubelet::AllocationBackend {
   void OnGone(int pid, const std::string& tenant);
   void OpenRegions();  // creates the regions of new tenants
   void Loop();
+  // Time through the clock seam (config.clock).
+  std::chrono::system_clock::time_point WallNow() const;
+  std::chrono::steady_clock::time_point SteadyNow() const;
 
   const NodeAgentConfig config_;
   NodeApi* const api_;
   kubelet::PodResourcesClient* const pod_resources_;
   std::unique_ptr<RegistrationServer> registration_;
 
-  mutable std::mutex mu_;  // guards everything below (never held across I/O except the tiny region reads)
-  formats::GpuInventory inventory_;
-  std::map<std::string, Tenant> tenants_;    // by record key
-  std::set<std::string> claims_;             // keys being allocated right now
-  std::set<std::string> devices_in_flight_;  // device slots of those claims
-  std::shared_ptr<const std::vector<NodePod>> pods_;
+  // Guards the members below it. Held only to read or change them: never across a file write, an API call,
+  // a region lock or a call into the registration server.
+  mutable Mutex mu_;
+  formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);    // by record key
+  std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);             // keys being allocated right now
+  std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims
+  std::shared_ptr<const std::vector<NodePod>> pods_ ABSL_GUARDED_BY(mu_);
   // Tenants with a process gone whose slots are to be reclaimed -> reclaims that freed nothing so far (the
   // process may still be a zombie).
-  std::map<std::string, int> pending_reclaims_;
-  std::set<std::string> reported_problems_;  // "<uid>|<annotation>" already told as an event
-  AgentStats stats_;
+  std::map<std::string, int> pending_reclaims_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // "<uid>|<annotation>" already told
+  AgentStats stats_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> reclaim_jobs_ ABSL_GUARDED_BY(mu_);  // tenants whose running region job reclaims
 
-  RegionJobs region_jobs_;
-  std::set<std::string> reclaim_jobs_;  // tenants whose running region job is a reclaim (guarded by mu_)
+  RegionJobs region_jobs_;  // internally synchronized
 
-  std::mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
-  std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_;
+  Mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
+  std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_
+      ABSL_GUARDED_BY(parse_mu_);
 
-  std::mutex reconcile_mu_;  // one reconcile pass at a time
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool nudged_ = false;
-  bool stopping_ = false;
+  Mutex reconcile_mu_;  // one reconcile pass at a time (held across its I/O; Allocate never takes it)
+  Mutex loop_mu_;       // the background loop's wake-up
+  bool nudged_ ABSL_GUARDED_BY(loop_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(loop_mu_) = false;
+  CondVar loop_cv_;  // signalled when stopping_ or nudged_ is set
   std::thread thread_;
 };
 

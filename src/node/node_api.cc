@@ -93,7 +93,7 @@ absl::StatusOr<NodePod> NodePodFromJson(const json& pod) {
 // --- InMemoryNodeApi --------------------------------------------------------------------------------------
 
 absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++list_calls_;
   std::vector<NodePod> out;
   out.reserve(pods_.size());
@@ -104,7 +104,7 @@ absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
 absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const std::string& name,
                                                   const AnnotationPatch& patch) {
   Delay();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (fail_patches_ > 0) {
     --fail_patches_;
     return absl::UnavailableError("injected failure: the API server is unavailable");
@@ -117,16 +117,16 @@ absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const s
 
 absl::Status InMemoryNodeApi::PatchNodeAnnotations(const AnnotationPatch& patch) {
   Delay();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ApplyPatch(&node_annotations_, patch);
   return absl::OkStatus();
 }
 
 absl::Status InMemoryNodeApi::PostEvent(const NodeEvent& event) {
   Delay();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++events_waiting_;
-  held_cv_.wait(lock, [&] { return !hold_events_; });
+  while (hold_events_) held_cv_.Wait(&mu_);
   --events_waiting_;
   events_.push_back(event);
   return absl::OkStatus();
@@ -135,64 +135,64 @@ absl::Status InMemoryNodeApi::PostEvent(const NodeEvent& event) {
 void InMemoryNodeApi::Delay() const {
   std::chrono::milliseconds d;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     d = delay_;
   }
   if (d.count() > 0) std::this_thread::sleep_for(d);
 }
 
 void InMemoryNodeApi::SetCallDelay(std::chrono::milliseconds delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   delay_ = delay;
 }
 
 void InMemoryNodeApi::HoldEvents(bool hold) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     hold_events_ = hold;
   }
-  held_cv_.notify_all();
+  held_cv_.SignalAll();
 }
 
 int InMemoryNodeApi::events_waiting() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return events_waiting_;
 }
 
 void InMemoryNodeApi::UpsertPod(NodePod pod) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_[pod.key()] = std::move(pod);
 }
 
 void InMemoryNodeApi::DeletePod(const std::string& ns, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_.erase(ns + "/" + name);
 }
 
 std::optional<NodePod> InMemoryNodeApi::GetPod(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pods_.find(ns + "/" + name);
   if (it == pods_.end()) return std::nullopt;
   return it->second;
 }
 
 std::map<std::string, std::string> InMemoryNodeApi::node_annotations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return node_annotations_;
 }
 
 std::vector<NodeEvent> InMemoryNodeApi::events() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return events_;
 }
 
 void InMemoryNodeApi::FailPatches(int n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fail_patches_ = n;
 }
 
 int InMemoryNodeApi::list_calls() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return list_calls_;
 }
 
@@ -266,7 +266,7 @@ std::string NodeNameOf(const json& pod) {
 }  // namespace
 
 absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();
@@ -283,7 +283,7 @@ absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
 }
 
 absl::Status FileNodeApi::Update(const std::function<absl::StatusOr<bool>(json*)>& edit) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();

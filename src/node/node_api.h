@@ -16,15 +16,15 @@
 #define TESSERA_NODE_NODE_API_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace tessera::node {
@@ -101,16 +101,16 @@ class InMemoryNodeApi : public NodeApi {
 
  private:
   const std::string node_name_;
-  mutable std::mutex mu_;
-  std::map<std::string, NodePod> pods_;  // by ns/name
-  std::map<std::string, std::string> node_annotations_;
-  std::vector<NodeEvent> events_;
-  int fail_patches_ = 0;
-  int list_calls_ = 0;
-  std::chrono::milliseconds delay_{0};
-  bool hold_events_ = false;
-  int events_waiting_ = 0;
-  std::condition_variable held_cv_;
+  mutable Mutex mu_;
+  std::map<std::string, NodePod> pods_ ABSL_GUARDED_BY(mu_);  // by ns/name
+  std::map<std::string, std::string> node_annotations_ ABSL_GUARDED_BY(mu_);
+  std::vector<NodeEvent> events_ ABSL_GUARDED_BY(mu_);
+  int fail_patches_ ABSL_GUARDED_BY(mu_) = 0;
+  int list_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds delay_ ABSL_GUARDED_BY(mu_){0};
+  bool hold_events_ ABSL_GUARDED_BY(mu_) = false;
+  int events_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar held_cv_;  // signalled when hold_events_ changes
   void Delay() const;
 };
 
@@ -135,7 +135,7 @@ class FileNodeApi : public NodeApi {
 
   const std::string path_;
   const std::string node_name_;
-  std::mutex mu_;
+  Mutex mu_;  // one call at a time in this process (the flock orders processes)
 };
 
 }  // namespace tessera::node

@@ -21,7 +21,7 @@ std::chrono::steady_clock::time_point RegionJobs::Now() const {
 bool RegionJobs::Start(const std::string& tenant, std::shared_ptr<hook::SharedRegion> region, Job job) {
   auto state = std::make_shared<State>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (running_.count(tenant) > 0) return false;
     state->started = Now();
     running_[tenant] = state;
@@ -37,7 +37,7 @@ bool RegionJobs::Start(const std::string& tenant, std::shared_ptr<hook::SharedRe
 RegionJobs::Swept RegionJobs::Sweep() {
   Swept out;
   const auto now = Now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto it = running_.begin(); it != running_.end();) {
     const State& s = *it->second;
     if (s.done.load()) {
@@ -60,7 +60,7 @@ bool RegionJobs::WaitIdle(std::chrono::milliseconds max) const {
   while (true) {
     bool idle = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [tenant, s] : running_) idle &= s->done.load();
     }
     if (idle) return true;
@@ -70,12 +70,12 @@ bool RegionJobs::WaitIdle(std::chrono::milliseconds max) const {
 }
 
 bool RegionJobs::Running(const std::string& tenant) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return running_.count(tenant) > 0;
 }
 
 int RegionJobs::abandoned() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int n = 0;
   for (const auto& s : abandoned_) n += s->done.load() ? 0 : 1;
   return n;

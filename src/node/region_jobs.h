@@ -20,10 +20,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "hook/common/region.h"
 #include "k8s/clock.h"
 
@@ -60,9 +61,9 @@ class RegionJobs {
 
   const std::chrono::milliseconds timeout_;
   const k8s::Clock* const clock_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<State>> running_;
-  std::vector<std::shared_ptr<State>> abandoned_;
+  mutable Mutex mu_;  // guards the two maps below; held for no I/O and no region lock
+  std::map<std::string, std::shared_ptr<State>> running_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<State>> abandoned_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::node

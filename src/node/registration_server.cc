@@ -76,7 +76,7 @@ void RegistrationServer::Stop() {
   [[maybe_unused]] ssize_t w = write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [fd, c] : conns_) close(fd);
     conns_.clear();
   }
@@ -96,7 +96,7 @@ void RegistrationServer::Loop() {
     fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
     }
     const std::chrono::milliseconds wait = std::min<std::chrono::milliseconds>(ExpirePending(), kPollCap);
@@ -107,7 +107,7 @@ void RegistrationServer::Loop() {
       if (fds[i].revents == 0) continue;
       Conn* c = nullptr;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         auto it = conns_.find(fds[i].fd);
         if (it != conns_.end()) c = &it->second;
       }
@@ -125,7 +125,7 @@ void RegistrationServer::AcceptAll() {
         // No descriptor left: the listening socket stays readable and poll() would spin. Free the reserve,
         // take the waiting connection and close it, shed the oldest pending one, and take the reserve back.
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           ++stats_.emfile;
         }
         close(reserve_fd_);
@@ -141,7 +141,7 @@ void RegistrationServer::AcceptAll() {
     }
     if (connection_count() >= limits_.max_connections && !EvictOldestPending()) {
       close(fd);  // every connection is a registered process: the cap holds
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.refused;
       continue;
     }
@@ -152,13 +152,13 @@ void RegistrationServer::AcceptAll() {
     c.fd = fd;
     c.opened = std::chrono::steady_clock::now();
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.pid = cred.pid;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     conns_[fd] = std::move(c);
   }
 }
 
 size_t RegistrationServer::PendingCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [fd, c] : conns_) n += c.tenant.empty() ? 1 : 0;
   return n;
@@ -167,7 +167,7 @@ size_t RegistrationServer::PendingCount() const {
 bool RegistrationServer::EvictOldestPending() {
   Conn* oldest = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [fd, c] : conns_) {
       if (c.tenant.empty() && (oldest == nullptr || c.opened < oldest->opened)) oldest = &c;
     }
@@ -183,7 +183,7 @@ std::chrono::milliseconds RegistrationServer::ExpirePending() {
   std::vector<Conn*> expired;
   auto next = std::chrono::steady_clock::time_point::max();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [fd, c] : conns_) {
       if (!c.tenant.empty()) continue;
       const auto deadline = c.opened + limits_.hello_timeout;
@@ -201,12 +201,12 @@ std::chrono::milliseconds RegistrationServer::ExpirePending() {
 }
 
 size_t RegistrationServer::connection_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return conns_.size();
 }
 
 RegistrationServer::Stats RegistrationServer::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -263,7 +263,7 @@ bool RegistrationServer::OnReadable(Conn* c) {
   char out[hook::kMaxLine];
   const size_t len = hook::FormatAgentMessage(reply, out, sizeof(out));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (len > 0) [[maybe_unused]]
       ssize_t w = send(c->fd, out, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (accepted.ok()) c->tenant = accepted->tenant;
@@ -278,7 +278,7 @@ void RegistrationServer::Close(Conn* c) {
   const int pid = c->pid;
   std::string tenant;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tenant = c->tenant;
     close(c->fd);
     conns_.erase(c->fd);
@@ -293,7 +293,7 @@ int RegistrationServer::PushReload(const std::string& tenant, uint64_t generatio
   char out[hook::kMaxLine];
   const size_t len = hook::FormatAgentMessage(m, out, sizeof(out));
   int told = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [fd, c] : conns_) {
     if (c.tenant != tenant) continue;
     if (send(fd, out, len, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(len)) ++told;
@@ -303,7 +303,7 @@ int RegistrationServer::PushReload(const std::string& tenant, uint64_t generatio
 
 std::vector<int> RegistrationServer::Pids(const std::string& tenant) const {
   std::vector<int> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [fd, c] : conns_) {
     if (c.tenant == tenant) out.push_back(c.pid);
   }
@@ -312,7 +312,7 @@ std::vector<int> RegistrationServer::Pids(const std::string& tenant) const {
 
 std::map<int, std::string> RegistrationServer::All() const {
   std::map<int, std::string> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [fd, c] : conns_) {
     if (!c.tenant.empty()) out[c.pid] = c.tenant;
   }

@@ -28,12 +28,13 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "hook/common/registration.h"
 
 namespace tessera::node {
@@ -110,9 +111,11 @@ class RegistrationServer {
   int reserve_fd_ = -1;  // held so that a descriptor can be freed to shed connections when none is left
   int wake_fd_ = -1;
   std::thread thread_;
-  mutable std::mutex mu_;      // guards conns_' tenant/pid and writes to accepted connections
-  std::map<int, Conn> conns_;  // by fd
-  Stats stats_;
+  // Guards the map (inserts and erases happen on the server's thread, under it), each Conn's tenant and pid,
+  // and writes to accepted connections.
+  mutable Mutex mu_;
+  std::map<int, Conn> conns_ ABSL_GUARDED_BY(mu_);  // by fd
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::node

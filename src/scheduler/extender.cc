@@ -288,7 +288,7 @@ void Extender::Remember(const core::PodRequest& request, const formats::PodObjec
   const std::string& uid = pod.spec.uid;
   if (uid.empty()) return;
   const size_t bytes = ApproxBytes(uid, request);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = recent_index_.find(uid); it != recent_index_.end()) {
     recent_bytes_ -= ApproxBytes(uid, it->second->second);
     recent_.erase(it->second);
@@ -306,19 +306,19 @@ void Extender::Remember(const core::PodRequest& request, const formats::PodObjec
 }
 
 size_t Extender::remembered_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return recent_bytes_;
 }
 
 std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = recent_index_.find(uid);
   if (it == recent_index_.end()) return std::nullopt;
   return it->second->second;
 }
 
 void Extender::Count(uint64_t Counters::*verb, bool bad_request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++(counters_.*verb);
   if (bad_request) ++counters_.bad_request;
 }
@@ -412,7 +412,7 @@ Response Extender::Bind(std::string_view body) {
   if (!missing.empty()) return BadRequest("bind", StrCat("ExtenderBindingArgs lacks ", missing));
 
   auto fail = [&](std::string_view why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.bind_failed;
     return Response{200, formats::DumpJson(json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ",
                                                                  target.node, ": ", why)}})};
@@ -503,7 +503,7 @@ Response Extender::Preempt(std::string_view body) {
     victims_read = read(*full, false);
   }
   if (!victims_read.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.bad_request;
     return BadRequest("preempt", Message(victims_read));
   }
@@ -529,7 +529,7 @@ Response Extender::Preempt(std::string_view body) {
 std::vector<std::string> Extender::SyncChangedShares() {
   std::vector<PodEntry> todo = cache_.TakeChangedShares();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     todo.insert(todo.end(), unsynced_.begin(), unsynced_.end());
     unsynced_.clear();
   }
@@ -548,13 +548,13 @@ std::vector<std::string> Extender::SyncChangedShares() {
       retry.push_back(*now);
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unsynced_.insert(unsynced_.end(), retry.begin(), retry.end());
   return failures;
 }
 
 Extender::Counters Extender::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 

@@ -16,12 +16,13 @@
 
 #include <chrono>
 #include <list>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/request.h"
 #include "formats/pod_object.h"
 #include "scheduler/cluster_cache.h"
@@ -102,14 +103,14 @@ class Extender {
   core::ParseOptions parse_;
   ExtenderOptions options_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;  // guards the members below; never held across a call to the cache or binder
   // uid -> request, most recent first (bounded).
-  std::list<std::pair<std::string, core::PodRequest>> recent_;
-  size_t recent_bytes_ = 0;  // ApproxBytes of everything in recent_
-  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator>
-      recent_index_;
-  std::vector<PodEntry> unsynced_;
-  Counters counters_;
+  std::list<std::pair<std::string, core::PodRequest>> recent_ ABSL_GUARDED_BY(mu_);
+  size_t recent_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // ApproxBytes of everything in recent_
+  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator> recent_index_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<PodEntry> unsynced_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::scheduler

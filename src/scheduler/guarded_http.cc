@@ -141,7 +141,7 @@ httplib::Server::Handler GuardedHttpServer::Guard(Handler handler) {
 }
 
 void GuardedHttpServer::SetWaiting(const std::string& peer, bool* waiting, bool now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (*waiting == now) return;
   *waiting = now;
   size_t& n = waiting_[peer];
@@ -153,7 +153,7 @@ void GuardedHttpServer::SetWaiting(const std::string& peer, bool* waiting, bool 
 }
 
 size_t GuardedHttpServer::waiting(const std::string& peer) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = waiting_.find(peer);
   return it == waiting_.end() ? 0 : it->second;
 }
@@ -165,7 +165,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   stream.get_remote_ip_and_port(connection.peer, port);
   bool strict = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     strict = waiting_[connection.peer] >= limits_.max_slow_per_peer;
   }
   SetWaiting(connection.peer, &connection.waiting, true);

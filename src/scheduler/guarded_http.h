@@ -22,9 +22,10 @@
 #include <chrono>
 #include <cstddef>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "httplib.h"
 #include "scheduler/http_limits.h"
 
@@ -45,8 +46,8 @@ class GuardedHttpServer : public httplib::Server {
   void SetWaiting(const std::string& peer, bool* waiting, bool now);
 
   const HttpLimits limits_;
-  mutable std::mutex mu_;
-  std::map<std::string, size_t> waiting_;  // peer -> connections waiting on it
+  mutable Mutex mu_;
+  std::map<std::string, size_t> waiting_ ABSL_GUARDED_BY(mu_);  // peer -> connections waiting on it
 };
 
 }  // namespace tessera::scheduler

@@ -8,7 +8,7 @@
 namespace tessera::scheduler {
 
 absl::Status StandaloneBinder::Bind(const BindTarget& pod, const core::Placement& placement) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   assignments_[StrCat(pod.ns, "/", pod.name)] =
       placement.containers.empty() ? "" : formats::FormatAssignment(placement);
   return absl::OkStatus();
@@ -19,12 +19,12 @@ absl::Status StandaloneBinder::UpdateAssignment(const BindTarget& pod, const cor
 }
 
 std::map<std::string, std::string> StandaloneBinder::Assignments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return assignments_;
 }
 
 void StandaloneBinder::Forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   assignments_.erase(key);
 }
 
