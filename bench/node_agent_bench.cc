@@ -122,8 +122,11 @@ int main(int argc, char** argv) {
   int next = 0;
   auto allocate = [&]() {
     const int i = next++;
+    // Slots 0-99 stay with the resident tenants; the others cycle through the rest (a slot is given again
+    // only long after its pod was deleted: the agent refuses a slot a live container holds).
+    const int slot = i < 100 ? i : 100 + (i - 100) % 700;
     const auto start = Clock::now();
-    auto r = (*client)->Allocate({{StrCat("GPU-", i % 8, "::", (i / 8) % 100)}});
+    auto r = (*client)->Allocate({{StrCat("GPU-", slot % 8, "::", slot / 8)}});
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (!r.ok()) {
       std::fprintf(stderr, "Allocate failed: %s\n", std::string(r.status().message()).c_str());

@@ -75,6 +75,10 @@ bool SafePathName(std::string_view name) {
 // times.
 constexpr int kReclaimAttempts = 10;
 
+// A container directory without a record and without a pod is an orphan (a crash cut its allocation short)
+// only when it is older than this; a younger one may belong to an Allocate in flight.
+constexpr auto kOrphanAge = std::chrono::minutes(2);
+
 std::string Annotation(const NodePod& pod, const std::string& key) {
   auto it = pod.annotations.find(key);
   return it == pod.annotations.end() ? std::string() : it->second;
@@ -426,10 +430,15 @@ void NodeAgent::RunFileOps(const std::vector<FileOp>& ops) {
 
 absl::Status NodeAgent::Materialize(Tenant* t) {
   std::error_code ec;
-  fs::create_directories(t->record.dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.dir, ": ", ec.message()));
-  fs::create_directories(t->record.region_dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.region_dir, ": ", ec.message()));
+  // A collected sibling container of the same pod may remove the pod's (empty) directory between the two
+  // levels of create_directories: try again then.
+  for (const std::string& d : {t->record.dir, t->record.region_dir}) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      fs::create_directories(d, ec);
+      if (!ec) break;
+    }
+    if (ec) return absl::InternalError(StrCat("cannot create ", d, ": ", ec.message()));
+  }
   fs::permissions(t->record.region_dir, fs::perms::all,
                   ec);  // container users of any UID create nothing here,
                         // but the hook may re-create a deleted region
@@ -640,6 +649,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
     MutexLock lock(&mu_);
     claims_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);
+    t.allocation = ++allocations_;
     tenants_[key] = std::move(t);
   }
   return response;
@@ -719,9 +729,11 @@ absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& re
 
 absl::Status NodeAgent::ReconcileOnce() {
   MutexLock pass(&reconcile_mu_);
+  uint64_t seen = 0;  // tenants allocated after this are not judged against the pod list below
   {
     MutexLock lock(&mu_);
     ++stats_.reconciles;
+    seen = allocations_;
   }
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
   std::shared_ptr<const std::vector<NodePod>> pods = Pods();
@@ -739,7 +751,7 @@ absl::Status NodeAgent::ReconcileOnce() {
       for (const kubelet::PodResources& p : *list) kubelet_pods.insert(p.ns + "/" + p.name);
     }
   }
-  Collect(*pods, pr_ok, kubelet_pods);
+  Collect(*pods, pr_ok, kubelet_pods, seen);
   KickRegionJobs();
   region_jobs_.WaitIdle(config_.region_wait);  // waits on no lock: Allocate and metrics go on meanwhile
   SweepRegionJobs();
@@ -988,7 +1000,7 @@ void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
 }
 
 void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
-                        const std::set<std::string>& kubelet_pods) {
+                        const std::set<std::string>& kubelet_pods, uint64_t seen) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   const std::map<int, std::string> live = registration_->All();
@@ -998,6 +1010,14 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       const ContainerRecord& r = it->second.record;
+      if (it->second.allocation > seen) {
+        // Allocated after this pass listed the pods: its pod may be missing from that list only because the
+        // list is older. It used to be collected right after its Allocate (records, limits file and region
+        // removed under a starting container).
+        known_dirs.insert(r.dir);
+        ++it;
+        continue;
+      }
       auto p = by_uid.find(r.pod_uid);
       const bool pod_running = p != by_uid.end() && !p->second->terminated();
       const bool pod_finished = p != by_uid.end() && p->second->terminated();
@@ -1025,8 +1045,15 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     RemoveTenantFiles(r);
     log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
   }
-  // Orphan directories (a crash between creating a directory and writing its record).
+  // Orphan directories (a crash between creating a directory and writing its record). Only old ones: an
+  // Allocate may have created a directory after this pass listed the pods and the claims (it used to be
+  // removed under the allocation in flight, leaving the container without its limits file).
   std::error_code ec;
+  const auto old_enough = [](const fs::path& p) {
+    std::error_code e;
+    const auto t = fs::last_write_time(p, e);
+    return !e && fs::file_time_type::clock::now() - t > kOrphanAge;
+  };
   for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
     std::error_code ec2;
     for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
@@ -1036,11 +1063,12 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
           StrCat(pod_dir.path().filename().string(), "_", ctr.path().filename().string(), ".json");
       if (fs::exists(record, ec2)) continue;
       if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
+      if (!old_enough(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
       fs::remove_all(
           fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename(), ec2);
     }
-    if (fs::is_empty(pod_dir.path(), ec2)) fs::remove(pod_dir.path(), ec2);
+    if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
 }
 

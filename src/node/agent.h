@@ -163,6 +163,7 @@ class NodeAgent : public kubelet::AllocationBackend {
     // Shared with region jobs, which may outlive the tenant; unmapped when the last holder lets go.
     std::shared_ptr<hook::SharedRegion> region;
     bool limits_pending = false;  // the region has not got the record's limits yet
+    uint64_t allocation = 0;      // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
   };
   // A file operation decided under the lock and done after it.
   struct FileOp {
@@ -194,8 +195,10 @@ class NodeAgent : public kubelet::AllocationBackend {
   void ReportPhases(const std::vector<NodePod>& pods);
   void ApplyAssignmentChanges(const std::vector<NodePod>& pods);
   void ReconcilePodResources(const std::vector<NodePod>& pods);
+  // Removes the tenants whose pods are gone, judging only those allocated up to `seen` (allocations_ when
+  // `pods` was listed).
   void Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
-               const std::set<std::string>& kubelet_pods);
+               const std::set<std::string>& kubelet_pods, uint64_t seen);
   void RemoveTenantFiles(const ContainerRecord& record);
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
@@ -223,6 +226,8 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::map<std::string, int> pending_reclaims_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // "<uid>|<annotation>" already told
   AgentStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t allocations_ ABSL_GUARDED_BY(mu_) =
+      0;  // tenants allocated since start (orders them against lists)
   std::set<std::string> reclaim_jobs_ ABSL_GUARDED_BY(mu_);  // tenants whose running region job reclaims
 
   RegionJobs region_jobs_;  // internally synchronized

@@ -697,11 +697,20 @@ TEST_F(AgentTest, AllocateDoesNotWaitForTheApiOrTheDisk) {
   ASSERT_EQ(api_.events_waiting(), 1);  // the pass is inside PostEvent now
   auto other = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-1::0"}}); });
   const bool allocated = Ready(other);
+  // A pod bound after the pass listed the pods, and allocated while it runs: the pass's older list must not
+  // get it collected (found by node_agent_bench's contended run).
+  api_.UpsertPod(BoundPod(2, {{2, 30, 1024}}));
+  auto late = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-2::0"}}); });
+  const bool late_allocated = Ready(late);
   api_.HoldEvents(false);
   ASSERT_TRUE(allocated) << "Allocate waited for an event to be posted";
   EXPECT_TRUE(other.get().ok());
+  ASSERT_TRUE(late_allocated);
+  EXPECT_TRUE(late.get().ok());
   ASSERT_TRUE(Ready(pass));
   EXPECT_TRUE(pass.get().ok());
+  EXPECT_EQ(agent->Records().size(), 3u);
+  for (const ContainerRecord& r : agent->Records()) EXPECT_TRUE(fs::exists(r.dir + "/limits")) << r.key();
 }
 
 // Connections that never say HELLO (about 20,000 of them used to exhaust the agent's descriptors) are capped
@@ -798,6 +807,17 @@ TEST_F(AgentTest, ADeviceSlotIsNeverGivenToTwoLiveContainers) {
   api_.DeletePod("default", "pod-0");
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+}
+
+// Found by node_agent_bench's contended run: a reconcile pass whose pod list predates an Allocate took the
+// Allocate's fresh directories for orphans and removed them under it ("cannot create .../regions/<uid>/main:
+// No such file or directory", or a container left without its limits file). Young directories stay.
+TEST_F(AgentTest, AFreshDirectoryWithoutRecordIsNotAnOrphanYet) {
+  auto agent = StartAgent(/*with_plugin=*/false);
+  const std::string fresh = config_.state_dir + "/containers/00000000-0000-4000-8000-000000000777/main";
+  fs::create_directories(fresh);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(fs::exists(fresh));
 }
 
 TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
