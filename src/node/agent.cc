@@ -553,8 +553,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
                    [](const Candidate& x, const Candidate& y) { return x.sort_key < y.sort_key; });
   std::set<std::string> live;
   for (const NodePod& p : pods) {
-    // A pod being deleted whose devices the kubelet hands out again has had its containers stopped.
-    if (!p.terminated() && !p.deleting) live.insert(p.uid);
+    if (!p.terminated()) live.insert(p.uid);
   }
   MutexLock lock(&mu_);
   // A device slot is one container's: the kubelet handing one out twice (a lost checkpoint) is refused while
@@ -611,10 +610,10 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   std::vector<std::string> device_ids;
   for (const kubelet::DeviceSlot& d : req.devices) device_ids.push_back(d.id);
   absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods());
+  if (absl::IsAlreadyExists(claimed.status()))
+    return absl::FailedPreconditionError(Message(claimed.status()));
   if (!claimed.ok()) {
-    // The pod may have been bound a moment ago, or the pod that held these devices deleted a moment ago (the
-    // kubelet hands a freed device to the next pod at once, before this agent's copy of the pods says so):
-    // look again with a fresh list.
+    // The pod may have been bound a moment ago: look again with a fresh list.
     if (absl::Status s = RefreshPods(); !s.ok()) {
       return absl::UnavailableError(StrCat("cannot list this node's pods from the API server: ", Message(s),
                                            "; the kubelet will retry"));
