@@ -85,9 +85,9 @@ int RunRun(const RunOptions& options) {
     return 2;
   }
   if (!options.gpu_memory.empty() && d.memory_bytes == 0) {
-    // The limits file reads 0 as "no limit": a zero given on purpose must not switch the limit off.
     std::cerr << "tessera run: --gpu-memory '" << options.gpu_memory
-              << "' is zero; give a limit of at least 1MiB, or leave --gpu-memory out for no memory limit\n";
+              << "' is zero bytes, which would mean no limit at all: give a size, or leave --gpu-memory out for "
+                 "no memory limit\n";
     return 2;
   }
   if (options.gpu_cores < 1 || options.gpu_cores > 100) {

@@ -4,38 +4,18 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "core/strings.h"
 
 namespace tessera {
 
-namespace {
-
-// Reads `in` to its end or one byte past `max_bytes`, whichever comes first.
-bool ReadCapped(std::istream& in, size_t max_bytes, std::string* out) {
-  char buf[64 * 1024];
-  while (in) {
-    in.read(buf, sizeof(buf));
-    const auto n = static_cast<size_t>(in.gcount());
-    if (out->size() + n > max_bytes) return false;
-    out->append(buf, n);
-  }
-  return true;
-}
-
-}  // namespace
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
-  std::string out;
-  auto too_big = [&] {
-    return absl::ResourceExhaustedError(StrCat(path == "-" ? "standard input" : path, " is larger than ",
-                                               max_bytes, " bytes, more than any file this program reads; ",
-                                               "check that the path names the right file"));
-  };
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ostringstream out;
   if (path == "-") {
-    if (!ReadCapped(std::cin, max_bytes, &out)) return too_big();
-    return out;
+    out << std::cin.rdbuf();
+    return out.str();
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -43,9 +23,9 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
     if (err == ENOENT) return absl::NotFoundError(StrCat(path, ": no such file"));
     return absl::PermissionDeniedError(StrCat(path, ": cannot open: ", std::strerror(err)));
   }
-  if (!ReadCapped(in, max_bytes, &out)) return too_big();
+  out << in.rdbuf();
   if (in.bad()) return absl::DataLossError(StrCat(path, ": read error"));
-  return out;
+  return out.str();
 }
 
 }  // namespace tessera

@@ -8,11 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
-#include "common/files.h"
 #include "core/strings.h"
-#include "formats/bounded_json.h"
 
 namespace tessera::node {
 
@@ -93,7 +90,7 @@ absl::StatusOr<NodePod> NodePodFromJson(const json& pod) {
 // --- InMemoryNodeApi --------------------------------------------------------------------------------------
 
 absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ++list_calls_;
   std::vector<NodePod> out;
   out.reserve(pods_.size());
@@ -103,8 +100,7 @@ absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
 
 absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const std::string& name,
                                                   const AnnotationPatch& patch) {
-  Delay();
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (fail_patches_ > 0) {
     --fail_patches_;
     return absl::UnavailableError("injected failure: the API server is unavailable");
@@ -116,83 +112,51 @@ absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const s
 }
 
 absl::Status InMemoryNodeApi::PatchNodeAnnotations(const AnnotationPatch& patch) {
-  Delay();
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ApplyPatch(&node_annotations_, patch);
   return absl::OkStatus();
 }
 
 absl::Status InMemoryNodeApi::PostEvent(const NodeEvent& event) {
-  Delay();
-  MutexLock lock(&mu_);
-  ++events_waiting_;
-  while (hold_events_) held_cv_.Wait(&mu_);
-  --events_waiting_;
+  std::lock_guard<std::mutex> lock(mu_);
   events_.push_back(event);
   return absl::OkStatus();
 }
 
-void InMemoryNodeApi::Delay() const {
-  std::chrono::milliseconds d;
-  {
-    MutexLock lock(&mu_);
-    d = delay_;
-  }
-  if (d.count() > 0) std::this_thread::sleep_for(d);
-}
-
-void InMemoryNodeApi::SetCallDelay(std::chrono::milliseconds delay) {
-  MutexLock lock(&mu_);
-  delay_ = delay;
-}
-
-void InMemoryNodeApi::HoldEvents(bool hold) {
-  {
-    MutexLock lock(&mu_);
-    hold_events_ = hold;
-  }
-  held_cv_.SignalAll();
-}
-
-int InMemoryNodeApi::events_waiting() const {
-  MutexLock lock(&mu_);
-  return events_waiting_;
-}
-
 void InMemoryNodeApi::UpsertPod(NodePod pod) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   pods_[pod.key()] = std::move(pod);
 }
 
 void InMemoryNodeApi::DeletePod(const std::string& ns, const std::string& name) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   pods_.erase(ns + "/" + name);
 }
 
 std::optional<NodePod> InMemoryNodeApi::GetPod(const std::string& ns, const std::string& name) const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(ns + "/" + name);
   if (it == pods_.end()) return std::nullopt;
   return it->second;
 }
 
 std::map<std::string, std::string> InMemoryNodeApi::node_annotations() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return node_annotations_;
 }
 
 std::vector<NodeEvent> InMemoryNodeApi::events() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return events_;
 }
 
 void InMemoryNodeApi::FailPatches(int n) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   fail_patches_ = n;
 }
 
 int InMemoryNodeApi::list_calls() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return list_calls_;
 }
 
@@ -220,20 +184,16 @@ class FileLock {
   int fd_ = -1;
 };
 
-// Larger than any node's pods and events; a file past it is refused, not read into memory.
-constexpr size_t kMaxApiFileBytes = size_t{64} << 20;
-
 absl::StatusOr<json> ReadApiFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadTextFile(path, kMaxApiFileBytes);
-  if (absl::IsNotFound(text.status()) || absl::IsPermissionDenied(text.status())) {
+  std::ifstream in(path);
+  if (!in) {
     return absl::NotFoundError(
         StrCat("cannot read the fake API file ", path, "; create it with {\"pods\": []} or fix --fake-api"));
   }
-  if (!text.ok()) return text.status();
-  absl::StatusOr<json> parsed = formats::ParseBoundedJson(*text, StrCat("the fake API file ", path));
-  if (!parsed.ok()) return absl::InvalidArgumentError(StrCat(Message(parsed.status()), "; fix its syntax"));
-  json doc = *std::move(parsed);
-  if (!doc.is_object()) {
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json doc = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
     return absl::InvalidArgumentError(
         StrCat("the fake API file ", path, " is not a JSON object {\"pods\": [...]}; fix its syntax"));
   }
@@ -247,7 +207,7 @@ absl::Status WriteApiFile(const std::string& path, const json& doc) {
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << formats::DumpJson(doc, 2) << "\n";
+    out << doc.dump(2) << "\n";
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; check the directory is writable"));
   }
   std::error_code ec;
@@ -266,14 +226,12 @@ std::string NodeNameOf(const json& pod) {
 }  // namespace
 
 absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
-  MutexLock guard(&mu_);
+  std::lock_guard<std::mutex> guard(mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();
   std::vector<NodePod> out;
-  auto pods = doc->find("pods");
-  if (pods == doc->end()) return out;
-  for (const json& p : *pods) {
+  for (const json& p : doc->value("pods", json::array())) {
     if (NodeNameOf(p) != node_name_) continue;
     absl::StatusOr<NodePod> pod = NodePodFromJson(p);
     if (!pod.ok()) return absl::InvalidArgumentError(StrCat(path_, ": ", Message(pod.status())));
@@ -283,7 +241,7 @@ absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
 }
 
 absl::Status FileNodeApi::Update(const std::function<absl::StatusOr<bool>(json*)>& edit) {
-  MutexLock guard(&mu_);
+  std::lock_guard<std::mutex> guard(mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();

@@ -30,17 +30,13 @@ struct ClusterCache::State {
   std::set<PodUid> changed;  // pods whose shares changed under them (compressed, or given back)
 };
 
-std::chrono::steady_clock::time_point ClusterCache::SteadyNow() const {
-  return options_.clock != nullptr ? options_.clock->Steady() : std::chrono::steady_clock::now();
-}
-
 ClusterCache::ClusterCache(CacheOptions options)
     : options_(std::move(options)), state_(std::make_unique<State>()) {
   uint64_t seed = options_.seed;
   if (seed == 0)
     seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
   state_->rng = core::Rng(seed);
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   RebuildPolicyLocked();
 }
 
@@ -87,12 +83,12 @@ void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
 }
 
 void ClusterCache::NoteWorkload(const core::PodRequest& request) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   NoteWorkloadLocked(request);
 }
 
 absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   const core::NodeState* existing = s.cluster.FindNode(info.name);
   if (existing != nullptr) {
@@ -142,7 +138,7 @@ absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
 }
 
 void ClusterCache::RemoveNode(const NodeName& name) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   std::vector<PodUid> on_node;
   for (const auto& [uid, entry] : s.pods) {
@@ -157,12 +153,12 @@ void ClusterCache::RemoveNode(const NodeName& name) {
 }
 
 absl::Status ClusterCache::SetSchedulable(const NodeName& name, bool schedulable) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_->cluster.SetSchedulable(name, schedulable);
 }
 
 void ClusterCache::SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   state_->cluster.SetQuota(ns, model, limit);
 }
 
@@ -214,7 +210,7 @@ void ClusterCache::ReleaseLocked(const PodUid& uid) {
 
 absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod.spec, options_.parse);
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   const PodUid uid(pod.spec.uid);
   if (!request.ok()) {
@@ -272,12 +268,12 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
 }
 
 void ClusterCache::ForgetPod(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ReleaseLocked(uid);
 }
 
 FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
@@ -353,7 +349,7 @@ std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::
 
 std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
                                                 std::span<const std::string> nodes) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
@@ -387,7 +383,7 @@ std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
 }
 
 absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& request, const NodeName& node) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   if (auto it = s.pods.find(request.uid); it != s.pods.end()) {
     if (it->second.placement.node == node) {
@@ -408,7 +404,7 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
   r.compressions = placement->compressions;
   if (absl::Status st = s.cluster.Commit(request, *placement); !st.ok()) return st;
   r.placement = *s.cluster.FindPlacement(request.uid);
-  s.pods[request.uid] = PodEntry{request, r.placement, true, SteadyNow()};
+  s.pods[request.uid] = PodEntry{request, r.placement, true, std::chrono::steady_clock::now()};
   // Compressed tenants: their records follow the cluster's.
   for (const core::Compression& c : r.compressions) {
     auto it = s.pods.find(c.tenant.pod);
@@ -421,21 +417,21 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
 }
 
 void ClusterCache::Confirm(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = state_->pods.find(uid);
   if (it != state_->pods.end()) it->second.reserved = false;
 }
 
 void ClusterCache::Unreserve(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end() || !it->second.reserved) return;
   ReleaseLocked(uid);
 }
 
 int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
-  MutexLock lock(&mu_);
-  const auto now = SteadyNow();
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
   std::vector<PodUid> expired;
   for (const auto& [uid, entry] : state_->pods) {
     if (entry.reserved && now - entry.reserved_at > age) expired.push_back(uid);
@@ -446,7 +442,7 @@ int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
 
 std::set<std::string> ClusterCache::FitsAfterEvicting(
     const core::PodRequest& request, const std::map<std::string, std::vector<std::string>>& victims) {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   // On a copy, with a policy of its own: the live policy's caches are keyed by the live nodes.
   core::Cluster copy = s.cluster;
@@ -466,7 +462,7 @@ std::set<std::string> ClusterCache::FitsAfterEvicting(
 }
 
 std::vector<PodEntry> ClusterCache::TakeChangedShares() {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   State& s = *state_;
   std::vector<PodEntry> out;
   for (const PodUid& uid : s.changed) {
@@ -478,26 +474,26 @@ std::vector<PodEntry> ClusterCache::TakeChangedShares() {
 }
 
 std::optional<PodEntry> ClusterCache::FindPod(const PodUid& uid) const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end()) return std::nullopt;
   return it->second;
 }
 
 core::Cluster ClusterCache::Snapshot() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_->cluster;
 }
 
 std::map<std::string, std::string> ClusterCache::PodNames() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, std::string> out;
   for (const auto& [uid, entry] : state_->pods) out[uid.value()] = entry.request.FullName();
   return out;
 }
 
 std::vector<std::string> ClusterCache::Orphans() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   for (const auto& [uid, entry] : state_->orphans) {
     out.push_back(StrCat(entry.request.FullName(), " (", uid, ") on node ", entry.placement.node.value()));
@@ -506,17 +502,17 @@ std::vector<std::string> ClusterCache::Orphans() const {
 }
 
 int ClusterCache::pod_count() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(state_->pods.size());
 }
 
 int ClusterCache::node_count() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_->cluster.node_count();
 }
 
 std::string ClusterCache::policy_name() const {
-  MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_->policy_name;
 }
 
