@@ -9,7 +9,6 @@ to create it (cri-fake's record), the limits file on disk.
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import time
 import pytest
 import yaml
 
-from cluster import NODE, Cluster, HarnessError, free_port
+from cluster import NODE, Cluster
 
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
@@ -31,16 +30,12 @@ def c():
         yield cluster
 
 
-def pod_yaml(name, limits, annotations=None, scheduler=None, ns="default", containers=1, requests=None):
-    spec = {"restartPolicy": "Never", "containers": []}
+def pod_yaml(name, limits, annotations=None, scheduler=None, ns="default"):
+    spec = {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                            "resources": {"limits": {k: str(v) for k, v in limits.items()}}}]}
     if scheduler:
         spec["schedulerName"] = scheduler
-    for i in range(containers):
-        resources = {"limits": {k: str(v) for k, v in limits.items()}}
-        if requests is not None:
-            resources["requests"] = {k: str(v) for k, v in requests.items()}
-        spec["containers"].append({"name": "main" if i == 0 else f"c{i}", "image": "registry.invalid/app:1",
-                                   "resources": resources})
     meta = {"name": name, "namespace": ns}
     if annotations:
         meta["annotations"] = annotations

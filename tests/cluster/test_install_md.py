@@ -8,7 +8,6 @@ so the page and the cluster cannot drift apart.
 """
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
