@@ -763,6 +763,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   }
   std::map<std::string, std::string> uid_of;  // ns/name -> uid
   for (const NodePod& p : pods) uid_of[p.key()] = p.uid;
+  std::set<std::string> uids_here;  // the pods on this node now
+  for (const NodePod& p : pods) uids_here.insert(p.uid);
   std::vector<NodeEvent> events;
   std::lock_guard<std::mutex> lock(mu_);
   for (const kubelet::PodResources& p : *list) {
@@ -773,8 +775,6 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       // The record that handed out these devices. The kubelet hands a freed device to the next pod at once, so a
       // record of a pod that has just left may still name the same devices as the new pod's own record: the
       // record of this very container wins, and a record whose pod is no longer on the node is stale, never a swap.
-      std::set<std::string> uids_here;
-      for (const NodePod& pod : pods) uids_here.insert(pod.uid);
       Tenant* holder = nullptr;
       for (auto& [key, t] : tenants_) {
         std::vector<std::string> mine = t.record.device_ids;
