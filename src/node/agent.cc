@@ -809,6 +809,12 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
           Signature(moved.record.vgpus, moved.record.compute_policy, moved.record.priority);
       ContainerRecord old_identity = moved.record;
       tenants_.erase(old_key);
+      // Both records change names: their old files go first, then each is saved under its new name (removing
+      // after saving would delete the record just written when the two swap names outright).
+      const fs::path records = fs::path(config_.state_dir) / "records";
+      std::error_code ec;
+      fs::remove(records / RecordFileName(old_identity), ec);
+      if (other != tenants_.end()) fs::remove(records / RecordFileName(other->second.record), ec);
       if (other != tenants_.end()) {
         Tenant second = std::move(other->second);
         tenants_.erase(other);
@@ -826,11 +832,9 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
                             "the kubelet started this pod with another pod's GPUs of a different shape; "
                             "delete the pod so that it is placed again"});
         }
-        fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(second.record));
         [[maybe_unused]] absl::Status s2 = SaveRecord(second.record);
         tenants_[second.record.key()] = std::move(second);
       }
-      fs::remove(fs::path(config_.state_dir) / "records" / RecordFileName(old_identity));
       moved.record.pod_uid = uid->second;
       moved.record.ns = p.ns;
       moved.record.pod_name = p.name;

@@ -564,6 +564,37 @@ TEST_F(AgentTest, SwappedAllocationIsCorrectedFromPodResources) {
   EXPECT_TRUE(api_.events().empty());  // equal shapes: harmless, no warning
 }
 
+TEST_F(AgentTest, SwappedRecordsSurviveAnAgentRestartBeforeTheOtherContainerStarts) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::0"}}).ok());  // taken for pod-0
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::1"}}).ok());  // taken for pod-1
+  // The kubelet started pod-0 with the second allocation; pod-1's container has not started yet.
+  std::vector<ContainerRecord> records = agent->Records();
+  std::sort(records.begin(), records.end(), [](auto& a, auto& b) { return a.pod_name < b.pod_name; });
+  records[0].device_ids = records[1].device_ids;
+  PublishPodResources({records[0]});
+  api_.FailPatches(1000);  // the API server is unreachable: nothing is reported (and saved again) this pass
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  ASSERT_EQ(agent->stats().swaps, 1u);
+  // The agent restarts now: both records, under their new names, are on disk (the cluster tier's restart test
+  // caught the second one's file deleted right after it was written).
+  plugin_->Stop();
+  plugin_.reset();
+  agent->Stop();
+  agent.reset();
+  api_.FailPatches(0);
+  auto again = StartAgent();
+  std::vector<ContainerRecord> reloaded = again->Records();
+  std::sort(reloaded.begin(), reloaded.end(), [](auto& a, auto& b) { return a.pod_name < b.pod_name; });
+  ASSERT_EQ(reloaded.size(), 2u);
+  EXPECT_EQ(reloaded[0].pod_name, "pod-0");
+  EXPECT_EQ(reloaded[0].device_ids, std::vector<std::string>{"GPU-2::1"});
+  EXPECT_EQ(reloaded[1].pod_name, "pod-1");
+  EXPECT_EQ(reloaded[1].device_ids, std::vector<std::string>{"GPU-2::0"});
+}
+
 TEST_F(AgentTest, PublishesInventoryHeartbeatAndHealth) {
   auto agent = StartAgent(/*with_plugin=*/false);
   ASSERT_TRUE(agent->PublishInventory().ok());
