@@ -457,18 +457,30 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     }
     parsed.emplace_back(&pod, std::move(*a));
   }
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Candidate> candidates;
-  for (const auto& [pod, a] : parsed) {
+  for (auto& [pod, a] : parsed) {
     std::string at = Annotation(*pod, formats::kAnnotationAssignedAt);
     if (at.empty()) at = pod->creation_timestamp;
-    for (const core::ContainerAssignment& c : a.containers) {
+    for (core::ContainerAssignment& c : a.containers) {
       if (c.vgpus.size() != count) continue;
+      // The kubelet allocates a container once: one it reports holding devices is not what this call is for.
+      if (held_.contains(StrCat(pod->key(), "/", c.name))) continue;
+      // A pod whose allocation went to another container takes that container's part (ReconcilePodResources),
+      // unless the scheduler has rewritten its assignment since.
+      if (auto ex = exchanges_.find(pod->uid + "/" + c.name); ex != exchanges_.end()) {
+        if (ex->second.accepted.contains(Annotation(*pod, formats::kAnnotationAssignment))) {
+          if (ex->second.vgpus.size() != count) continue;
+          c.vgpus = ex->second.vgpus;
+        } else {
+          exchanges_.erase(ex);
+        }
+      }
       candidates.push_back({StrCat(at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c});
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& x, const Candidate& y) { return x.sort_key < y.sort_key; });
-  std::lock_guard<std::mutex> lock(mu_);
   for (const Candidate& c : candidates) {
     const std::string key = c.pod->uid + "/" + c.container->name;
     if (tenants_.count(key) > 0 || claims_.count(key) > 0) continue;
@@ -538,6 +550,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   {
     std::lock_guard<std::mutex> lock(mu_);
     claims_.erase(key);
+    exchanges_.erase(key);
     tenants_[key] = std::move(t);
   }
   return response;
@@ -761,12 +774,25 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
     log::Debug("pod-resources unavailable", {{"error", Message(list.status())}});
     return;
   }
-  std::map<std::string, std::string> uid_of;  // ns/name -> uid
-  for (const NodePod& p : pods) uid_of[p.key()] = p.uid;
+  std::map<std::string, const NodePod*> pod_of;  // ns/name -> pod
+  for (const NodePod& p : pods) pod_of[p.key()] = &p;
   std::set<std::string> uids_here;  // the pods on this node now
   for (const NodePod& p : pods) uids_here.insert(p.uid);
   std::vector<NodeEvent> events;
+  std::vector<std::pair<const NodePod*, std::string>> ledger_patches;  // pod, its new tessera.dev/assignment
   std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(exchanges_, [&](const auto& e) { return !uids_here.contains(e.first.substr(0, e.first.find('/'))); });
+  held_.clear();
+  for (const kubelet::PodResources& p : *list) {
+    for (const kubelet::ContainerResources& c : p.containers) {
+      if (!c.DeviceIds(config_.resource_name).empty()) held_.insert(StrCat(p.ns, "/", p.name, "/", c.name));
+    }
+  }
+  const fs::path records = fs::path(config_.state_dir) / "records";
+  auto save = [&](const ContainerRecord& r) {
+    if (absl::Status st = SaveRecord(r); !st.ok())
+      log::Error("cannot save a corrected record", {{"tenant", r.key()}, {"error", Message(st)}});
+  };
   for (const kubelet::PodResources& p : *list) {
     for (const kubelet::ContainerResources& c : p.containers) {
       std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
@@ -792,56 +818,67 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
         if (!r.confirmed) {
           r.confirmed = true;
-          [[maybe_unused]] absl::Status s = SaveRecord(r);
+          save(r);
         }
         continue;
       }
-      // The kubelet started another pod's container with this allocation: the records follow the truth. The
-      // container that really holds these devices takes over the record (its mounts name the directory
-      // already); the pod we thought of gets the other record, if any, or none (it will be allocated anew).
-      auto uid = uid_of.find(p.ns + "/" + p.name);
-      if (uid == uid_of.end()) continue;
-      const std::string real_key = uid->second + "/" + c.name;
-      auto other = tenants_.find(real_key);
+      // The kubelet started pod X's container with the allocation the agent had made for pod Y (an Allocate
+      // call does not name its pod, and same-shaped pods are interchangeable to it). X and Y exchange their
+      // parts of the ledger, so that every GPU keeps exactly the shares the scheduler committed on it: the
+      // record moves to X (its mounts name that directory already) and X's annotation will say what X runs
+      // with; Y takes what X had: X's own record if X was allocated one (it went to another container or is
+      // still to start), else X's assignment, which Y's container is then allocated from.
+      auto x_pod = pod_of.find(p.ns + "/" + p.name);
+      if (x_pod == pod_of.end()) continue;
+      const NodePod& x = *x_pod->second;
+      const std::string x_key = x.uid + "/" + c.name;
+      auto other = tenants_.find(x_key);
       Tenant moved = std::move(*holder);
       const std::string old_key = moved.record.key();
       const std::string old_sig =
           Signature(moved.record.vgpus, moved.record.compute_policy, moved.record.priority);
-      ContainerRecord old_identity = moved.record;
+      const ContainerRecord y = moved.record;  // Y's identity
       tenants_.erase(old_key);
       // Both records change names: their old files go first, then each is saved under its new name (removing
       // after saving would delete the record just written when the two swap names outright).
-      const fs::path records = fs::path(config_.state_dir) / "records";
       std::error_code ec;
-      fs::remove(records / RecordFileName(old_identity), ec);
+      fs::remove(records / RecordFileName(y), ec);
       if (other != tenants_.end()) fs::remove(records / RecordFileName(other->second.record), ec);
+      std::string new_sig;
       if (other != tenants_.end()) {
         Tenant second = std::move(other->second);
         tenants_.erase(other);
-        const std::string new_sig =
-            Signature(second.record.vgpus, second.record.compute_policy, second.record.priority);
-        second.record.pod_uid = old_identity.pod_uid;
-        second.record.ns = old_identity.ns;
-        second.record.pod_name = old_identity.pod_name;
-        second.record.container = old_identity.container;
-        second.record.reported = false;
+        new_sig = Signature(second.record.vgpus, second.record.compute_policy, second.record.priority);
+        second.record.pod_uid = y.pod_uid;
+        second.record.ns = y.ns;
+        second.record.pod_name = y.pod_name;
+        second.record.container = y.container;
+        second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
-        if (new_sig != old_sig) {
-          events.push_back({old_identity.ns, old_identity.pod_name, old_identity.pod_uid, "Warning",
-                            "AllocationSwapped",
-                            "the kubelet started this pod with another pod's GPUs of a different shape; "
-                            "delete the pod so that it is placed again"});
-        }
-        [[maybe_unused]] absl::Status s2 = SaveRecord(second.record);
+        save(second.record);
         tenants_[second.record.key()] = std::move(second);
+      } else if (absl::StatusOr<std::pair<const NodePod*, std::string>> after = ExchangeLedger(x, c.name, y, pods);
+                 after.ok()) {
+        // Y's share was never allocated: Y is allocated X's part when its container comes.
+        ledger_patches.push_back(*after);
+        new_sig = Signature(exchanges_[y.key()].vgpus, y.compute_policy, y.priority);
+      } else {
+        log::Warn("allocation swapped, and the other pod's part of the ledger cannot be read",
+                  {{"from", old_key}, {"to", x_key}, {"error", Message(after.status())}});
       }
-      moved.record.pod_uid = uid->second;
+      if (!new_sig.empty() && new_sig != old_sig) {
+        events.push_back({y.ns, y.pod_name, y.pod_uid, "Warning", "AllocationSwapped",
+                          "the kubelet gave this pod's GPUs to a pod of a different shape and this pod takes "
+                          "that pod's instead; delete the pod so that it is placed again"});
+      }
+      exchanges_.erase(x_key);  // X runs with Y's part now; what X was to take went to Y above
+      moved.record.pod_uid = x.uid;
       moved.record.ns = p.ns;
       moved.record.pod_name = p.name;
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
-      [[maybe_unused]] absl::Status s1 = SaveRecord(moved.record);
+      save(moved.record);
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});
       tenants_[moved.record.key()] = std::move(moved);
@@ -851,6 +888,54 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   for (const NodeEvent& e : events) {
     if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
   }
+  for (const auto& [pod, text] : ledger_patches) {
+    if (absl::Status st = api_->PatchPodAnnotations(pod->ns, pod->name, {{formats::kAnnotationAssignment, text}});
+        !st.ok()) {
+      ++stats_.api_errors;
+      log::Warn("cannot write an exchanged assignment; the next Allocate uses it anyway",
+                {{"pod", pod->key()}, {"error", Message(st)}});
+    }
+  }
+}
+
+absl::StatusOr<formats::Assignment> NodeAgent::LedgerOf(const NodePod& pod) const {
+  const std::string text = Annotation(pod, formats::kAnnotationAssignment);
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+  if (!a.ok()) return a.status();
+  for (core::ContainerAssignment& c : a->containers) {
+    auto ex = exchanges_.find(pod.uid + "/" + c.name);
+    if (ex != exchanges_.end() && ex->second.accepted.contains(text)) c.vgpus = ex->second.vgpus;
+  }
+  return a;
+}
+
+absl::StatusOr<std::pair<const NodePod*, std::string>> NodeAgent::ExchangeLedger(
+    const NodePod& x, const std::string& container, const ContainerRecord& y, const std::vector<NodePod>& pods) {
+  absl::StatusOr<formats::Assignment> xa = LedgerOf(x);
+  if (!xa.ok()) return xa.status();
+  auto xc = std::find_if(xa->containers.begin(), xa->containers.end(),
+                         [&](const core::ContainerAssignment& a) { return a.name == container; });
+  if (xc == xa->containers.end()) return absl::NotFoundError(StrCat("no container ", container, " in ", x.key()));
+  auto y_pod = std::find_if(pods.begin(), pods.end(), [&](const NodePod& q) { return q.uid == y.pod_uid; });
+  if (y_pod == pods.end()) return absl::NotFoundError(StrCat("pod ", y.ns, "/", y.pod_name, " is gone"));
+  absl::StatusOr<formats::Assignment> ya = LedgerOf(*y_pod);
+  if (!ya.ok()) return ya.status();
+  auto yc = std::find_if(ya->containers.begin(), ya->containers.end(),
+                         [&](const core::ContainerAssignment& a) { return a.name == y.container; });
+  if (yc == ya->containers.end())
+    return absl::NotFoundError(StrCat("no container ", y.container, " in ", y.ns, "/", y.pod_name));
+  yc->vgpus = xc->vgpus;
+  const std::string after = formats::FormatAssignment(formats::ToPlacement(*ya));
+  // Y's annotation may read as it does now, as any exchange of Y's written before, or as this one: each of
+  // them still holds (`after` is built on them).
+  std::set<std::string> accepted = {Annotation(*y_pod, formats::kAnnotationAssignment), after};
+  for (auto& [key, ex] : exchanges_) {
+    if (!key.starts_with(y.pod_uid + "/")) continue;
+    accepted.insert(ex.accepted.begin(), ex.accepted.end());
+    ex.accepted.insert(after);
+  }
+  exchanges_[y.key()] = Exchange{std::move(accepted), xc->vgpus};
+  return std::pair<const NodePod*, std::string>{&*y_pod, after};
 }
 
 void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {

@@ -167,6 +167,14 @@ class NodeAgent : public kubelet::AllocationBackend {
   void ReportPhases(const std::vector<NodePod>& pods);
   void ApplyAssignmentChanges(const std::vector<NodePod>& pods);
   void ReconcilePodResources(const std::vector<NodePod>& pods);
+  // Y's allocation went to pod X's `container`, which had none: Y takes X's part of the ledger. Records the
+  // exchange and returns Y's pod and its new tessera.dev/assignment. Needs mu_.
+  absl::StatusOr<std::pair<const NodePod*, std::string>> ExchangeLedger(const NodePod& x,
+                                                                        const std::string& container,
+                                                                        const ContainerRecord& y,
+                                                                        const std::vector<NodePod>& pods);
+  // A pod's assignment with the exchanges not yet visible in its annotation applied. Needs mu_.
+  absl::StatusOr<formats::Assignment> LedgerOf(const NodePod& pod) const;
   void Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
                const std::set<std::string>& kubelet_pods);
   void RemoveTenantFiles(const ContainerRecord& record);
@@ -188,6 +196,19 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::shared_ptr<const std::vector<NodePod>> pods_;
   std::set<std::string> pending_reclaims_;   // tenants whose exited process was not reaped yet (zombie)
   std::set<std::string> reported_problems_;  // "<uid>|<annotation>" already told as an event
+  // Containers the kubelet's pod-resources reported holding our devices ("ns/pod/container"): they were
+  // allocated already, so an Allocate call is never for them.
+  std::set<std::string> held_;
+  // A pod whose allocation the kubelet gave to another pod's container before this pod's own container was
+  // allocated: it takes that container's part of the ledger instead (docs/node-agent.md, "Swapped
+  // allocations"), so that no share is handed out twice. By record key (uid/container).
+  struct Exchange {
+    // The pod's tessera.dev/assignment values under which the exchange holds: as it read when decided, and as
+    // the agent writes it (with its other exchanges). Any other value is the scheduler's rewrite, which wins.
+    std::set<std::string> accepted;
+    std::vector<core::VGpuAssignment> vgpus;  // the container's new part
+  };
+  std::map<std::string, Exchange> exchanges_;
   AgentStats stats_;
 
   std::mutex parse_mu_;  // the assignments of pods, parsed once per annotation value

@@ -178,6 +178,15 @@ class Process:
             self.proc.kill()
             self.proc.wait()
 
+    def since_start(self):
+        """The log of the running instance: from its last start marker on."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return ""
+        return text[text.rfind("\n==== start: "):]
+
     def tail(self, lines=40):
         try:
             with open(self.log_path, errors="replace") as f:
@@ -250,14 +259,24 @@ class Cluster:
             except (HarnessError, KeyError, TypeError, IndexError) as e:
                 last = e
             time.sleep(interval)
-        raise HarnessError(f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last})" if last else "")
-                           + "\n" + self.diagnostics())
+        why = f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last})" if last else "")
+        # The reason comes first and again last: CI shows the tail of a failure, after the components' logs.
+        raise HarnessError(f"{why}\n{self.diagnostics()}\n=== {why}")
 
     def diagnostics(self):
         out = []
         for name, p in self.procs.items():
             state = "running" if p.alive() else f"exited {p.proc.returncode if p.proc else '-'}"
             out.append(f"--- {name} ({state}), last lines of {p.log_path}:\n{p.tail(15)}")
+        # What the cluster holds: the pods not running and the latest events say where a pod is stuck.
+        for title, args in (("pods", ("get", "pods", "-A", "-o", "wide")),
+                            ("events, newest last", ("get", "events", "-A", "--sort-by=.lastTimestamp"))):
+            try:
+                r = self.kubectl(*args, check=False, timeout=20)
+                lines = r.stdout.splitlines()
+                out.append(f"--- kubectl {' '.join(args)} ({len(lines)} lines, last 25):\n" + "\n".join(lines[-25:]))
+            except Exception as e:  # diagnostics never hide the failure they describe
+                out.append(f"--- kubectl {' '.join(args)}: {e}")
         return "\n".join(out)
 
     def container_records(self):
@@ -444,7 +463,7 @@ class Cluster:
             yaml.safe_dump(config, f)
         self._start("kube-scheduler-tessera", [
             self.bin("kube-scheduler"), "--config", path, "--bind-address", "127.0.0.1",
-            "--secure-port", str(free_port()), "-v", "0"])
+            "--secure-port", str(free_port()), "-v", os.environ.get("TESSERA_HARNESS_SCHEDULER_V", "0")])
 
     def start_runtime(self):
         self._start("cri-fake", [self.bin("cri-fake"), "--listen", self.path("cri.sock"),
@@ -510,11 +529,25 @@ class Cluster:
 
     def start_node_agent(self):
         os.makedirs(self.path("tessera"), exist_ok=True)
+        before = self.plugin_registrations()
         self._start("tessera-node", self.node_agent_argv())
-        self.wait_for(lambda: self.allocatable_gpu() == 8 * SLOTS_PER_GPU,
-                      "the node to advertise tessera.dev/gpu (tessera-node's device plugin)", 90)
+        self.wait_for_plugin(before)
         self.wait_for(lambda: "tessera.dev/gpu-inventory" in self.get("node", NODE)["metadata"].get("annotations", {}),
                       "the GPU inventory annotation", 60)
+
+    def plugin_registrations(self):
+        """How many device-plugin registrations the running kubelet has taken (its own log says so)."""
+        kubelet = self.procs.get("kubelet")
+        return kubelet.since_start().count("Got registration request from device plugin") if kubelet else 0
+
+    def wait_for_plugin(self, before=0):
+        """Until tessera-node has registered with the running kubelet (more than `before` times) and the node
+        advertises every slot. The node's status alone is not enough: right after a restart it still shows what
+        the previous kubelet or plugin advertised."""
+        self.wait_for(lambda: self.plugin_registrations() > before,
+                      "tessera-node's device plugin to register with the kubelet", 90)
+        self.wait_for(lambda: self.allocatable_gpu() == 8 * SLOTS_PER_GPU,
+                      "the node to advertise tessera.dev/gpu (tessera-node's device plugin)", 90)
 
     def allocatable_gpu(self):
         node = self.get("node", NODE)

@@ -314,7 +314,7 @@ def test_restarts_lose_nothing(c):
     # The kubelet restarts: it re-registers the device plugin and keeps the running pods.
     c.procs["kubelet"].stop()
     c.start_kubelet()
-    c.wait_for(lambda: c.allocatable_gpu() == 80, "tessera.dev/gpu advertised again after the kubelet restart", 90)
+    c.wait_for_plugin()  # tessera.dev/gpu advertised again by the new kubelet
     # tessera-node restarts: it reloads its records and registers again.
     c.procs["tessera-node"].stop()
     c.start_node_agent()

@@ -564,6 +564,59 @@ TEST_F(AgentTest, SwappedAllocationIsCorrectedFromPodResources) {
   EXPECT_TRUE(api_.events().empty());  // equal shapes: harmless, no warning
 }
 
+std::string GpuOf(const NodePod& pod) {
+  auto a = formats::ParseAssignment(pod.annotations.at(formats::kAnnotationAssignment));
+  return a.ok() ? a->containers[0].vgpus[0].uuid.value() : Message(a.status());
+}
+
+// The cluster tier caught this: the kubelet started pod-1 with the allocation made for pod-0 before pod-0's own
+// container came. pod-0 kept its assignment, so its own Allocate handed out pod-0's GPU share a second time
+// (eighteen pods ended up on one GPU, 540% committed), and pod-1's GPU share was never used.
+TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHandedOutTwice) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::0"}}).ok());  // made for pod-0, the oldest...
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  ASSERT_EQ(records[0].pod_name, "pod-0");
+  records[0].pod_name = "pod-1";  // ...but the kubelet was starting pod-1
+  PublishPodResources(records);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->stats().swaps, 1u);
+  // pod-1 runs with pod-0's share; pod-0 takes pod-1's.
+  EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-0");
+  EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-0")), "GPU-1");
+  // pod-0's container comes: it gets pod-1's old share (pod-1 holds devices already, so it is not a candidate).
+  auto second = Client()->Allocate({{"GPU-2::1"}});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)[0].annotations.at("tessera.dev/pod"), "default/pod-0");
+  EXPECT_EQ((*second)[0].envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-1");
+  PublishPodResources(agent->Records());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->stats().swaps, 1u);
+  EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-0")), "GPU-1");
+  EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-0");
+  EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "allocated");
+}
+
+TEST_F(AgentTest, AContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  // pod-0 (the oldest) holds devices the agent has no record of (a record lost with a wiped state directory).
+  ContainerRecord lost;
+  lost.ns = "default";
+  lost.pod_name = "pod-0";
+  lost.container = "main";
+  lost.device_ids = {"GPU-3::7"};
+  PublishPodResources({lost});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  auto r = Client()->Allocate({{"GPU-2::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
+}
+
 TEST_F(AgentTest, SwappedRecordsSurviveAnAgentRestartBeforeTheOtherContainerStarts) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
