@@ -464,8 +464,13 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     if (at.empty()) at = pod->creation_timestamp;
     for (core::ContainerAssignment& c : a.containers) {
       if (c.vgpus.size() != count) continue;
-      // The kubelet allocates a container once: one it reports holding devices is not what this call is for.
-      if (held_.contains(StrCat(pod->key(), "/", c.name))) continue;
+      // The kubelet allocates a container once: an allocated pod's container that it reports holding devices is
+      // not what this call is for. (A pod that is still `bound` may be a new pod of the same name as one the
+      // kubelet has not forgotten yet, as a StatefulSet's are: pod-resources names pods, not UIDs.)
+      if (held_.contains(StrCat(pod->key(), "/", c.name)) &&
+          Annotation(*pod, formats::kAnnotationPhase) == formats::kPhaseAllocated) {
+        continue;
+      }
       // A pod whose allocation went to another container takes that container's part (ReconcilePodResources),
       // unless the scheduler has rewritten its assignment since.
       if (auto ex = exchanges_.find(pod->uid + "/" + c.name); ex != exchanges_.end()) {

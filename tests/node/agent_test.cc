@@ -600,8 +600,10 @@ TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHanded
   EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "allocated");
 }
 
-TEST_F(AgentTest, AContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
-  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
+  NodePod allocated = BoundPod(0, {{0, 30, 1024}});
+  allocated.annotations[formats::kAnnotationPhase] = formats::kPhaseAllocated;
+  api_.UpsertPod(allocated);
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
   auto agent = StartAgent();
   // pod-0 (the oldest) holds devices the agent has no record of (a record lost with a wiped state directory).
@@ -615,6 +617,23 @@ TEST_F(AgentTest, AContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
   auto r = Client()->Allocate({{"GPU-2::0"}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
+}
+
+// pod-resources names pods, not UIDs: a new pod of the same name (a StatefulSet's) must still be allocated while
+// the kubelet has not forgotten the old one.
+TEST_F(AgentTest, ANewPodOfAHeldNameIsStillAllocated) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  ContainerRecord old_instance;
+  old_instance.ns = "default";
+  old_instance.pod_name = "pod-0";
+  old_instance.container = "main";
+  old_instance.device_ids = {"GPU-3::7"};
+  PublishPodResources({old_instance});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  auto r = Client()->Allocate({{"GPU-2::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-0");
 }
 
 TEST_F(AgentTest, SwappedRecordsSurviveAnAgentRestartBeforeTheOtherContainerStarts) {
