@@ -569,6 +569,16 @@ std::string GpuOf(const NodePod& pod) {
   return a.ok() ? a->containers[0].vgpus[0].uuid.value() : Message(a.status());
 }
 
+// What pod-resources says of a container the agent may have no record of: its pod holds `device`.
+ContainerRecord HeldBy(const std::string& pod, const std::string& device) {
+  ContainerRecord r;
+  r.ns = "default";
+  r.pod_name = pod;
+  r.container = "main";
+  r.device_ids = {device};
+  return r;
+}
+
 // The cluster tier caught this: the kubelet started pod-1 with the allocation made for pod-0 before pod-0's own
 // container came. pod-0 kept its assignment, so its own Allocate handed out pod-0's GPU share a second time
 // (eighteen pods ended up on one GPU, 540% committed), and pod-1's GPU share was never used.
@@ -607,12 +617,7 @@ TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClai
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
   auto agent = StartAgent();
   // pod-0 (the oldest) holds devices the agent has no record of (a record lost with a wiped state directory).
-  ContainerRecord lost;
-  lost.ns = "default";
-  lost.pod_name = "pod-0";
-  lost.container = "main";
-  lost.device_ids = {"GPU-3::7"};
-  PublishPodResources({lost});
+  PublishPodResources({HeldBy("pod-0", "GPU-3::7")});
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   auto r = Client()->Allocate({{"GPU-2::0"}});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -624,12 +629,7 @@ TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClai
 TEST_F(AgentTest, ANewPodOfAHeldNameIsStillAllocated) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
-  ContainerRecord old_instance;
-  old_instance.ns = "default";
-  old_instance.pod_name = "pod-0";
-  old_instance.container = "main";
-  old_instance.device_ids = {"GPU-3::7"};
-  PublishPodResources({old_instance});
+  PublishPodResources({HeldBy("pod-0", "GPU-3::7")});  // the kubelet still lists the old pod-0
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   auto r = Client()->Allocate({{"GPU-2::0"}});
   ASSERT_TRUE(r.ok()) << r.status();
