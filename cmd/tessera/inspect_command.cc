@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "common/files.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "k8s/config.h"
 #include "k8s/kube_api.h"
 #include "nlohmann/json.hpp"
@@ -151,8 +152,10 @@ int RunInspect(const InspectOptions& o) {
     }
   }
   if (!text.ok()) return Fail(Message(text.status()));
-  json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array()) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(*text, "the inspection");
+  if (!parsed.ok()) return Fail(Message(parsed.status()));
+  json doc = *std::move(parsed);
+  if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array()) {
     return Fail("the inspection is not tessera-scheduler's /inspect JSON ({\"nodes\": [...]})");
   }
   if (o.json) {

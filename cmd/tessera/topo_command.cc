@@ -8,7 +8,8 @@
 namespace tessera::cli {
 
 int RunTopo(const TopoOptions& options) {
-  absl::StatusOr<std::string> text = ReadTextFile(options.file);
+  // `nvidia-smi topo -m` prints a few KiB; a file far larger (or /dev/zero) is not one.
+  absl::StatusOr<std::string> text = ReadTextFile(options.file, size_t{16} << 20);
   if (!text.ok()) {
     std::cerr << "tessera topo: " << text.status().message() << "\n";
     return 2;

@@ -4,18 +4,38 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "core/strings.h"
 
 namespace tessera {
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ostringstream out;
+namespace {
+
+// Reads `in` to its end or one byte past `max_bytes`, whichever comes first.
+bool ReadCapped(std::istream& in, size_t max_bytes, std::string* out) {
+  char buf[64 * 1024];
+  while (in) {
+    in.read(buf, sizeof(buf));
+    const auto n = static_cast<size_t>(in.gcount());
+    if (out->size() + n > max_bytes) return false;
+    out->append(buf, n);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
+  std::string out;
+  auto too_big = [&] {
+    return absl::ResourceExhaustedError(StrCat(path == "-" ? "standard input" : path, " is larger than ",
+                                               max_bytes, " bytes, more than any file this program reads; ",
+                                               "check that the path names the right file"));
+  };
   if (path == "-") {
-    out << std::cin.rdbuf();
-    return out.str();
+    if (!ReadCapped(std::cin, max_bytes, &out)) return too_big();
+    return out;
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -23,9 +43,9 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
     if (err == ENOENT) return absl::NotFoundError(StrCat(path, ": no such file"));
     return absl::PermissionDeniedError(StrCat(path, ": cannot open: ", std::strerror(err)));
   }
-  out << in.rdbuf();
+  if (!ReadCapped(in, max_bytes, &out)) return too_big();
   if (in.bad()) return absl::DataLossError(StrCat(path, ": read error"));
-  return out.str();
+  return out;
 }
 
 }  // namespace tessera

@@ -350,7 +350,14 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
       kAnnotationPriority, kAnnotationComputePolicy, kAnnotationNumaBind};
   for (const auto& [key, value] : pod.annotations) {
     if (!key.starts_with("tessera.dev/") || key == kAnnotationGpuAdded) continue;
-    if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&](const char* k) { return key == k; }) !=
+    // A resource written as an annotation asks for nothing: say so instead of scheduling without it.
+    for (const char* resource : {kResourceGpu, kResourceCores, kResourceMemory, kResourceMemoryPercent}) {
+      if (key == resource) {
+        return absl::InvalidArgumentError(StrCat(key, " is a resource, not an annotation: move \"", key, ": ",
+                                                 value, "\" to a container's resources.limits"));
+      }
+    }
+    if (std::find_if(kUserKeys.begin(), kUserKeys.end(), [&key = key](const char* k) { return key == k; }) !=
         kUserKeys.end()) {
       continue;
     }
@@ -562,8 +569,8 @@ absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceLis
   if (!vgpus.ok()) return vgpus.status();
   ResourceList out;
   for (const auto& [name, value] : resources) {
-    bool gpu_resource =
-        std::any_of(kKnown.begin(), kKnown.end(), [&](const KnownResource& k) { return name == k.name; });
+    bool gpu_resource = std::any_of(kKnown.begin(), kKnown.end(),
+                                    [&name = name](const KnownResource& k) { return name == k.name; });
     if (!gpu_resource) out[name] = value;
   }
   if (ask->gpu) out[kResourceGpu] = StrCat(ask->gpu->value);

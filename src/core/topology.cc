@@ -172,6 +172,12 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
   int gpus = 0;
   while (device_columns < head.size() && head[device_columns] != "CPU") {
     int idx = 0;
+    if (head[device_columns].starts_with("GPU") && !IsGpuName(head[device_columns], &idx)) {
+      // Not a NIC either: dropping it would report fewer GPUs than the machine has.
+      return absl::InvalidArgumentError(StrCat("line ", header + 1, ": column \"", head[device_columns],
+                                               "\" is neither GPU<n> nor another device; is the output cut or "
+                                               "edited?"));
+    }
     if (IsGpuName(head[device_columns], &idx)) {
       if (idx != gpus) {
         return absl::InvalidArgumentError(StrCat("line ", header + 1, ": GPU columns out of order: found ",
@@ -192,6 +198,10 @@ absl::StatusOr<TopoReport> ParseNvidiaSmiTopo(std::string_view text) {
     int idx = 0;
     if (!IsGpuName(f[0], &idx)) {
       if (f[0].starts_with("Legend")) break;
+      if (f[0].starts_with("GPU")) {
+        return absl::InvalidArgumentError(
+            StrCat("line ", i + 1, ": row \"", f[0], "\" is not GPU<n>; is the output cut or edited?"));
+      }
       continue;  // NIC rows
     }
     if (idx != static_cast<int>(rows.size())) {

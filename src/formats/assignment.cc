@@ -3,7 +3,9 @@
 #include <cmath>
 #include <set>
 
+#include "core/gpu_mask.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::formats {
@@ -11,6 +13,10 @@ namespace tessera::formats {
 namespace {
 
 using nlohmann::json;
+
+constexpr int64_t kMaxNumaNode = 1023;
+constexpr int64_t kMaxMemoryMiB = int64_t{1}
+                                  << 40;  // 1 EiB: more than any GPU, small enough to count in bytes
 
 absl::Status Bad(std::string_view what) {
   return absl::InvalidArgumentError(StrCat("annotation ", kAnnotationAssignment, ": ", what));
@@ -46,13 +52,17 @@ std::string FormatAssignment(const core::Placement& placement) {
 }
 
 absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Bad("is not valid JSON; it is written by tessera-scheduler, do not edit it");
+  absl::StatusOr<json> parsed = ParseBoundedJson(text, "the value");
+  if (!parsed.ok()) {
+    return Bad(StrCat("cannot be read (", Message(parsed.status()),
+                      "); it is written by tessera-scheduler, do not edit it"));
+  }
+  const json doc = *std::move(parsed);
   if (!doc.is_object()) return Bad("must be a JSON object");
   auto version = doc.find("version");
   if (version == doc.end() || !version->is_number_integer()) return Bad("has no integer \"version\"");
-  if (version->get<int>() != kAssignmentVersion) {
-    return Bad(StrCat("has version ", version->get<int>(), "; this build reads version ", kAssignmentVersion,
+  if (JsonIntIn(*version, kAssignmentVersion, kAssignmentVersion) == std::nullopt) {
+    return Bad(StrCat("has version ", version->dump(), "; this build reads version ", kAssignmentVersion,
                       " (upgrade tessera-node and tessera-scheduler together)"));
   }
   Assignment out;
@@ -76,10 +86,9 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
     a.name = name->get<std::string>();
     if (!names.insert(a.name).second) return Bad(StrCat("container \"", a.name, "\" appears twice"));
     if (auto numa = c.find("numaNode"); numa != c.end()) {
-      if (!numa->is_number_integer() || numa->get<int>() < 0) {
-        return Bad(StrCat(where, ".numaNode must be a NUMA node number"));
-      }
-      a.numa_node = numa->get<int>();
+      const std::optional<int64_t> n = JsonIntIn(*numa, 0, kMaxNumaNode);
+      if (!n) return Bad(StrCat(where, ".numaNode must be a NUMA node number (0 to ", kMaxNumaNode, ")"));
+      a.numa_node = static_cast<int>(*n);
     }
     if (auto cpus = c.find("cpus"); cpus != c.end()) {
       if (!cpus->is_string()) return Bad(StrCat(where, ".cpus must be a CPU list such as \"0-15\""));
@@ -103,9 +112,9 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
       }
       auto index = v.find("index");
       if (index != v.end()) {
-        if (!index->is_number_integer() || index->get<int>() < 0)
-          return Bad(StrCat(at, ".index must be >= 0"));
-        g.gpu_index = index->get<int>();
+        const std::optional<int64_t> n = JsonIntIn(*index, 0, core::kMaxGpusPerNode - 1);
+        if (!n) return Bad(StrCat(at, ".index must be a GPU index, 0 to ", core::kMaxGpusPerNode - 1));
+        g.gpu_index = static_cast<int>(*n);
       }
       auto cores = v.find("cores");
       if (cores == v.end() || !cores->is_number()) return Bad(StrCat(at, " has no numeric \"cores\""));
@@ -122,10 +131,10 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
         g.requested = core::MilliGpu(static_cast<int64_t>(std::llround(requested->get<double>() * 10)));
       }
       auto memory = v.find("memoryMiB");
-      if (memory == v.end() || !memory->is_number_integer() || memory->get<int64_t>() < 0) {
-        return Bad(StrCat(at, " has no \"memoryMiB\" (a whole number of MiB)"));
-      }
-      g.memory = core::MiB(memory->get<int64_t>());
+      const std::optional<int64_t> mib =
+          memory == v.end() ? std::nullopt : JsonIntIn(*memory, 0, kMaxMemoryMiB);
+      if (!mib) return Bad(StrCat(at, " has no \"memoryMiB\" (a whole number of MiB, at most 2^40)"));
+      g.memory = core::MiB(*mib);
       a.vgpus.push_back(std::move(g));
     }
     out.containers.push_back(std::move(a));

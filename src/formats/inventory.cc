@@ -1,13 +1,13 @@
 #include "formats/inventory.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "absl/status/status.h"
 #include "core/gpu_mask.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 
 namespace tessera::formats {
 
@@ -39,11 +39,9 @@ absl::Status ReadInt(const json& obj, const char* key, std::string_view what, in
   if (!it->is_number_integer()) {
     return Invalid(StrCat(what, " \"", key, "\" must be a whole number, not ", it->dump()));
   }
-  const int64_t v = it->get<int64_t>();
-  if (v < min || v > max) {
-    return Invalid(StrCat(what, " \"", key, "\" is ", v, "; expected ", min, " to ", max));
-  }
-  *out = v;
+  const std::optional<int64_t> v = JsonIntIn(*it, min, max);
+  if (!v) return Invalid(StrCat(what, " \"", key, "\" is ", it->dump(), "; expected ", min, " to ", max));
+  *out = *v;
   return absl::OkStatus();
 }
 
@@ -132,8 +130,8 @@ absl::Status GpuInventory::Validate() const {
     }
   }
   if (links.size() != static_cast<int>(gpus.size())) {
-    return Invalid(StrCat("the link matrix is ", links.size(), "x", links.size(), " but there are ", gpus.size(),
-                          " GPUs; it must have one row and one column per GPU"));
+    return Invalid(StrCat("the link matrix is ", links.size(), "x", links.size(), " but there are ",
+                          gpus.size(), " GPUs; it must have one row and one column per GPU"));
   }
   return absl::OkStatus();
 }
@@ -163,12 +161,9 @@ std::string SerializeGpuInventory(const GpuInventory& inventory) {
 }
 
 absl::StatusOr<GpuInventory> ParseGpuInventory(std::string_view text) {
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    return Invalid(StrCat("not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = ParseBoundedJson(text, "the value");
+  if (!parsed.ok()) return Invalid(Message(parsed.status()));
+  const json doc = *std::move(parsed);
   if (!doc.is_object()) return Invalid(StrCat("expected a JSON object, got ", doc.type_name()));
   int64_t version = 0;
   absl::Status s = ReadInt(doc, "version", "the inventory", 0, 1 << 30, true, &version);
@@ -198,7 +193,8 @@ absl::StatusOr<GpuInventory> ParseGpuInventory(std::string_view text) {
     if (!row.is_array()) return Invalid(StrCat("links row ", r, " must be a list of link levels"));
     std::vector<std::string> cells;
     for (const json& cell : row) {
-      if (!cell.is_string()) return Invalid(StrCat("links row ", r, " holds ", cell.dump(), ", not a link level"));
+      if (!cell.is_string())
+        return Invalid(StrCat("links row ", r, " holds ", cell.dump(), ", not a link level"));
       cells.push_back(cell.get<std::string>());
     }
     rows.push_back(std::move(cells));
@@ -252,6 +248,8 @@ absl::StatusOr<std::chrono::system_clock::time_point> ParseHeartbeat(std::string
   }
   const year_month_day ymd{year(y), month(static_cast<unsigned>(mo)), day(static_cast<unsigned>(d))};
   if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return bad("the date or time is out of range");
+  // Nanoseconds since 1970 in 64 bits reach 1677-2262; outside that the arithmetic below would overflow.
+  if (y < 1970 || y > 2200) return bad("the year is outside 1970-2200");
   size_t pos = 19;
   nanoseconds frac{0};
   if (pos < text.size() && text[pos] == '.') {
@@ -274,8 +272,8 @@ absl::StatusOr<std::chrono::system_clock::time_point> ParseHeartbeat(std::string
     ++pos;
   } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
     int oh = 0, om = 0;
-    if (!digits(pos + 1, 2, &oh) || pos + 3 >= text.size() || text[pos + 3] != ':' || !digits(pos + 4, 2, &om) ||
-        oh > 23 || om > 59) {
+    if (!digits(pos + 1, 2, &oh) || pos + 3 >= text.size() || text[pos + 3] != ':' ||
+        !digits(pos + 4, 2, &om) || oh > 23 || om > 59) {
       return bad("a malformed UTC offset");
     }
     offset = hours(oh) + minutes(om);

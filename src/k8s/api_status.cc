@@ -5,6 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/types/optional.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 
 namespace tessera::k8s {
 
@@ -147,7 +148,8 @@ absl::Status StatusFromStatusObject(const nlohmann::json& status, std::string_vi
 absl::Status StatusFromHttp(int http_code, std::string_view body, std::string_view what,
                             std::optional<std::chrono::seconds> retry_after) {
   if (http_code >= 200 && http_code < 300) return absl::OkStatus();
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = formats::ParseBoundedJson(body, "the reply");
+  nlohmann::json j = parsed.ok() ? *std::move(parsed) : nlohmann::json();
   if (j.is_object() && j.value("kind", "") == "Status") {
     if (!j.contains("code")) j["code"] = http_code;
     absl::Status s = StatusFromStatusObject(j, what);

@@ -1,5 +1,6 @@
-// A clock seam for the Kubernetes client: leader election and token reloading read time through it, so tests
-// can drive time by hand.
+// The clock seam: wall time and monotonic time through one interface. Leader election, token reloading, the
+// scheduler's cluster cache, the node agent and its region jobs read time through it, so tests drive time by
+// hand instead of sleeping.
 //
 //   FakeClock clock;                                   // starts at 2024-01-01T00:00:00Z
 //   LeaderElectionConfig config; config.clock = &clock;
@@ -20,6 +21,8 @@ class Clock {
   virtual ~Clock() = default;
   // Wall-clock time (Kubernetes timestamps are wall-clock).
   virtual std::chrono::system_clock::time_point Now() const = 0;
+  // Monotonic time, for deadlines, expiry and periods.
+  virtual std::chrono::steady_clock::time_point Steady() const = 0;
 };
 
 // The system clock.
@@ -41,13 +44,23 @@ class FakeClock final : public Clock {
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::nanoseconds(nanos_.load())));
   }
-  void Advance(std::chrono::nanoseconds d) { nanos_ += d.count(); }
+  // Starts at an arbitrary point and moves with Advance (Set moves wall time only).
+  std::chrono::steady_clock::time_point Steady() const override {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::nanoseconds(steady_.load())));
+  }
+  void Advance(std::chrono::nanoseconds d) {
+    nanos_ += d.count();
+    steady_ += d.count();
+  }
   void Set(std::chrono::system_clock::time_point t) {
     nanos_ = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
 
  private:
   std::atomic<int64_t> nanos_;
+  std::atomic<int64_t> steady_{int64_t{1} << 40};
 };
 
 }  // namespace tessera::k8s

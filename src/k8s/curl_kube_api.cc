@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "k8s/api_status.h"
 #include "k8s/kube_api.h"
 
@@ -219,8 +220,9 @@ class WatchDecoder {
 
  private:
   bool Line(std::string_view line) {
-    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
+    absl::StatusOr<Json> parsed = formats::ParseBoundedJson(line, "a watch event");
+    Json j = parsed.ok() ? *std::move(parsed) : Json();
+    if (!j.is_object()) {
       status_ =
           absl::DataLossError(StrCat(what_, ": the server sent a line that is not a JSON watch event ('",
                                      Quote(line), "'); watch again from the last resourceVersion"));
@@ -343,7 +345,7 @@ class CurlKubeApi final : public KubeApi {
   }
 
   absl::StatusOr<Json> Create(const ResourceType& type, std::string_view ns, const Json& object) override {
-    std::string body = object.dump();
+    std::string body = formats::DumpJson(object);
     return JsonCall("POST", CollectionPath(type, NamespaceFor(type, ns, object)), &body, "application/json",
                     {});
   }
@@ -353,7 +355,7 @@ class CurlKubeApi final : public KubeApi {
     absl::StatusOr<std::string> path =
         ObjectPath(type, NamespaceFor(type, ns, object), Name(object), subresource);
     if (!path.ok()) return path.status();
-    std::string body = object.dump();
+    std::string body = formats::DumpJson(object);
     return JsonCall("PUT", *path, &body, "application/json", {});
   }
 
@@ -361,7 +363,7 @@ class CurlKubeApi final : public KubeApi {
                              PatchType patch_type, const Json& patch, std::string_view subresource) override {
     absl::StatusOr<std::string> path = ObjectPath(type, ns, name, subresource);
     if (!path.ok()) return path.status();
-    std::string body = patch.dump();
+    std::string body = formats::DumpJson(patch);
     return JsonCall("PATCH", *path, &body, std::string(ContentType(patch_type)), {});
   }
 
@@ -376,7 +378,7 @@ class CurlKubeApi final : public KubeApi {
     }
     if (o.grace_period_seconds) opts["gracePeriodSeconds"] = *o.grace_period_seconds;
     if (!o.propagation_policy.empty()) opts["propagationPolicy"] = o.propagation_policy;
-    std::string body = opts.dump();
+    std::string body = formats::DumpJson(opts);
     return JsonCall("DELETE", *path, &body, "application/json", {}).status();
   }
 
@@ -384,7 +386,7 @@ class CurlKubeApi final : public KubeApi {
                                          std::string_view subresource, const Json& body) override {
     absl::StatusOr<std::string> path = ObjectPath(type, ns, name, subresource);
     if (!path.ok()) return path.status();
-    std::string text = body.dump();
+    std::string text = formats::DumpJson(body);
     return JsonCall("POST", *path, &text, "application/json", {});
   }
 
@@ -397,8 +399,8 @@ class CurlKubeApi final : public KubeApi {
     absl::Status s =
         StatusFromHttp(static_cast<int>(reply->code), reply->body, StrCat("GET ", p), reply->retry_after);
     if (!s.ok()) return s;
-    Json j = Json::parse(reply->body, nullptr, false);
-    if (j.is_discarded()) return Json(reply->body);
+    absl::StatusOr<Json> j = formats::ParseBoundedJson(reply->body, "the reply");
+    if (!j.ok()) return Json(reply->body);
     return j;
   }
 
@@ -494,14 +496,14 @@ class CurlKubeApi final : public KubeApi {
     if (!reply.ok()) return reply.status();
     absl::Status s = StatusFromHttp(static_cast<int>(reply->code), reply->body, what, reply->retry_after);
     if (!s.ok()) return s;
-    Json j = Json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
+    absl::StatusOr<Json> parsed = formats::ParseBoundedJson(reply->body, "the reply");
+    if (!parsed.ok()) {
       return absl::DataLossError(StrCat(what, ": the reply (HTTP ", reply->code, ", ",
                                         reply->content_type.empty() ? "no content type" : reply->content_type,
                                         ") is not JSON: '", Quote(reply->body), "'; is ", config_.server,
-                                        " a Kubernetes API server?"));
+                                        " a Kubernetes API server? (", Message(parsed.status()), ")"));
     }
-    return j;
+    return *std::move(parsed);
   }
 
   // One request with the client's retry rules: once more with a fresh token after a 401 when the token comes

@@ -9,12 +9,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "core/request_parser.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
+#include "formats/bounded_json.h"
 #include "node/cgroup.h"
 
 namespace tessera::node {
@@ -24,15 +27,57 @@ using nlohmann::json;
 
 namespace {
 
+// A record is a few hundred bytes; anything far larger in the records directory is not one.
+constexpr size_t kMaxRecordBytes = size_t{1} << 20;
+
 uint64_t MonotonicNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::string Now() {
-  return formats::FormatHeartbeat(std::chrono::system_clock::now());
+// Opens (or creates) a region; the returned pointer unmaps it when its last holder (the agent or a region
+// job) lets go.
+std::shared_ptr<hook::SharedRegion> OpenRegion(const std::string& path, hook::Error* error) {
+  auto region = std::make_unique<hook::SharedRegion>();
+  if (!region->Open(path.c_str(), error)) return nullptr;
+  return std::shared_ptr<hook::SharedRegion>(region.release(), [](hook::SharedRegion* r) {
+    r->Close();
+    delete r;
+  });
 }
+
+// A region job: gives the region the record's limits (adding GPU entries takes the region's table lock)
+// and/or reclaims dead processes' slots (takes GPU locks). Returns the slots freed.
+int RegionWork(hook::SharedRegion& region, const std::optional<hook::Limits>& limits, bool reclaim) {
+  if (limits) {
+    hook::Error error;
+    for (int i = 0; i < limits->device_count; ++i) {
+      const int dev = region.FindOrAddDevice(limits->devices[i].uuid, &error);
+      if (dev >= 0) region.SetDeviceLimits(dev, limits->devices[i], MonotonicNs());
+    }
+  }
+  return reclaim ? region.ReclaimDeadSlots() : 0;
+}
+
+// Whether `name` (a pod UID, a container name) can be one component of a path under the state directory:
+// 1-253 characters of [A-Za-z0-9._-], not "." or "..". Kubernetes UIDs and container names always are; an
+// edited annotation or API file may not be.
+bool SafePathName(std::string_view name) {
+  if (name.empty() || name.size() > 253 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_';
+  });
+}
+
+// Reclaims that freed nothing are retried at the next passes (the process may still be a zombie), this many
+// times.
+constexpr int kReclaimAttempts = 10;
+
+// A container directory without a record and without a pod is an orphan (a crash cut its allocation short)
+// only when it is older than this; a younger one may belong to an Allocate in flight.
+constexpr auto kOrphanAge = std::chrono::minutes(2);
 
 std::string Annotation(const NodePod& pod, const std::string& key) {
   auto it = pod.annotations.find(key);
@@ -178,11 +223,21 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
       api_(api),
       pod_resources_(pod_resources),
       inventory_(std::move(inventory)),
-      pods_(std::make_shared<std::vector<NodePod>>()) {
+      pods_(std::make_shared<std::vector<NodePod>>()),
+      region_jobs_(config_.region_lock_timeout, config_.clock) {
   registration_ = std::make_unique<RegistrationServer>(
       registration_socket(),
       RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
-                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }});
+                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }},
+      config_.registration);
+}
+
+std::chrono::system_clock::time_point NodeAgent::WallNow() const {
+  return config_.clock != nullptr ? config_.clock->Now() : std::chrono::system_clock::now();
+}
+
+std::chrono::steady_clock::time_point NodeAgent::SteadyNow() const {
+  return config_.clock != nullptr ? config_.clock->Steady() : std::chrono::steady_clock::now();
 }
 
 NodeAgent::~NodeAgent() {
@@ -224,7 +279,7 @@ absl::Status NodeAgent::Start(bool background) {
     log::Warn("cannot list this node's pods yet; will retry", {{"error", Message(s)}});
   }
   if (background) {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     stopping_ = false;
     thread_ = std::thread([this] { Loop(); });
   }
@@ -233,31 +288,28 @@ absl::Status NodeAgent::Start(bool background) {
 
 void NodeAgent::Stop() {
   {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     stopping_ = true;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   if (registration_) registration_->Stop();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, t] : tenants_) {
-    if (t.region) t.region->Close();
-    t.region.reset();
-  }
+  MutexLock lock(&mu_);
+  for (auto& [key, t] : tenants_) t.region.reset();  // unmapped now, or when a running job ends
 }
 
 void NodeAgent::Nudge() {
   {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    MutexLock lock(&loop_mu_);
     nudged_ = true;
   }
-  loop_cv_.notify_all();
+  loop_cv_.SignalAll();
 }
 
 void NodeAgent::Loop() {
-  auto next_heartbeat = std::chrono::steady_clock::now();
+  auto next_heartbeat = SteadyNow();
   while (true) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = SteadyNow();
     if (now >= next_heartbeat) {
       if (absl::Status s = PublishInventory(); !s.ok()) {
         log::Warn("cannot publish the node's inventory", {{"error", Message(s)}});
@@ -265,13 +317,17 @@ void NodeAgent::Loop() {
       next_heartbeat = now + config_.heartbeat;
     }
     if (absl::Status s = ReconcileOnce(); !s.ok()) log::Warn("reconcile failed", {{"error", Message(s)}});
-    std::unique_lock<std::mutex> lock(loop_mu_);
-    loop_cv_.wait_for(lock,
-                      std::min<std::chrono::milliseconds>(
-                          config_.resync, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              next_heartbeat - std::chrono::steady_clock::now()) +
-                                              std::chrono::milliseconds(1)),
-                      [this] { return stopping_ || nudged_; });
+    const auto wait = std::min<std::chrono::milliseconds>(
+        config_.resync, std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - SteadyNow()) +
+                            std::chrono::milliseconds(1));
+    MutexLock lock(&loop_mu_);
+    const auto until = std::chrono::steady_clock::now() + wait;  // a real wait, whatever the clock seam says
+    while (!stopping_ && !nudged_) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      loop_cv_.WaitFor(&loop_mu_, left);
+    }
     if (stopping_) return;
     nudged_ = false;
   }
@@ -284,7 +340,7 @@ absl::Status NodeAgent::SaveRecord(const ContainerRecord& r) const {
   const std::string tmp = StrCat(path.string(), ".tmp.", gettid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << ToJson(r).dump() << "\n";
+    out << formats::DumpJson(ToJson(r)) << "\n";
     out.flush();
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; is ", config_.state_dir, " full?"));
   }
@@ -303,12 +359,9 @@ void NodeAgent::LoadRecords() {
       if (name.find(".tmp.") != std::string::npos) fs::remove(entry.path(), ec);  // a write cut short
       continue;
     }
-    std::ifstream in(entry.path());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
-    absl::StatusOr<ContainerRecord> r =
-        j.is_discarded() ? absl::InvalidArgumentError("not JSON") : FromJson(j);
+    absl::StatusOr<std::string> text = ReadTextFile(entry.path().string(), kMaxRecordBytes);
+    absl::StatusOr<json> j = text.ok() ? formats::ParseBoundedJson(*text, "the record") : text.status();
+    absl::StatusOr<ContainerRecord> r = j.ok() ? FromJson(*j) : j.status();
     if (!r.ok()) {
       log::Error("unreadable record; moved aside",
                  {{"file", entry.path().string()}, {"error", Message(r.status())}});
@@ -323,15 +376,14 @@ void NodeAgent::LoadRecords() {
       if (absl::Status s = WriteLimits(t.record); !s.ok())
         log::Error("cannot rewrite limits", {{"error", Message(s)}});
     }
-    t.region = std::make_unique<hook::SharedRegion>();
     hook::Error error;
-    if (!t.region->Open((fs::path(t.record.region_dir) / "region").c_str(), &error)) {
+    t.region = OpenRegion((fs::path(t.record.region_dir) / "region").string(), &error);
+    if (!t.region) {
       log::Error("cannot open a tenant's region", {{"tenant", t.record.key()}, {"error", error.text}});
-      t.region.reset();
     }
     loaded[t.record.key()] = std::move(t);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, t] : loaded) tenants_[key] = std::move(t);
   if (!loaded.empty()) log::Info("records loaded", {{"containers", StrCat(loaded.size())}});
 }
@@ -352,22 +404,41 @@ absl::Status NodeAgent::WriteLimits(const ContainerRecord& r) const {
   return absl::OkStatus();
 }
 
-void NodeAgent::ApplyRegionLimits(Tenant* t) {
-  if (!t->region) return;
-  hook::Limits limits = LimitsFor(t->record);
-  hook::Error error;
-  for (int i = 0; i < limits.device_count; ++i) {
-    const int dev = t->region->FindOrAddDevice(limits.devices[i].uuid, &error);
-    if (dev >= 0) t->region->SetDeviceLimits(dev, limits.devices[i], MonotonicNs());
+void NodeAgent::RunFileOps(const std::vector<FileOp>& ops) {
+  int failed = 0;
+  for (const FileOp& op : ops) {
+    if (!op.remove.empty()) {
+      std::error_code ec;
+      fs::remove(op.remove, ec);
+      if (ec) {
+        ++failed;
+        log::Error("cannot remove a record", {{"file", op.remove}, {"error", ec.message()}});
+      }
+      continue;
+    }
+    if (absl::Status s = SaveRecord(op.save); !s.ok()) {
+      ++failed;
+      log::Error("cannot save a record; it is lost if the agent restarts now",
+                 {{"tenant", op.save.key()}, {"error", Message(s)}});
+    }
+  }
+  if (failed > 0) {
+    MutexLock lock(&mu_);
+    stats_.record_errors += static_cast<uint64_t>(failed);
   }
 }
 
 absl::Status NodeAgent::Materialize(Tenant* t) {
   std::error_code ec;
-  fs::create_directories(t->record.dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.dir, ": ", ec.message()));
-  fs::create_directories(t->record.region_dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", t->record.region_dir, ": ", ec.message()));
+  // A collected sibling container of the same pod may remove the pod's (empty) directory between the two
+  // levels of create_directories: try again then.
+  for (const std::string& d : {t->record.dir, t->record.region_dir}) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      fs::create_directories(d, ec);
+      if (!ec) break;
+    }
+    if (ec) return absl::InternalError(StrCat("cannot create ", d, ": ", ec.message()));
+  }
   fs::permissions(t->record.region_dir, fs::perms::all,
                   ec);  // container users of any UID create nothing here,
                         // but the hook may re-create a deleted region
@@ -381,19 +452,19 @@ absl::Status NodeAgent::Materialize(Tenant* t) {
 // --- pods ------------------------------------------------------------------------------------------------
 
 std::shared_ptr<const std::vector<NodePod>> NodeAgent::Pods() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pods_;
 }
 
 absl::Status NodeAgent::RefreshPods() {
   absl::StatusOr<std::vector<NodePod>> pods = api_->ListNodePods();
   if (!pods.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.api_errors;
     return pods.status();
   }
   auto snapshot = std::make_shared<const std::vector<NodePod>>(std::move(*pods));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_ = std::move(snapshot);
   return absl::OkStatus();
 }
@@ -417,18 +488,20 @@ void NodeAgent::Event(const NodePod& pod, const std::string& type, const std::st
 
 absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& uid, const std::string& text) {
   {
-    std::lock_guard<std::mutex> lock(parse_mu_);
+    MutexLock lock(&parse_mu_);
     auto it = parse_cache_.find(uid);
     if (it != parse_cache_.end() && it->second.first == text) return it->second.second;
   }
   absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
-  std::lock_guard<std::mutex> lock(parse_mu_);
+  MutexLock lock(&parse_mu_);
   if (parse_cache_.size() > 4096) parse_cache_.clear();
   parse_cache_[uid] = {text, a};
   return a;
 }
 
-absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector<NodePod>& pods) {
+absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>& device_ids,
+                                                 const std::vector<NodePod>& pods) {
+  const size_t count = device_ids.size();
   // Parse outside the lock; malformed annotations are reported once per pod and value.
   std::vector<std::pair<const NodePod*, formats::Assignment>> parsed;
   for (const NodePod& pod : pods) {
@@ -445,11 +518,21 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     } else if (a->node.value() != config_.node_name) {
       problem = StrCat("tessera.dev/assignment names node ", a->node.value(), " but the pod is bound to ",
                        config_.node_name, "; delete the pod to reschedule");
+    } else if (!SafePathName(pod.uid)) {
+      problem = StrCat("the pod's UID \"", pod.uid, "\" cannot name a directory; the pod gets no GPU");
+    } else {
+      for (const core::ContainerAssignment& c : a->containers) {
+        if (!SafePathName(c.name)) {
+          problem = StrCat("tessera.dev/assignment names container \"", c.name,
+                           "\", which cannot name a directory (a Kubernetes container name is a DNS label); "
+                           "delete the pod to reschedule");
+        }
+      }
     }
     if (!problem.empty()) {
       bool first = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         first = reported_problems_.insert(StrCat(pod.uid, "|", text)).second;
       }
       if (first) Event(pod, "Warning", "MalformedAssignment", problem);
@@ -457,7 +540,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     }
     parsed.emplace_back(&pod, std::move(*a));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Candidate> candidates;
   for (auto& [pod, a] : parsed) {
     std::string at = Annotation(*pod, formats::kAnnotationAssignedAt);
@@ -486,6 +569,14 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& x, const Candidate& y) { return x.sort_key < y.sort_key; });
+  // A device slot is one container's at a time while it is being allocated. Once allocated, the kubelet may
+  // name it again for another container (it hands a freed device to the next pod at once, and one slot serves
+  // every container of a shared GPU's pods): pod-resources tells their records apart (docs/node-agent.md).
+  for (const std::string& id : device_ids) {
+    if (devices_in_flight_.count(id) > 0) {
+      return absl::AlreadyExistsError(StrCat("device ", id, " is being allocated to another container"));
+    }
+  }
   for (const Candidate& c : candidates) {
     const std::string key = c.pod->uid + "/" + c.container->name;
     if (tenants_.count(key) > 0 || claims_.count(key) > 0) continue;
@@ -512,6 +603,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
     r.compute_policy = Annotation(*c.pod, core::kAnnotationComputePolicy) == "elastic" ? "elastic" : "hard";
     r.priority = Annotation(*c.pod, core::kAnnotationPriority) == "high" ? "high" : "low";
     claims_.insert(key);
+    devices_in_flight_.insert(device_ids.begin(), device_ids.end());
     return r;
   }
   return absl::NotFoundError("none");
@@ -520,14 +612,20 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(size_t count, const std::vector
 absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
     const kubelet::AllocateContainerRequest& req) {
   const size_t count = req.devices.size();
-  absl::StatusOr<ContainerRecord> claimed = Claim(count, *Pods());
+  std::vector<std::string> device_ids;
+  for (const kubelet::DeviceSlot& d : req.devices) device_ids.push_back(d.id);
+  absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods());
+  if (absl::IsAlreadyExists(claimed.status()))
+    return absl::FailedPreconditionError(Message(claimed.status()));
   if (!claimed.ok()) {
     // The pod may have been bound a moment ago: look again with a fresh list.
     if (absl::Status s = RefreshPods(); !s.ok()) {
       return absl::UnavailableError(StrCat("cannot list this node's pods from the API server: ", Message(s),
                                            "; the kubelet will retry"));
     }
-    claimed = Claim(count, *Pods());
+    claimed = Claim(device_ids, *Pods());
+    if (absl::IsAlreadyExists(claimed.status()))
+      return absl::FailedPreconditionError(Message(claimed.status()));
   }
   if (!claimed.ok()) {
     return absl::FailedPreconditionError(
@@ -543,19 +641,21 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
       (fs::path(config_.state_dir) / "containers" / t.record.pod_uid / t.record.container).string();
   t.record.region_dir =
       (fs::path(config_.state_dir) / "regions" / t.record.pod_uid / t.record.container).string();
-  t.record.allocated_at = Now();
+  t.record.allocated_at = formats::FormatHeartbeat(WallNow());
   const std::string key = t.record.key();
   if (absl::Status s = Materialize(&t); !s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     claims_.erase(key);
-    if (t.region) t.region->Close();
+    for (const std::string& id : device_ids) devices_in_flight_.erase(id);
     return s;
   }
   kubelet::ContainerAllocation response = Response(t.record);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     claims_.erase(key);
     exchanges_.erase(key);
+    for (const std::string& id : device_ids) devices_in_flight_.erase(id);
+    t.allocation = ++allocations_;
     tenants_[key] = std::move(t);
   }
   return response;
@@ -599,7 +699,7 @@ absl::StatusOr<std::vector<kubelet::ContainerAllocation>> NodeAgent::Allocate(
   std::vector<kubelet::ContainerAllocation> out;
   for (const kubelet::AllocateContainerRequest& c : request.containers) {
     absl::StatusOr<kubelet::ContainerAllocation> a = AllocateOne(c);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!a.ok()) {
       ++stats_.allocation_errors;
       return a.status();
@@ -613,7 +713,7 @@ absl::StatusOr<std::vector<kubelet::ContainerAllocation>> NodeAgent::Allocate(
 
 absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& request) {
   // Every device must belong to a record: the container starts with limits in place.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const kubelet::DeviceSlot& d : request.devices) {
     bool found = false;
     for (const auto& [key, t] : tenants_) {
@@ -634,14 +734,16 @@ absl::Status NodeAgent::PreStartContainer(const kubelet::PreStartRequestView& re
 // --- reconcile -------------------------------------------------------------------------------------------
 
 absl::Status NodeAgent::ReconcileOnce() {
-  std::lock_guard<std::mutex> pass(reconcile_mu_);
+  MutexLock pass(&reconcile_mu_);
+  uint64_t seen = 0;  // tenants allocated after this are not judged against the pod list below
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.reconciles;
+    seen = allocations_;
   }
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
   std::shared_ptr<const std::vector<NodePod>> pods = Pods();
-  RetryReclaims();
+  SweepRegionJobs();  // jobs started since the last pass (a process exited)
   OpenRegions();
   ReconcilePodResources(*pods);
   ReportPhases(*pods);
@@ -655,7 +757,10 @@ absl::Status NodeAgent::ReconcileOnce() {
       for (const kubelet::PodResources& p : *list) kubelet_pods.insert(p.ns + "/" + p.name);
     }
   }
-  Collect(*pods, pr_ok, kubelet_pods);
+  Collect(*pods, pr_ok, kubelet_pods, seen);
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);  // waits on no lock: Allocate and metrics go on meanwhile
+  SweepRegionJobs();
   return absl::OkStatus();
 }
 
@@ -664,7 +769,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
   // tessera.dev/phase: allocated once every GPU container of the pod is allocated.
   std::map<std::string, std::vector<ContainerRecord>> by_uid;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [key, t] : tenants_) by_uid[t.record.pod_uid].push_back(t.record);
   }
   for (const NodePod& pod : pods) {
@@ -698,77 +803,98 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
     if (patch.empty()) continue;
     absl::Status s = api_->PatchPodAnnotations(pod.ns, pod.name, patch);
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.api_errors;
       log::Warn("cannot write the pod's phase; will retry", {{"pod", pod.key()}, {"error", Message(s)}});
       continue;
     }
     if (!all) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const ContainerRecord& r : recs) {
-      auto t = tenants_.find(r.key());
-      if (t == tenants_.end()) continue;
-      t->second.record.reported = true;
-      if (absl::Status st = SaveRecord(t->second.record); !st.ok())
-        log::Warn("cannot save a record", {{"error", Message(st)}});
+    std::vector<FileOp> saves;
+    {
+      MutexLock lock(&mu_);
+      for (const ContainerRecord& r : recs) {
+        auto t = tenants_.find(r.key());
+        if (t == tenants_.end()) continue;
+        t->second.record.reported = true;
+        saves.push_back({t->second.record, ""});
+      }
     }
+    RunFileOps(saves);
   }
 }
 
 void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
-  std::vector<std::pair<std::string, uint64_t>> reloads;
+  std::vector<ContainerRecord> changed;  // the records as they become
+  std::vector<std::pair<NodeEvent, std::string>> events;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Decide under the lock; write, post and tell after it.
+    MutexLock lock(&mu_);
     for (auto& [key, t] : tenants_) {
       if (!t.record.reported) continue;  // our own write has not landed yet
       auto p = by_uid.find(t.record.pod_uid);
       if (p == by_uid.end()) continue;
-      absl::StatusOr<formats::Assignment> a =
-          formats::ParseAssignment(Annotation(*p->second, formats::kAnnotationAssignment));
+      const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
+      absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
       if (!a.ok()) {
-        if (reported_problems_
-                .insert(StrCat(t.record.pod_uid, "|", Annotation(*p->second, formats::kAnnotationAssignment)))
-                .second) {
-          NodeEvent e{p->second->ns,
-                      p->second->name,
-                      p->second->uid,
-                      "Warning",
-                      "MalformedAssignment",
-                      StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
-                             "; the container keeps its current limits")};
-          if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
-          log::Warn(e.message, {{"pod", p->second->key()}});
+        if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
+          events.push_back(
+              {NodeEvent{p->second->ns, p->second->name, p->second->uid, "Warning", "MalformedAssignment",
+                         StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
+                                "; the container keeps its current limits")},
+               p->second->key()});
         }
         continue;
       }
-      auto c = std::find_if(a->containers.begin(), a->containers.end(),
-                            [&](const core::ContainerAssignment& x) { return x.name == t.record.container; });
+      auto c =
+          std::find_if(a->containers.begin(), a->containers.end(),
+                       [&t = t](const core::ContainerAssignment& x) { return x.name == t.record.container; });
       if (c == a->containers.end() || SameLimits(c->vgpus, t.record.vgpus)) continue;
       if (!SameGpus(c->vgpus, t.record.vgpus)) {
         log::Warn("assignment names other GPUs than the running container has; ignored",
                   {{"pod", p->second->key()}, {"container", t.record.container}});
         continue;
       }
+      ContainerRecord r = t.record;
       for (size_t i = 0; i < c->vgpus.size(); ++i) {
-        t.record.vgpus[i].cores = c->vgpus[i].cores;
-        t.record.vgpus[i].memory = c->vgpus[i].memory;
-        t.record.vgpus[i].requested = c->vgpus[i].requested;
+        r.vgpus[i].cores = c->vgpus[i].cores;
+        r.vgpus[i].memory = c->vgpus[i].memory;
+        r.vgpus[i].requested = c->vgpus[i].requested;
       }
-      t.record.generation += 1;
-      if (absl::Status s = WriteLimits(t.record); !s.ok()) {
-        log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
-        continue;
-      }
-      ApplyRegionLimits(&t);
-      if (absl::Status s = SaveRecord(t.record); !s.ok())
-        log::Warn("cannot save a record", {{"error", Message(s)}});
-      ++stats_.limit_updates;
-      reloads.emplace_back(key, t.record.generation);
-      log::Info("limits changed", {{"tenant", key}, {"generation", StrCat(t.record.generation)}});
+      r.generation += 1;
+      changed.push_back(std::move(r));
     }
   }
+  for (const auto& [e, pod] : events) {
+    if (!api_->PostEvent(e).ok()) {
+      MutexLock lock(&mu_);
+      ++stats_.api_errors;
+    }
+    log::Warn(e.message, {{"pod", pod}});
+  }
+  std::vector<std::pair<std::string, uint64_t>> reloads;
+  for (const ContainerRecord& r : changed) {
+    if (absl::Status s = WriteLimits(r); !s.ok()) {
+      log::Error("cannot rewrite a limits file", {{"tenant", r.key()}, {"error", Message(s)}});
+      continue;
+    }
+    RunFileOps({{r, ""}});
+    MutexLock lock(&mu_);
+    auto t = tenants_.find(r.key());
+    if (t == tenants_.end()) continue;  // collected meanwhile
+    t->second.record = r;
+    t->second.limits_pending = true;
+    ++stats_.limit_updates;
+    reloads.emplace_back(r.key(), r.generation);
+    log::Info("limits changed", {{"tenant", r.key()}, {"generation", StrCat(r.generation)}});
+  }
+  if (reloads.empty()) return;
+  // The regions get the new limits before the processes are told to reload (a tenant holding its region's
+  // lock delays only this pass, and only up to region_wait).
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);
+  SweepRegionJobs();
   for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
 }
 
@@ -785,7 +911,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   for (const NodePod& p : pods) uids_here.insert(p.uid);
   std::vector<NodeEvent> events;
   std::vector<std::pair<const NodePod*, std::string>> ledger_patches;  // pod, its new tessera.dev/assignment
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<FileOp> ops;  // done after the lock, in order
+  MutexLock lock(&mu_);
   std::erase_if(exchanges_, [&](const auto& e) { return !uids_here.contains(e.first.substr(0, e.first.find('/'))); });
   held_.clear();
   for (const kubelet::PodResources& p : *list) {
@@ -793,11 +920,6 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       if (!c.DeviceIds(config_.resource_name).empty()) held_.insert(StrCat(p.ns, "/", p.name, "/", c.name));
     }
   }
-  const fs::path records = fs::path(config_.state_dir) / "records";
-  auto save = [&](const ContainerRecord& r) {
-    if (absl::Status st = SaveRecord(r); !st.ok())
-      log::Error("cannot save a corrected record", {{"tenant", r.key()}, {"error", Message(st)}});
-  };
   for (const kubelet::PodResources& p : *list) {
     for (const kubelet::ContainerResources& c : p.containers) {
       std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
@@ -823,7 +945,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
         if (!r.confirmed) {
           r.confirmed = true;
-          save(r);
+          ops.push_back({r, ""});
         }
         continue;
       }
@@ -846,9 +968,9 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       tenants_.erase(old_key);
       // Both records change names: their old files go first, then each is saved under its new name (removing
       // after saving would delete the record just written when the two swap names outright).
-      std::error_code ec;
-      fs::remove(records / RecordFileName(y), ec);
-      if (other != tenants_.end()) fs::remove(records / RecordFileName(other->second.record), ec);
+      const fs::path records = fs::path(config_.state_dir) / "records";
+      ops.push_back({{}, (records / RecordFileName(y)).string()});
+      if (other != tenants_.end()) ops.push_back({{}, (records / RecordFileName(other->second.record)).string()});
       std::string new_sig;
       if (other != tenants_.end()) {
         Tenant second = std::move(other->second);
@@ -860,7 +982,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.container = y.container;
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
-        save(second.record);
+        ops.push_back({second.record, ""});
         tenants_[second.record.key()] = std::move(second);
       } else if (absl::StatusOr<std::pair<const NodePod*, std::string>> after = ExchangeLedger(x, c.name, y, pods);
                  after.ok()) {
@@ -883,20 +1005,28 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
-      save(moved.record);
+      ops.push_back({moved.record, ""});
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});
       tenants_[moved.record.key()] = std::move(moved);
       ++stats_.swaps;
     }
   }
+  lock.Release();
+  RunFileOps(ops);
   for (const NodeEvent& e : events) {
-    if (!api_->PostEvent(e).ok()) ++stats_.api_errors;
+    if (!api_->PostEvent(e).ok()) {
+      MutexLock relock(&mu_);
+      ++stats_.api_errors;
+    }
   }
   for (const auto& [pod, text] : ledger_patches) {
     if (absl::Status st = api_->PatchPodAnnotations(pod->ns, pod->name, {{formats::kAnnotationAssignment, text}});
         !st.ok()) {
-      ++stats_.api_errors;
+      {
+        MutexLock relock(&mu_);
+        ++stats_.api_errors;
+      }
       log::Warn("cannot write an exchanged assignment; the next Allocate uses it anyway",
                 {{"pod", pod->key()}, {"error", Message(st)}});
     }
@@ -955,16 +1085,24 @@ void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
 }
 
 void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
-                        const std::set<std::string>& kubelet_pods) {
+                        const std::set<std::string>& kubelet_pods, uint64_t seen) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   const std::map<int, std::string> live = registration_->All();
-  std::vector<std::pair<ContainerRecord, std::unique_ptr<hook::SharedRegion>>> gone;
+  std::vector<std::pair<ContainerRecord, std::shared_ptr<hook::SharedRegion>>> gone;
   std::set<std::string> known_dirs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       const ContainerRecord& r = it->second.record;
+      if (it->second.allocation > seen) {
+        // Allocated after this pass listed the pods: its pod may be missing from that list only because the
+        // list is older. It used to be collected right after its Allocate (records, limits file and region
+        // removed under a starting container).
+        known_dirs.insert(r.dir);
+        ++it;
+        continue;
+      }
       auto p = by_uid.find(r.pod_uid);
       const bool pod_running = p != by_uid.end() && !p->second->terminated();
       const bool pod_finished = p != by_uid.end() && p->second->terminated();
@@ -988,12 +1126,19 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
   }
   for (auto& [r, region] : gone) {
-    if (region) region->Close();
+    region.reset();  // unmapped now, or when a running region job ends
     RemoveTenantFiles(r);
     log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
   }
-  // Orphan directories (a crash between creating a directory and writing its record).
+  // Orphan directories (a crash between creating a directory and writing its record). Only old ones: an
+  // Allocate may have created a directory after this pass listed the pods and the claims (it used to be
+  // removed under the allocation in flight, leaving the container without its limits file).
   std::error_code ec;
+  const auto old_enough = [](const fs::path& p) {
+    std::error_code e;
+    const auto t = fs::last_write_time(p, e);
+    return !e && fs::file_time_type::clock::now() - t > kOrphanAge;
+  };
   for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
     std::error_code ec2;
     for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
@@ -1003,11 +1148,12 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
           StrCat(pod_dir.path().filename().string(), "_", ctr.path().filename().string(), ".json");
       if (fs::exists(record, ec2)) continue;
       if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
+      if (!old_enough(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
       fs::remove_all(
           fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename(), ec2);
     }
-    if (fs::is_empty(pod_dir.path(), ec2)) fs::remove(pod_dir.path(), ec2);
+    if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
 }
 
@@ -1016,7 +1162,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
 absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const hook::Hello& hello) {
   absl::StatusOr<CgroupIdentity> id = IdentifyProcess(config_.proc_root, pid);
   auto refuse = [&](absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.registrations_refused;
     return s;
   };
@@ -1035,7 +1181,7 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
     return "";
   };
   std::string name = container_name_of(id->pod_uid);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<const Tenant*> mine;
   for (const auto& [key, t] : tenants_) {
     if (t.record.pod_uid == id->pod_uid) mine.push_back(&t);
@@ -1078,44 +1224,141 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
 }
 
 void NodeAgent::OnGone(int pid, const std::string& tenant) {
-  // The process exited (or was killed): free what it held in the region now, not at the next charge. Until
-  // its parent reaps it the process is a zombie and still counts as alive; then the reconcile pass retries.
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = tenants_.find(tenant);
-  if (it == tenants_.end() || !it->second.region) return;
-  const int freed = it->second.region->ReclaimDeadSlots();
-  stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
-  if (freed <= 0) pending_reclaims_.insert(tenant);
-  log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}, {"slots_freed", StrCat(freed)}});
+  // The process exited (or was killed): free what it held in the region soon, not at the next charge. The
+  // reclaim takes the region's locks, which the tenant's other processes may hold: it runs as a region job.
+  // Until its parent reaps it the process is a zombie and still counts as alive; then later passes retry.
+  {
+    MutexLock lock(&mu_);
+    auto it = tenants_.find(tenant);
+    if (it == tenants_.end() || !it->second.region) return;
+    pending_reclaims_[tenant] = 0;
+  }
+  KickRegionJobs();
+  log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}});
 }
 
-void NodeAgent::OpenRegions() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, t] : tenants_) {
-    if (t.region) continue;
-    auto region = std::make_unique<hook::SharedRegion>();
-    hook::Error error;
-    const std::string path = (fs::path(t.record.region_dir) / "region").string();
-    if (!region->Open(path.c_str(), &error)) {
-      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
-      continue;
+void NodeAgent::KickRegionJobs() {
+  struct Start {
+    std::string key;
+    std::shared_ptr<hook::SharedRegion> region;
+    std::optional<hook::Limits> limits;
+    bool reclaim = false;
+  };
+  std::vector<Start> starts;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [key, t] : tenants_) {
+      if (!t.region) continue;
+      const bool reclaim = pending_reclaims_.count(key) > 0;
+      if (!t.limits_pending && !reclaim) continue;
+      if (region_jobs_.Running(key)) continue;
+      Start st{key, t.region, std::nullopt, reclaim};
+      if (t.limits_pending) st.limits = LimitsFor(t.record);
+      t.limits_pending = false;
+      if (reclaim) reclaim_jobs_.insert(key);
+      starts.push_back(std::move(st));
     }
-    t.region = std::move(region);
-    ApplyRegionLimits(&t);
+  }
+  for (Start& st : starts) {
+    const bool started = region_jobs_.Start(
+        st.key, st.region, [limits = st.limits, reclaim = st.reclaim](hook::SharedRegion& r) {
+          return RegionWork(r, limits, reclaim);
+        });
+    if (started) continue;
+    // Another thread started one for this tenant meanwhile: ask again next time.
+    MutexLock lock(&mu_);
+    auto t = tenants_.find(st.key);
+    if (t != tenants_.end() && st.limits) t->second.limits_pending = true;
+    if (st.reclaim) reclaim_jobs_.erase(st.key);
   }
 }
 
-void NodeAgent::RetryReclaims() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto key = pending_reclaims_.begin(); key != pending_reclaims_.end();) {
-    auto it = tenants_.find(*key);
-    if (it == tenants_.end() || !it->second.region) {
-      key = pending_reclaims_.erase(key);
+void NodeAgent::SweepRegionJobs() {
+  RegionJobs::Swept swept = region_jobs_.Sweep();
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, freed] : swept.finished) {
+      if (reclaim_jobs_.erase(key) == 0) continue;
+      stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
+      auto p = pending_reclaims_.find(key);
+      if (p == pending_reclaims_.end()) continue;
+      if (freed > 0 || ++p->second >= kReclaimAttempts) pending_reclaims_.erase(p);
+    }
+  }
+  for (const std::string& key : swept.stuck) RebuildRegion(key);
+}
+
+void NodeAgent::RebuildRegion(const std::string& key) {
+  ContainerRecord record;
+  {
+    MutexLock lock(&mu_);
+    auto it = tenants_.find(key);
+    reclaim_jobs_.erase(key);
+    pending_reclaims_.erase(key);
+    if (it == tenants_.end()) return;
+    it->second.region.reset();  // the stuck job keeps the old mapping until the tenant lets go
+    it->second.record.generation += 1;
+    record = it->second.record;
+    ++stats_.regions_rebuilt;
+  }
+  // A new file under the same name: the tenant's processes keep the old one mapped until they reopen it;
+  // nothing of the agent's waits on its lock any more.
+  const std::string path = (fs::path(record.region_dir) / "region").string();
+  std::error_code ec;
+  fs::remove(path, ec);
+  hook::Error error;
+  std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
+  if (!region)
+    log::Error("cannot recreate a tenant's shared region", {{"tenant", key}, {"error", error.text}});
+  {
+    MutexLock lock(&mu_);
+    auto it = tenants_.find(key);
+    if (it != tenants_.end() && !it->second.region && region) {
+      it->second.region = std::move(region);
+      it->second.limits_pending = true;
+    }
+  }
+  if (absl::Status s = WriteLimits(record); !s.ok()) {
+    log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
+  }
+  RunFileOps({{record, ""}});
+  KickRegionJobs();
+  registration_->PushReload(key, record.generation);
+  const std::string message =
+      StrCat("a process of container ", record.container, " held its shared region's lock for more than ",
+             config_.region_lock_timeout.count(),
+             " ms; the region was replaced by a new one and its processes told to reload (memory accounting "
+             "restarts from the new region)");
+  log::Warn(message, {{"tenant", key}});
+  if (absl::Status s =
+          api_->PostEvent({record.ns, record.pod_name, record.pod_uid, "Warning", "RegionLockHeld", message});
+      !s.ok()) {
+    MutexLock lock(&mu_);
+    ++stats_.api_errors;
+  }
+}
+
+void NodeAgent::OpenRegions() {
+  // Creating a region writes and fsyncs half a MiB: done without the lock.
+  std::vector<std::pair<std::string, std::string>> todo;  // key, path
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, t] : tenants_) {
+      if (!t.region) todo.emplace_back(key, (fs::path(t.record.region_dir) / "region").string());
+    }
+  }
+  for (const auto& [key, path] : todo) {
+    hook::Error error;
+    std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
+    if (!region) {
+      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
       continue;
     }
-    const int freed = it->second.region->ReclaimDeadSlots();
-    stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
-    key = freed > 0 ? pending_reclaims_.erase(key) : std::next(key);
+    MutexLock lock(&mu_);
+    auto it = tenants_.find(key);
+    if (it == tenants_.end() || it->second.region) continue;
+    it->second.region = std::move(region);
+    it->second.limits_pending = true;
   }
 }
 
@@ -1124,16 +1367,16 @@ void NodeAgent::RetryReclaims() {
 absl::Status NodeAgent::PublishInventory() {
   std::string inventory;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     inventory = formats::SerializeGpuInventory(inventory_);
   }
-  return api_->PatchNodeAnnotations(
-      {{formats::kGpuInventoryAnnotation, inventory}, {formats::kHeartbeatAnnotation, Now()}});
+  return api_->PatchNodeAnnotations({{formats::kGpuInventoryAnnotation, inventory},
+                                     {formats::kHeartbeatAnnotation, formats::FormatHeartbeat(WallNow())}});
 }
 
 void NodeAgent::SetGpuHealth(const core::GpuUuid& uuid, bool healthy, const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (formats::InventoryGpu& g : inventory_.gpus) {
       if (g.info.uuid != uuid) continue;
       g.info.health = healthy ? core::GpuHealth::kHealthy : core::GpuHealth::kUnhealthy;
@@ -1145,7 +1388,7 @@ void NodeAgent::SetGpuHealth(const core::GpuUuid& uuid, bool healthy, const std:
 }
 
 std::vector<ContainerRecord> NodeAgent::Records() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<ContainerRecord> out;
   for (const auto& [key, t] : tenants_) out.push_back(t.record);
   return out;
@@ -1156,7 +1399,7 @@ std::vector<int> NodeAgent::TenantPids(const std::string& pod_uid, const std::st
 }
 
 AgentStats NodeAgent::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -1165,7 +1408,7 @@ std::string NodeAgent::MetricsText() const {
   std::map<std::string, int> procs_of;
   for (const auto& [pid, tenant] : procs) ++procs_of[tenant];
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   struct GpuSum {
     uint64_t mem_used = 0, mem_limit = 0;
     double cores_used = 0, cores_limit = 0;
@@ -1262,7 +1505,9 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_registrations_total", stats_.registrations},
       {"tessera_registrations_refused_total", stats_.registrations_refused},
       {"tessera_region_slots_reclaimed_total", stats_.slots_reclaimed},
-      {"tessera_api_errors_total", stats_.api_errors}};
+      {"tessera_api_errors_total", stats_.api_errors},
+      {"tessera_regions_rebuilt_total", stats_.regions_rebuilt},
+      {"tessera_record_errors_total", stats_.record_errors}};
   for (const auto& [name, value] : counters) {
     StrAppend(&out, "# TYPE ", name, " counter\n", name, " ", value, "\n");
   }

@@ -19,29 +19,33 @@
 //   /usr/lib/tessera) + ld.so.preload
 //
 // Thread-safety: every public method may be called from any thread; Allocate runs concurrently on the gRPC
-// threads and holds the agent's mutex only to claim a container (no I/O under it).
+// threads. The agent's mutex is held only to read or change its maps: never across a file write, an API call
+// or a region lock. Work on tenants' regions (which tenants can lock) runs on RegionJobs' threads; a tenant
+// that holds its region's lock longer than `region_lock_timeout` gets a new region (docs/security.md).
 #ifndef TESSERA_NODE_AGENT_H_
 #define TESSERA_NODE_AGENT_H_
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/request.h"
 #include "formats/assignment.h"
 #include "formats/inventory.h"
 #include "hook/common/region.h"
+#include "k8s/clock.h"
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"
+#include "node/region_jobs.h"
 #include "node/registration_server.h"
 
 namespace tessera::node {
@@ -65,6 +69,13 @@ struct NodeAgentConfig {
   std::string resource_name = "tessera.dev/gpu";
   std::chrono::milliseconds resync{2000};      // background reconcile period
   std::chrono::milliseconds heartbeat{10000};  // node annotation refresh period
+  // A region job (adding a GPU entry, reclaiming dead processes' slots) still waiting for the tenant's lock
+  // after this long means the tenant holds it: the region is rebuilt.
+  std::chrono::milliseconds region_lock_timeout{5000};
+  // How long a reconcile pass waits for the region jobs it started before going on (they keep running).
+  std::chrono::milliseconds region_wait{5000};
+  RegistrationLimits registration;    // caps of the registration socket
+  const k8s::Clock* clock = nullptr;  // null: the real clock
 };
 
 // The agent's record of one container's allocation: persisted in records/, rebuilt from it after a restart.
@@ -101,6 +112,8 @@ struct AgentStats {
   uint64_t slots_reclaimed = 0;  // region slots of dead processes freed
   uint64_t reconciles = 0;
   uint64_t api_errors = 0;
+  uint64_t regions_rebuilt = 0;  // regions replaced because a tenant held their lock too long
+  uint64_t record_errors = 0;    // records that could not be saved or removed
 };
 
 class NodeAgent : public kubelet::AllocationBackend {
@@ -147,19 +160,34 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Candidate;
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
-    std::unique_ptr<hook::SharedRegion> region;
+    // Shared with region jobs, which may outlive the tenant; unmapped when the last holder lets go.
+    std::shared_ptr<hook::SharedRegion> region;
+    bool limits_pending = false;  // the region has not got the record's limits yet
+    uint64_t allocation = 0;      // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
+  };
+  // A file operation decided under the lock and done after it.
+  struct FileOp {
+    ContainerRecord save;  // saved when `remove` is empty
+    std::string remove;    // a record file to remove
   };
 
   absl::StatusOr<kubelet::ContainerAllocation> AllocateOne(const kubelet::AllocateContainerRequest& request);
   // Picks and claims the oldest matching container; NotFound when none.
   absl::StatusOr<formats::Assignment> ParseCached(const std::string& uid, const std::string& text);
-  absl::StatusOr<ContainerRecord> Claim(size_t count, const std::vector<NodePod>& pods);
+  // AlreadyExists when a device slot is being allocated to another container right now.
+  absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
+                                        const std::vector<NodePod>& pods);
   absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
   kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
   absl::Status SaveRecord(const ContainerRecord& record) const;
   void LoadRecords();
   absl::Status WriteLimits(const ContainerRecord& record) const;
-  void ApplyRegionLimits(Tenant* tenant);
+  // Starts region jobs for tenants whose region needs limits or a reclaim; never waits on a region.
+  void KickRegionJobs();
+  // Collects finished region jobs and rebuilds the regions of tenants that hold their lock too long.
+  void SweepRegionJobs();
+  void RebuildRegion(const std::string& key);
+  void RunFileOps(const std::vector<FileOp>& ops);
   std::shared_ptr<const std::vector<NodePod>> Pods() const;
   absl::Status RefreshPods();
   void Event(const NodePod& pod, const std::string& type, const std::string& reason,
@@ -168,37 +196,48 @@ class NodeAgent : public kubelet::AllocationBackend {
   void ApplyAssignmentChanges(const std::vector<NodePod>& pods);
   void ReconcilePodResources(const std::vector<NodePod>& pods);
   // Y's allocation went to pod X's `container`, which had none: Y takes X's part of the ledger. Records the
-  // exchange and returns Y's pod and its new tessera.dev/assignment. Needs mu_.
+  // exchange and returns Y's pod and its new tessera.dev/assignment.
   absl::StatusOr<std::pair<const NodePod*, std::string>> ExchangeLedger(const NodePod& x,
                                                                         const std::string& container,
                                                                         const ContainerRecord& y,
-                                                                        const std::vector<NodePod>& pods);
-  // A pod's assignment with the exchanges not yet visible in its annotation applied. Needs mu_.
-  absl::StatusOr<formats::Assignment> LedgerOf(const NodePod& pod) const;
+                                                                        const std::vector<NodePod>& pods)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pod's assignment with the exchanges not yet visible in its annotation applied.
+  absl::StatusOr<formats::Assignment> LedgerOf(const NodePod& pod) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the tenants whose pods are gone, judging only those allocated up to `seen` (allocations_ when
+  // `pods` was listed).
   void Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
-               const std::set<std::string>& kubelet_pods);
+               const std::set<std::string>& kubelet_pods, uint64_t seen);
   void RemoveTenantFiles(const ContainerRecord& record);
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
-  void RetryReclaims();
   void OpenRegions();  // creates the regions of new tenants
   void Loop();
+  // Time through the clock seam (config.clock).
+  std::chrono::system_clock::time_point WallNow() const;
+  std::chrono::steady_clock::time_point SteadyNow() const;
 
   const NodeAgentConfig config_;
   NodeApi* const api_;
   kubelet::PodResourcesClient* const pod_resources_;
   std::unique_ptr<RegistrationServer> registration_;
 
-  mutable std::mutex mu_;  // guards everything below (never held across I/O except the tiny region reads)
-  formats::GpuInventory inventory_;
-  std::map<std::string, Tenant> tenants_;  // by record key
-  std::set<std::string> claims_;           // keys being allocated right now
-  std::shared_ptr<const std::vector<NodePod>> pods_;
-  std::set<std::string> pending_reclaims_;   // tenants whose exited process was not reaped yet (zombie)
-  std::set<std::string> reported_problems_;  // "<uid>|<annotation>" already told as an event
+  // Guards the members below it. Held only to read or change them: never across a file write, an API call,
+  // a region lock or a call into the registration server.
+  mutable Mutex mu_;
+  formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);    // by record key
+  std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);             // keys being allocated right now
+  std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims
+  std::shared_ptr<const std::vector<NodePod>> pods_ ABSL_GUARDED_BY(mu_);
+  // Tenants with a process gone whose slots are to be reclaimed -> reclaims that freed nothing so far (the
+  // process may still be a zombie).
+  std::map<std::string, int> pending_reclaims_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // "<uid>|<annotation>" already told
   // Containers the kubelet's pod-resources reported holding our devices ("ns/pod/container"): they were
   // allocated already, so an Allocate call is never for them.
-  std::set<std::string> held_;
+  std::set<std::string> held_ ABSL_GUARDED_BY(mu_);
   // A pod whose allocation the kubelet gave to another pod's container before this pod's own container was
   // allocated: it takes that container's part of the ledger instead (docs/node-agent.md, "Swapped
   // allocations"), so that no share is handed out twice. By record key (uid/container).
@@ -208,17 +247,23 @@ class NodeAgent : public kubelet::AllocationBackend {
     std::set<std::string> accepted;
     std::vector<core::VGpuAssignment> vgpus;  // the container's new part
   };
-  std::map<std::string, Exchange> exchanges_;
-  AgentStats stats_;
+  std::map<std::string, Exchange> exchanges_ ABSL_GUARDED_BY(mu_);
+  AgentStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t allocations_ ABSL_GUARDED_BY(mu_) =
+      0;  // tenants allocated since start (orders them against lists)
+  std::set<std::string> reclaim_jobs_ ABSL_GUARDED_BY(mu_);  // tenants whose running region job reclaims
 
-  std::mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
-  std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_;
+  RegionJobs region_jobs_;  // internally synchronized
 
-  std::mutex reconcile_mu_;  // one reconcile pass at a time
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool nudged_ = false;
-  bool stopping_ = false;
+  Mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
+  std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_
+      ABSL_GUARDED_BY(parse_mu_);
+
+  Mutex reconcile_mu_;  // one reconcile pass at a time (held across its I/O; Allocate never takes it)
+  Mutex loop_mu_;       // the background loop's wake-up
+  bool nudged_ ABSL_GUARDED_BY(loop_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(loop_mu_) = false;
+  CondVar loop_cv_;  // signalled when stopping_ or nudged_ is set
   std::thread thread_;
 };
 

@@ -8,8 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
+#include "common/files.h"
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 
 namespace tessera::node {
 
@@ -90,7 +93,7 @@ absl::StatusOr<NodePod> NodePodFromJson(const json& pod) {
 // --- InMemoryNodeApi --------------------------------------------------------------------------------------
 
 absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++list_calls_;
   std::vector<NodePod> out;
   out.reserve(pods_.size());
@@ -100,7 +103,8 @@ absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
 
 absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const std::string& name,
                                                   const AnnotationPatch& patch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Delay();
+  MutexLock lock(&mu_);
   if (fail_patches_ > 0) {
     --fail_patches_;
     return absl::UnavailableError("injected failure: the API server is unavailable");
@@ -112,51 +116,83 @@ absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const s
 }
 
 absl::Status InMemoryNodeApi::PatchNodeAnnotations(const AnnotationPatch& patch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Delay();
+  MutexLock lock(&mu_);
   ApplyPatch(&node_annotations_, patch);
   return absl::OkStatus();
 }
 
 absl::Status InMemoryNodeApi::PostEvent(const NodeEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Delay();
+  MutexLock lock(&mu_);
+  ++events_waiting_;
+  while (hold_events_) held_cv_.Wait(&mu_);
+  --events_waiting_;
   events_.push_back(event);
   return absl::OkStatus();
 }
 
+void InMemoryNodeApi::Delay() const {
+  std::chrono::milliseconds d;
+  {
+    MutexLock lock(&mu_);
+    d = delay_;
+  }
+  if (d.count() > 0) std::this_thread::sleep_for(d);
+}
+
+void InMemoryNodeApi::SetCallDelay(std::chrono::milliseconds delay) {
+  MutexLock lock(&mu_);
+  delay_ = delay;
+}
+
+void InMemoryNodeApi::HoldEvents(bool hold) {
+  {
+    MutexLock lock(&mu_);
+    hold_events_ = hold;
+  }
+  held_cv_.SignalAll();
+}
+
+int InMemoryNodeApi::events_waiting() const {
+  MutexLock lock(&mu_);
+  return events_waiting_;
+}
+
 void InMemoryNodeApi::UpsertPod(NodePod pod) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_[pod.key()] = std::move(pod);
 }
 
 void InMemoryNodeApi::DeletePod(const std::string& ns, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pods_.erase(ns + "/" + name);
 }
 
 std::optional<NodePod> InMemoryNodeApi::GetPod(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pods_.find(ns + "/" + name);
   if (it == pods_.end()) return std::nullopt;
   return it->second;
 }
 
 std::map<std::string, std::string> InMemoryNodeApi::node_annotations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return node_annotations_;
 }
 
 std::vector<NodeEvent> InMemoryNodeApi::events() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return events_;
 }
 
 void InMemoryNodeApi::FailPatches(int n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fail_patches_ = n;
 }
 
 int InMemoryNodeApi::list_calls() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return list_calls_;
 }
 
@@ -184,16 +220,20 @@ class FileLock {
   int fd_ = -1;
 };
 
+// Larger than any node's pods and events; a file past it is refused, not read into memory.
+constexpr size_t kMaxApiFileBytes = size_t{64} << 20;
+
 absl::StatusOr<json> ReadApiFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadTextFile(path, kMaxApiFileBytes);
+  if (absl::IsNotFound(text.status()) || absl::IsPermissionDenied(text.status())) {
     return absl::NotFoundError(
         StrCat("cannot read the fake API file ", path, "; create it with {\"pods\": []} or fix --fake-api"));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json doc = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  if (!text.ok()) return text.status();
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(*text, StrCat("the fake API file ", path));
+  if (!parsed.ok()) return absl::InvalidArgumentError(StrCat(Message(parsed.status()), "; fix its syntax"));
+  json doc = *std::move(parsed);
+  if (!doc.is_object()) {
     return absl::InvalidArgumentError(
         StrCat("the fake API file ", path, " is not a JSON object {\"pods\": [...]}; fix its syntax"));
   }
@@ -207,7 +247,7 @@ absl::Status WriteApiFile(const std::string& path, const json& doc) {
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(2) << "\n";
+    out << formats::DumpJson(doc, 2) << "\n";
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; check the directory is writable"));
   }
   std::error_code ec;
@@ -226,12 +266,14 @@ std::string NodeNameOf(const json& pod) {
 }  // namespace
 
 absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();
   std::vector<NodePod> out;
-  for (const json& p : doc->value("pods", json::array())) {
+  auto pods = doc->find("pods");
+  if (pods == doc->end()) return out;
+  for (const json& p : *pods) {
     if (NodeNameOf(p) != node_name_) continue;
     absl::StatusOr<NodePod> pod = NodePodFromJson(p);
     if (!pod.ok()) return absl::InvalidArgumentError(StrCat(path_, ": ", Message(pod.status())));
@@ -241,7 +283,7 @@ absl::StatusOr<std::vector<NodePod>> FileNodeApi::ListNodePods() {
 }
 
 absl::Status FileNodeApi::Update(const std::function<absl::StatusOr<bool>(json*)>& edit) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(&mu_);
   FileLock lock(path_ + ".lock");
   absl::StatusOr<json> doc = ReadApiFile(path_);
   if (!doc.ok()) return doc.status();

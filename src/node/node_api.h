@@ -15,14 +15,16 @@
 #ifndef TESSERA_NODE_NODE_API_H_
 #define TESSERA_NODE_NODE_API_H_
 
+#include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace tessera::node {
@@ -73,7 +75,9 @@ class NodeApi {
 // A v1.Pod JSON object -> NodePod. Errors name the field.
 absl::StatusOr<NodePod> NodePodFromJson(const nlohmann::json& pod);
 
-// In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail.
+// In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail. Slowness
+// injection: SetCallDelay(d) makes every patch and event take `d` (an API server far away); HoldEvents(true)
+// makes PostEvent wait until HoldEvents(false) (an API server that hangs).
 class InMemoryNodeApi : public NodeApi {
  public:
   explicit InMemoryNodeApi(std::string node_name) : node_name_(std::move(node_name)) {}
@@ -91,15 +95,23 @@ class InMemoryNodeApi : public NodeApi {
   std::vector<NodeEvent> events() const;
   void FailPatches(int n);
   int list_calls() const;
+  void SetCallDelay(std::chrono::milliseconds delay);
+  void HoldEvents(bool hold);
+  int events_waiting() const;  // PostEvent calls held right now
 
  private:
   const std::string node_name_;
-  mutable std::mutex mu_;
-  std::map<std::string, NodePod> pods_;  // by ns/name
-  std::map<std::string, std::string> node_annotations_;
-  std::vector<NodeEvent> events_;
-  int fail_patches_ = 0;
-  int list_calls_ = 0;
+  mutable Mutex mu_;
+  std::map<std::string, NodePod> pods_ ABSL_GUARDED_BY(mu_);  // by ns/name
+  std::map<std::string, std::string> node_annotations_ ABSL_GUARDED_BY(mu_);
+  std::vector<NodeEvent> events_ ABSL_GUARDED_BY(mu_);
+  int fail_patches_ ABSL_GUARDED_BY(mu_) = 0;
+  int list_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds delay_ ABSL_GUARDED_BY(mu_){0};
+  bool hold_events_ ABSL_GUARDED_BY(mu_) = false;
+  int events_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar held_cv_;  // signalled when hold_events_ changes
+  void Delay() const;
 };
 
 // A JSON file standing in for the API server (standalone nodes, demos): {"pods": [v1.Pod...], "node":
@@ -123,7 +135,7 @@ class FileNodeApi : public NodeApi {
 
   const std::string path_;
   const std::string node_name_;
-  std::mutex mu_;
+  Mutex mu_;  // one call at a time in this process (the flock orders processes)
 };
 
 }  // namespace tessera::node

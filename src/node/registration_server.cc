@@ -1,13 +1,16 @@
 #include "node/registration_server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -16,8 +19,15 @@
 
 namespace tessera::node {
 
-RegistrationServer::RegistrationServer(std::string socket_path, Handlers handlers)
-    : socket_path_(std::move(socket_path)), handlers_(std::move(handlers)) {}
+namespace {
+
+// The longest the loop sleeps when nothing is due (it also wakes for every event and for Stop).
+constexpr std::chrono::milliseconds kPollCap{1000};
+
+}  // namespace
+
+RegistrationServer::RegistrationServer(std::string socket_path, Handlers handlers, Limits limits)
+    : socket_path_(std::move(socket_path)), handlers_(std::move(handlers)), limits_(limits) {}
 
 RegistrationServer::~RegistrationServer() {
   Stop();
@@ -47,6 +57,14 @@ absl::Status RegistrationServer::Start() {
         StrCat("cannot listen on the registration socket ", socket_path_, ": ", why, "; check --state-dir"));
   }
   chmod(socket_path_.c_str(), 0666);
+  // Never more connections than half the descriptors the process may hold: gRPC, the API client and files
+  // need the rest.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    limits_.max_connections = std::min<size_t>(limits_.max_connections, nofile.rlim_cur / 2);
+  }
+  limits_.max_pending = std::max<size_t>(1, std::min(limits_.max_pending, limits_.max_connections));
+  reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
@@ -58,14 +76,16 @@ void RegistrationServer::Stop() {
   [[maybe_unused]] ssize_t w = write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [fd, c] : conns_) close(fd);
     conns_.clear();
   }
   close(listen_fd_);
   close(wake_fd_);
+  if (reserve_fd_ >= 0) close(reserve_fd_);
   listen_fd_ = -1;
   wake_fd_ = -1;
+  reserve_fd_ = -1;
   unlink(socket_path_.c_str());
 }
 
@@ -76,35 +96,118 @@ void RegistrationServer::Loop() {
     fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [fd, c] : conns_) fds.push_back({fd, POLLIN, 0});
     }
-    if (poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    const std::chrono::milliseconds wait = std::min<std::chrono::milliseconds>(ExpirePending(), kPollCap);
+    if (poll(fds.data(), fds.size(), static_cast<int>(wait.count()) + 1) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) break;
-    if (fds[1].revents & POLLIN) {
-      while (true) {
-        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        ucred cred{};
-        socklen_t len = sizeof(cred);
-        Conn c;
-        c.fd = fd;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.pid = cred.pid;
-        std::lock_guard<std::mutex> lock(mu_);
-        conns_[fd] = std::move(c);
-      }
-    }
+    if (fds[1].revents & POLLIN) AcceptAll();
     for (size_t i = 2; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       Conn* c = nullptr;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         auto it = conns_.find(fds[i].fd);
         if (it != conns_.end()) c = &it->second;
       }
       if (c != nullptr && !OnReadable(c)) Close(c);
     }
   }
+}
+
+void RegistrationServer::AcceptAll() {
+  while (true) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ >= 0) {
+        // No descriptor left: the listening socket stays readable and poll() would spin. Free the reserve,
+        // take the waiting connection and close it, shed the oldest pending one, and take the reserve back.
+        {
+          MutexLock lock(&mu_);
+          ++stats_.emfile;
+        }
+        close(reserve_fd_);
+        const int victim = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (victim >= 0) close(victim);
+        EvictOldestPending();
+        reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        log::Warn("registration socket: out of file descriptors; shed connections",
+                  {{"connections", StrCat(connection_count())}});
+        continue;
+      }
+      return;
+    }
+    if (connection_count() >= limits_.max_connections && !EvictOldestPending()) {
+      close(fd);  // every connection is a registered process: the cap holds
+      MutexLock lock(&mu_);
+      ++stats_.refused;
+      continue;
+    }
+    if (PendingCount() >= limits_.max_pending) EvictOldestPending();
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    Conn c;
+    c.fd = fd;
+    c.opened = std::chrono::steady_clock::now();
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.pid = cred.pid;
+    MutexLock lock(&mu_);
+    conns_[fd] = std::move(c);
+  }
+}
+
+size_t RegistrationServer::PendingCount() const {
+  MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [fd, c] : conns_) n += c.tenant.empty() ? 1 : 0;
+  return n;
+}
+
+bool RegistrationServer::EvictOldestPending() {
+  Conn* oldest = nullptr;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [fd, c] : conns_) {
+      if (c.tenant.empty() && (oldest == nullptr || c.opened < oldest->opened)) oldest = &c;
+    }
+    if (oldest == nullptr) return false;
+    ++stats_.evicted;
+  }
+  Close(oldest);
+  return true;
+}
+
+std::chrono::milliseconds RegistrationServer::ExpirePending() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Conn*> expired;
+  auto next = std::chrono::steady_clock::time_point::max();
+  {
+    MutexLock lock(&mu_);
+    for (auto& [fd, c] : conns_) {
+      if (!c.tenant.empty()) continue;
+      const auto deadline = c.opened + limits_.hello_timeout;
+      if (deadline <= now) {
+        expired.push_back(&c);
+      } else {
+        next = std::min(next, deadline);
+      }
+    }
+    stats_.timed_out += expired.size();
+  }
+  for (Conn* c : expired) Close(c);
+  if (next == std::chrono::steady_clock::time_point::max()) return kPollCap;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
+}
+
+size_t RegistrationServer::connection_count() const {
+  MutexLock lock(&mu_);
+  return conns_.size();
+}
+
+RegistrationServer::Stats RegistrationServer::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
 }
 
 bool RegistrationServer::OnReadable(Conn* c) {
@@ -140,6 +243,11 @@ bool RegistrationServer::OnReadable(Conn* c) {
   } else {
     accepted = handlers_.hello(c->pid, hello);
   }
+  if (accepted.ok() && Pids(accepted->tenant).size() >= limits_.max_per_tenant) {
+    accepted = absl::ResourceExhaustedError(
+        StrCat("container ", accepted->tenant, " already has ", limits_.max_per_tenant,
+               " registered processes, as many as its shared region holds"));
+  }
   if (accepted.ok()) {
     reply.kind = hook::AgentMessageKind::kOk;
     reply.generation = accepted->generation;
@@ -156,7 +264,7 @@ bool RegistrationServer::OnReadable(Conn* c) {
   char out[hook::kMaxLine];
   const size_t len = hook::FormatAgentMessage(reply, out, sizeof(out));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (len > 0) [[maybe_unused]]
       ssize_t w = send(c->fd, out, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (accepted.ok()) c->tenant = accepted->tenant;
@@ -171,7 +279,7 @@ void RegistrationServer::Close(Conn* c) {
   const int pid = c->pid;
   std::string tenant;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tenant = c->tenant;
     close(c->fd);
     conns_.erase(c->fd);
@@ -186,7 +294,7 @@ int RegistrationServer::PushReload(const std::string& tenant, uint64_t generatio
   char out[hook::kMaxLine];
   const size_t len = hook::FormatAgentMessage(m, out, sizeof(out));
   int told = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [fd, c] : conns_) {
     if (c.tenant != tenant) continue;
     if (send(fd, out, len, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(len)) ++told;
@@ -196,7 +304,7 @@ int RegistrationServer::PushReload(const std::string& tenant, uint64_t generatio
 
 std::vector<int> RegistrationServer::Pids(const std::string& tenant) const {
   std::vector<int> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [fd, c] : conns_) {
     if (c.tenant == tenant) out.push_back(c.pid);
   }
@@ -205,7 +313,7 @@ std::vector<int> RegistrationServer::Pids(const std::string& tenant) const {
 
 std::map<int, std::string> RegistrationServer::All() const {
   std::map<int, std::string> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [fd, c] : conns_) {
     if (!c.tenant.empty()) out[c.pid] = c.tenant;
   }

@@ -1,6 +1,7 @@
 #include "scheduler/admission.h"
 
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
 
@@ -42,10 +43,10 @@ struct Review {
 
 absl::StatusOr<Review> ParseReview(std::string_view body) {
   Review r;
-  r.doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (r.doc.is_discarded() || !r.doc.is_object()) {
-    return absl::InvalidArgumentError("the body is not an AdmissionReview JSON object");
-  }
+  absl::StatusOr<json> doc = formats::ParseBoundedJson(body, "the AdmissionReview");
+  if (!doc.ok()) return doc.status();
+  r.doc = *std::move(doc);
+  if (!r.doc.is_object()) return absl::InvalidArgumentError("the body is not an AdmissionReview JSON object");
   if (auto v = r.doc.find("apiVersion"); v != r.doc.end() && v->is_string())
     r.api_version = v->get<std::string>();
   auto request = r.doc.find("request");
@@ -71,7 +72,7 @@ Response Reply(const Review& review, json response) {
   response["uid"] = review.uid;
   json out = {
       {"apiVersion", review.api_version}, {"kind", "AdmissionReview"}, {"response", std::move(response)}};
-  return {200, out.dump()};
+  return {200, formats::DumpJson(out)};
 }
 
 Response Refuse(const Review& review, std::string message) {
@@ -80,7 +81,7 @@ Response Refuse(const Review& review, std::string message) {
 }
 
 Response Malformed(std::string_view what) {
-  return {400, json{{"error", StrCat("admission: ", what)}}.dump()};
+  return {400, formats::DumpJson(json{{"error", StrCat("admission: ", what)}})};
 }
 
 }  // namespace
@@ -99,7 +100,10 @@ Response Admission::Mutate(std::string_view body) const {
   json patch = json::array();
   bool gpu = false;
   std::vector<std::string> gpu_added;
-  const json& spec = review->object->value("spec", json::object());
+  // Found, not copied: the spec is the sender's, and a copy walks it recursively.
+  static const json kNoSpec = json::object();
+  auto spec_it = review->object->find("spec");
+  const json& spec = spec_it != review->object->end() && spec_it->is_object() ? *spec_it : kNoSpec;
   for (const char* list : {"initContainers", "containers"}) {
     const bool app = list[0] == 'c';
     auto containers = spec.find(list);
@@ -151,9 +155,10 @@ Response Admission::Mutate(std::string_view body) const {
     }
   }
   if (!gpu_added.empty()) {
-    const json& metadata = review->object->value("metadata", json::object());
-    auto annotations = metadata.find("annotations");
-    if (annotations == metadata.end() || !annotations->is_object()) {
+    auto metadata = review->object->find("metadata");  // found, not copied (see spec above)
+    const bool has_annotations = metadata != review->object->end() && metadata->is_object() &&
+                                 metadata->contains("annotations") && (*metadata)["annotations"].is_object();
+    if (!has_annotations) {
       patch.push_back({{"op", "add"},
                        {"path", "/metadata/annotations"},
                        {"value", {{core::kAnnotationGpuAdded, StrJoin(gpu_added, ",")}}}});
@@ -170,7 +175,7 @@ Response Admission::Mutate(std::string_view body) const {
   json response = {{"allowed", true}};
   if (!patch.empty()) {
     response["patchType"] = "JSONPatch";
-    response["patch"] = Base64(patch.dump());
+    response["patch"] = Base64(formats::DumpJson(patch));
   }
   return Reply(*review, std::move(response));
 }

@@ -62,7 +62,7 @@ void ApiSync::OnNode(const json& node) {
   const std::string name = StringAt(node, {"metadata", "name"});
   if (name.empty()) return;
   const std::string uid = StringAt(node, {"metadata", "uid"});
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++counters_.nodes_seen;
   const std::string inventory_text = Annotation(node, formats::kGpuInventoryAnnotation);
   if (inventory_text.empty()) {
@@ -89,7 +89,7 @@ void ApiSync::OnNode(const json& node) {
                      "; tessera-node writes it, check that the agent on this node is a matching version")});
     }
   }
-  const auto now = std::chrono::system_clock::now();
+  const auto now = options_.clock != nullptr ? options_.clock->Now() : std::chrono::system_clock::now();
   r.stale = !Schedulable(r, now) && !r.cordoned;
   const bool schedulable = Schedulable(r, now);
   if (inventory_text != r.inventory) {
@@ -124,12 +124,12 @@ void ApiSync::OnNode(const json& node) {
 
 void ApiSync::OnNodeDeleted(const json& node) {
   const std::string name = StringAt(node, {"metadata", "name"});
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (nodes_.erase(name) > 0) cache_.RemoveNode(core::NodeName(name));
 }
 
 void ApiSync::CheckHeartbeats(std::chrono::system_clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int64_t stale = 0;
   for (auto& [name, r] : nodes_) {
     const bool schedulable = Schedulable(r, now);
@@ -150,7 +150,7 @@ void ApiSync::CheckHeartbeats(std::chrono::system_clock::time_point now) {
 
 void ApiSync::OnPod(const json& pod) {
   absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(pod);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++counters_.pods_seen;
   if (!parsed.ok()) {
     // Not a pod we can read at all: if it held GPUs, it holds them no longer in our books.
@@ -171,21 +171,21 @@ void ApiSync::OnPod(const json& pod) {
 void ApiSync::OnPodDeleted(const json& pod) {
   const std::string uid = StringAt(pod, {"metadata", "uid"});
   if (uid.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cache_.ForgetPod(core::PodUid(uid));
   reported_.erase(
       StrCat("Pod/", StringAt(pod, {"metadata", "namespace"}), "/", StringAt(pod, {"metadata", "name"})));
 }
 
 std::vector<Problem> ApiSync::TakeProblems() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Problem> out;
   out.swap(problems_);
   return out;
 }
 
 SyncCounters ApiSync::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 

@@ -22,10 +22,12 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+#include "k8s/clock.h"
 #include "nlohmann/json_fwd.hpp"
 #include "scheduler/cluster_cache.h"
 
@@ -34,6 +36,8 @@ namespace tessera::scheduler {
 struct SyncOptions {
   // A node whose agent has not refreshed tessera.dev/heartbeat for this long gets no new pods.
   std::chrono::seconds heartbeat_timeout{60};
+  // Wall time (heartbeats' age) through the clock seam; null: the real clock. Must outlive the sync.
+  const k8s::Clock* clock = nullptr;
 };
 
 // Something wrong with an object, to be reported on it (as an Event).
@@ -73,18 +77,18 @@ class ApiSync {
     bool stale = false;
     std::string inventory;  // the last annotation applied (to skip unchanged ones)
   };
-  void Report(Problem problem);
+  void Report(Problem problem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Schedulable(const NodeRecord& r, std::chrono::system_clock::time_point now) const;
 
   ClusterCache& cache_;
   const SyncOptions options_;
   // Guards the members below and orders node updates against CheckHeartbeats. Held while calling the cache,
   // which never calls back.
-  mutable std::mutex mu_;
-  std::map<std::string, NodeRecord> nodes_;
-  std::map<std::string, std::string> reported_;  // object key -> last message reported (no repeats)
-  std::vector<Problem> problems_;
-  SyncCounters counters_;
+  mutable Mutex mu_;
+  std::map<std::string, NodeRecord> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> reported_ ABSL_GUARDED_BY(mu_);  // key -> last message (no repeats)
+  std::vector<Problem> problems_ ABSL_GUARDED_BY(mu_);
+  SyncCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::scheduler

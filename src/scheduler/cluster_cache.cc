@@ -30,13 +30,17 @@ struct ClusterCache::State {
   std::set<PodUid> changed;  // pods whose shares changed under them (compressed, or given back)
 };
 
+std::chrono::steady_clock::time_point ClusterCache::SteadyNow() const {
+  return options_.clock != nullptr ? options_.clock->Steady() : std::chrono::steady_clock::now();
+}
+
 ClusterCache::ClusterCache(CacheOptions options)
     : options_(std::move(options)), state_(std::make_unique<State>()) {
   uint64_t seed = options_.seed;
   if (seed == 0)
     seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
   state_->rng = core::Rng(seed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RebuildPolicyLocked();
 }
 
@@ -83,12 +87,12 @@ void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
 }
 
 void ClusterCache::NoteWorkload(const core::PodRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   NoteWorkloadLocked(request);
 }
 
 absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   const core::NodeState* existing = s.cluster.FindNode(info.name);
   if (existing != nullptr) {
@@ -138,7 +142,7 @@ absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
 }
 
 void ClusterCache::RemoveNode(const NodeName& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   std::vector<PodUid> on_node;
   for (const auto& [uid, entry] : s.pods) {
@@ -153,12 +157,12 @@ void ClusterCache::RemoveNode(const NodeName& name) {
 }
 
 absl::Status ClusterCache::SetSchedulable(const NodeName& name, bool schedulable) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_->cluster.SetSchedulable(name, schedulable);
 }
 
 void ClusterCache::SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   state_->cluster.SetQuota(ns, model, limit);
 }
 
@@ -210,7 +214,7 @@ void ClusterCache::ReleaseLocked(const PodUid& uid) {
 
 absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod.spec, options_.parse);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   const PodUid uid(pod.spec.uid);
   if (!request.ok()) {
@@ -268,12 +272,12 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
 }
 
 void ClusterCache::ForgetPod(const PodUid& uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReleaseLocked(uid);
 }
 
 FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
@@ -349,7 +353,7 @@ std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::
 
 std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
                                                 std::span<const std::string> nodes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
@@ -383,7 +387,7 @@ std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
 }
 
 absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& request, const NodeName& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   if (auto it = s.pods.find(request.uid); it != s.pods.end()) {
     if (it->second.placement.node == node) {
@@ -404,7 +408,7 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
   r.compressions = placement->compressions;
   if (absl::Status st = s.cluster.Commit(request, *placement); !st.ok()) return st;
   r.placement = *s.cluster.FindPlacement(request.uid);
-  s.pods[request.uid] = PodEntry{request, r.placement, true, std::chrono::steady_clock::now()};
+  s.pods[request.uid] = PodEntry{request, r.placement, true, SteadyNow()};
   // Compressed tenants: their records follow the cluster's.
   for (const core::Compression& c : r.compressions) {
     auto it = s.pods.find(c.tenant.pod);
@@ -417,21 +421,21 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
 }
 
 void ClusterCache::Confirm(const PodUid& uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = state_->pods.find(uid);
   if (it != state_->pods.end()) it->second.reserved = false;
 }
 
 void ClusterCache::Unreserve(const PodUid& uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end() || !it->second.reserved) return;
   ReleaseLocked(uid);
 }
 
 int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
+  MutexLock lock(&mu_);
+  const auto now = SteadyNow();
   std::vector<PodUid> expired;
   for (const auto& [uid, entry] : state_->pods) {
     if (entry.reserved && now - entry.reserved_at > age) expired.push_back(uid);
@@ -442,7 +446,7 @@ int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
 
 std::set<std::string> ClusterCache::FitsAfterEvicting(
     const core::PodRequest& request, const std::map<std::string, std::vector<std::string>>& victims) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   // On a copy, with a policy of its own: the live policy's caches are keyed by the live nodes.
   core::Cluster copy = s.cluster;
@@ -462,7 +466,7 @@ std::set<std::string> ClusterCache::FitsAfterEvicting(
 }
 
 std::vector<PodEntry> ClusterCache::TakeChangedShares() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   State& s = *state_;
   std::vector<PodEntry> out;
   for (const PodUid& uid : s.changed) {
@@ -474,26 +478,26 @@ std::vector<PodEntry> ClusterCache::TakeChangedShares() {
 }
 
 std::optional<PodEntry> ClusterCache::FindPod(const PodUid& uid) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end()) return std::nullopt;
   return it->second;
 }
 
 core::Cluster ClusterCache::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_->cluster;
 }
 
 std::map<std::string, std::string> ClusterCache::PodNames() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::map<std::string, std::string> out;
   for (const auto& [uid, entry] : state_->pods) out[uid.value()] = entry.request.FullName();
   return out;
 }
 
 std::vector<std::string> ClusterCache::Orphans() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const auto& [uid, entry] : state_->orphans) {
     out.push_back(StrCat(entry.request.FullName(), " (", uid, ") on node ", entry.placement.node.value()));
@@ -502,17 +506,17 @@ std::vector<std::string> ClusterCache::Orphans() const {
 }
 
 int ClusterCache::pod_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(state_->pods.size());
 }
 
 int ClusterCache::node_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_->cluster.node_count();
 }
 
 std::string ClusterCache::policy_name() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_->policy_name;
 }
 

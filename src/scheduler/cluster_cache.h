@@ -24,7 +24,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -32,13 +31,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/cluster.h"
 #include "core/placement/evaluation_cache.h"
 #include "core/placement/placer.h"
 #include "core/random.h"
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
+#include "k8s/clock.h"
 
 namespace tessera::scheduler {
 
@@ -51,6 +53,8 @@ struct CacheOptions {
   // The policy is rebuilt from the workload after this many new pods (and when GPU models appear).
   size_t rebuild_after = 256;
   uint64_t seed = 0;  // ties between equal nodes: 0 picks a seed from the clock
+  // Time (reservations' age) through the clock seam; null: the real clock. Must outlive the cache.
+  const k8s::Clock* clock = nullptr;
 };
 
 struct FilterOutcome {
@@ -139,15 +143,17 @@ class ClusterCache {
 
  private:
   struct State;
-  void RebuildPolicyLocked();
-  void MaybeRebuildPolicyLocked();
-  void NoteWorkloadLocked(const core::PodRequest& request);
-  absl::Status RecordLocked(const core::PodRequest& request, core::Placement placement);
-  void ReleaseLocked(const core::PodUid& uid);
+  std::chrono::steady_clock::time_point SteadyNow() const;
+  void RebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeRebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteWorkloadLocked(const core::PodRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RecordLocked(const core::PodRequest& request, core::Placement placement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(const core::PodUid& uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CacheOptions options_;
-  mutable std::mutex mu_;
-  std::unique_ptr<State> state_;
+  mutable Mutex mu_;
+  std::unique_ptr<State> state_ ABSL_PT_GUARDED_BY(mu_);
 };
 
 // Scores policies' node scores into kube-scheduler's 0-10 range: the best node 10, the worst 0, linear

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "core/strings.h"
+#include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -37,15 +40,16 @@ const json* Field(const json& object, std::string_view name) {
 }
 
 Response BadRequest(std::string_view verb, std::string_view what) {
-  return {400, json{{"Error", StrCat(verb, ": ", what)}}.dump()};
+  return {400, formats::DumpJson(json{{"Error", StrCat(verb, ": ", what)}})};
 }
 
 absl::StatusOr<json> ParseBody(std::string_view body) {
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(body, "the request body");
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        "the request body is not valid JSON; kube-scheduler sends JSON objects");
+        StrCat(Message(parsed.status()), "; kube-scheduler sends JSON objects"));
   }
+  json doc = *std::move(parsed);
   if (!doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   return doc;
 }
@@ -93,7 +97,7 @@ class ArgsSax {
   bool start_object(std::size_t n) {
     if (InNames()) return Bad();
     if (names_next_) return Bad();
-    ++depth_;
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
     return dom_.start_object(n);
   }
   bool end_object() {
@@ -108,7 +112,7 @@ class ArgsSax {
       has_names_ = true;
       return true;
     }
-    ++depth_;
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
     return dom_.start_array(n);
   }
   bool end_array() {
@@ -131,6 +135,7 @@ class ArgsSax {
   }
 
   bool bad_names() const { return bad_names_; }
+  bool too_deep() const { return too_deep_; }
   bool has_names() const { return has_names_; }
   std::vector<std::string>& names() { return names_; }
 
@@ -138,6 +143,12 @@ class ArgsSax {
   bool InNames() const { return in_names_; }
   bool Bad() {
     bad_names_ = true;
+    return false;
+  }
+  // Objects and arrays nested deeper than any Kubernetes object: refused before anything walks them
+  // recursively (copying a fitting node to echo it back, dumping the answer).
+  bool TooDeep() {
+    too_deep_ = true;
     return false;
   }
   // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
@@ -156,6 +167,7 @@ class ArgsSax {
   bool in_names_ = false;
   bool has_names_ = false;
   bool bad_names_ = false;
+  bool too_deep_ = false;
   std::vector<std::string> names_;
 };
 
@@ -220,6 +232,11 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   ArgsSax sax(root);
   const bool parsed_ok = json::sax_parse(body.begin(), body.end(), &sax);
   if (sax.bad_names()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
+  if (sax.too_deep()) {
+    return absl::InvalidArgumentError(StrCat("the request body is nested deeper than ",
+                                             formats::kMaxJsonDepth,
+                                             " levels of objects and arrays; no ExtenderArgs is"));
+  }
   if (!parsed_ok || root.is_discarded()) {
     return absl::InvalidArgumentError(
         "the request body is not valid JSON; kube-scheduler sends JSON objects");
@@ -241,39 +258,67 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
       return absl::InvalidArgumentError("Nodes.items must be a list");
     args.node_list = true;
     if (items != nullptr) {
-      for (const json& n : *items) {
+      for (json& n : const_cast<json&>(*items)) {  // root is ours: move the nodes out instead of copying
         std::string name = NodeName(n);
         if (name.empty()) return absl::InvalidArgumentError("a node in Nodes.items has no metadata.name");
         args.nodes.push_back(name);
-        args.node_objects[name] = n;
+        args.node_objects[name] = std::move(n);
       }
     }
   }
   return args;
 }
 
+size_t Extender::ApproxBytes(const std::string& uid, const core::PodRequest& r) {
+  size_t n = sizeof(core::PodRequest) + 2 * uid.size() + 128 + r.ns.value().size() + r.name.size() +
+             r.uid.value().size();
+  for (const core::ContainerRequest& c : r.containers) {
+    n += sizeof(c) + c.name.size() + c.vgpus.size() * sizeof(core::VGpuDemand);
+  }
+  for (const auto* list : {&r.model_include, &r.model_exclude}) {
+    for (const std::string& m : *list) n += sizeof(m) + m.size();
+  }
+  for (const auto* list : {&r.uuid_include, &r.uuid_exclude}) {
+    for (const core::GpuUuid& u : *list) n += sizeof(u) + u.value().size();
+  }
+  return n;
+}
+
 void Extender::Remember(const core::PodRequest& request, const formats::PodObject& pod) {
-  std::lock_guard<std::mutex> lock(mu_);
   const std::string& uid = pod.spec.uid;
   if (uid.empty()) return;
-  if (auto it = recent_index_.find(uid); it != recent_index_.end()) recent_.erase(it->second);
+  const size_t bytes = ApproxBytes(uid, request);
+  MutexLock lock(&mu_);
+  if (auto it = recent_index_.find(uid); it != recent_index_.end()) {
+    recent_bytes_ -= ApproxBytes(uid, it->second->second);
+    recent_.erase(it->second);
+    recent_index_.erase(it);
+  }
+  if (bytes > options_.remembered_bytes) return;  // larger than the whole budget: bind reads it again
   recent_.emplace_front(uid, request);
   recent_index_[uid] = recent_.begin();
-  while (recent_.size() > options_.remembered_pods) {
+  recent_bytes_ += bytes;
+  while (recent_.size() > options_.remembered_pods || recent_bytes_ > options_.remembered_bytes) {
+    recent_bytes_ -= ApproxBytes(recent_.back().first, recent_.back().second);
     recent_index_.erase(recent_.back().first);
     recent_.pop_back();
   }
 }
 
+size_t Extender::remembered_bytes() const {
+  MutexLock lock(&mu_);
+  return recent_bytes_;
+}
+
 std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = recent_index_.find(uid);
   if (it == recent_index_.end()) return std::nullopt;
   return it->second->second;
 }
 
 void Extender::Count(uint64_t Counters::*verb, bool bad_request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++(counters_.*verb);
   if (bad_request) ++counters_.bad_request;
 }
@@ -320,14 +365,14 @@ Response Extender::Filter(std::string_view body) {
   if (args->node_list) {
     json result;
     json items = json::array();
-    for (const std::string& n : outcome.fits) items.push_back(args->node_objects[n]);
+    for (const std::string& n : outcome.fits) items.push_back(std::move(args->node_objects[n]));
     result["Nodes"] = {
         {"apiVersion", "v1"}, {"kind", "NodeList"}, {"metadata", json::object()}, {"items", items}};
     result["NodeNames"] = nullptr;
     result["FailedNodes"] = outcome.failed;
     result["FailedAndUnresolvableNodes"] = outcome.unresolvable;
     result["Error"] = "";
-    return {200, result.dump()};
+    return {200, formats::DumpJson(result)};
   }
   // Written by hand: the answer may name thousands of nodes (see ArgsSax).
   std::string out;
@@ -390,11 +435,10 @@ Response Extender::Bind(std::string_view body) {
   if (!missing.empty()) return BadRequest("bind", StrCat("ExtenderBindingArgs lacks ", missing));
 
   auto fail = [&](std::string_view why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.bind_failed;
-    return Response{
-        200,
-        json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ", target.node, ": ", why)}}.dump()};
+    return Response{200, formats::DumpJson(json{{"Error", StrCat("bind ", target.ns, "/", target.name, " to ",
+                                                                 target.node, ": ", why)}})};
   };
   std::optional<core::PodRequest> request = Recall(target.uid);
   if (!request) {
@@ -464,7 +508,13 @@ Response Extender::Preempt(std::string_view body) {
         }
       }
       if (const json* n = Field(*it, "NumPDBViolations"); n != nullptr && n->is_number_integer()) {
-        pdb = n->get<int64_t>();
+        // Go's int64: an unsigned value above its range is not one (2^64-1 used to come back as -1).
+        std::optional<int64_t> v = formats::JsonIntIn(*n, 0, std::numeric_limits<int64_t>::max());
+        if (!v) {
+          return absl::InvalidArgumentError(StrCat("NumPDBViolations of node ", it.key(), " is ", n->dump(),
+                                                   "; expected a count from 0 to 2^63-1"));
+        }
+        pdb = *v;
       }
     }
     return absl::OkStatus();
@@ -476,7 +526,7 @@ Response Extender::Preempt(std::string_view body) {
     victims_read = read(*full, false);
   }
   if (!victims_read.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.bad_request;
     return BadRequest("preempt", Message(victims_read));
   }
@@ -496,13 +546,13 @@ Response Extender::Preempt(std::string_view body) {
     for (const std::string& uid : v.first) pods.push_back({{"UID", uid}});
     result[node] = {{"Pods", pods}, {"NumPDBViolations", v.second}};
   }
-  return {200, json{{"NodeNameToMetaVictims", result}}.dump()};
+  return {200, formats::DumpJson(json{{"NodeNameToMetaVictims", result}})};
 }
 
 std::vector<std::string> Extender::SyncChangedShares() {
   std::vector<PodEntry> todo = cache_.TakeChangedShares();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     todo.insert(todo.end(), unsynced_.begin(), unsynced_.end());
     unsynced_.clear();
   }
@@ -521,13 +571,13 @@ std::vector<std::string> Extender::SyncChangedShares() {
       retry.push_back(*now);
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unsynced_.insert(unsynced_.end(), retry.begin(), retry.end());
   return failures;
 }
 
 Extender::Counters Extender::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 

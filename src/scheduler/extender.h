@@ -16,12 +16,13 @@
 
 #include <chrono>
 #include <list>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/request.h"
 #include "formats/pod_object.h"
 #include "scheduler/cluster_cache.h"
@@ -60,6 +61,9 @@ struct Response {
 struct ExtenderOptions {
   // Pods remembered from filter and prioritize for their bind.
   size_t remembered_pods = 4096;
+  // ... and at most this many bytes of them (a pod's annotations can make its request large: an 8 MB model
+  // list). A pod larger than the whole budget is not remembered; its bind reads it from the API.
+  size_t remembered_bytes = size_t{64} << 20;
 };
 
 class Extender {
@@ -81,11 +85,15 @@ class Extender {
     uint64_t filter = 0, prioritize = 0, bind = 0, bind_failed = 0, preempt = 0, bad_request = 0;
   };
   Counters counters() const;
+  // Bytes the remembered pods take (ApproxBytes), for tests and metrics.
+  size_t remembered_bytes() const;
 
  private:
   struct ParsedArgs;
   absl::StatusOr<ParsedArgs> ParseArgs(std::string_view body);
   void Remember(const core::PodRequest& request, const formats::PodObject& pod);
+  // What a remembered request costs in memory, roughly (its strings and vectors).
+  static size_t ApproxBytes(const std::string& uid, const core::PodRequest& request);
   std::optional<core::PodRequest> Recall(const std::string& uid);
   void Count(uint64_t Counters::*verb, bool bad_request);
 
@@ -95,13 +103,14 @@ class Extender {
   core::ParseOptions parse_;
   ExtenderOptions options_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;  // guards the members below; never held across a call to the cache or binder
   // uid -> request, most recent first (bounded).
-  std::list<std::pair<std::string, core::PodRequest>> recent_;
-  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator>
-      recent_index_;
-  std::vector<PodEntry> unsynced_;
-  Counters counters_;
+  std::list<std::pair<std::string, core::PodRequest>> recent_ ABSL_GUARDED_BY(mu_);
+  size_t recent_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // ApproxBytes of everything in recent_
+  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator> recent_index_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<PodEntry> unsynced_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::scheduler

@@ -7,6 +7,8 @@
 #include "common/log.h"
 #include "core/strings.h"
 #include "httplib.h"
+#include "formats/bounded_json.h"
+#include "scheduler/guarded_http.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -89,7 +91,7 @@ std::string InspectJson(const core::Cluster& cluster, const std::map<std::string
     nodes.push_back(
         {{"name", n.name().value()}, {"schedulable", n.schedulable()}, {"gpus", std::move(gpus)}});
   }
-  return json{{"nodes", std::move(nodes)}}.dump();
+  return formats::DumpJson(json{{"nodes", std::move(nodes)}});
 }
 
 ExtenderServer::ExtenderServer(Extender& extender, const Admission* admission, ClusterCache& cache)
@@ -129,7 +131,10 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
 absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListen(options.listen);
   if (!listen.ok()) return listen.status();
-  http_ = std::make_unique<httplib::Server>();
+  auto guarded = std::make_unique<GuardedHttpServer>(limits_);
+  // Every handler through Guard(): time in a handler is not time waiting on the client.
+  auto guard = [server = guarded.get()](httplib::Server::Handler h) { return server->Guard(std::move(h)); };
+  http_ = std::move(guarded);
   // Small answers must leave at once: without TCP_NODELAY, Nagle's algorithm and the peer's delayed ACK add
   // up to 40 ms to a reply that follows a large request body.
   http_->set_tcp_nodelay(true);
@@ -147,30 +152,32 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   for (size_t i = 0; i < verbs.size(); ++i) {
     const Verb v = verbs[i];
     LatencyHistogram* latency = &latency_[i];
-    http_->Post(v.path, [this, v, latency](const httplib::Request& req, httplib::Response& res) {
+    http_->Post(v.path, guard([this, v, latency](const httplib::Request& req, httplib::Response& res) {
       const auto start = std::chrono::steady_clock::now();
       Send(res, (extender_.*v.handler)(req.body));
       latency->Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (res.status != 200)
         log::Warn("bad request", {{"path", v.path}, {"status", std::to_string(res.status)}});
-    });
+    }));
   }
   for (const auto& [path, handler] : extra_) {
     auto h = handler;
-    http_->Post(path, [h](const httplib::Request& req, httplib::Response& res) { Send(res, h(req.body)); });
+    http_->Post(path,
+                guard([h](const httplib::Request& req, httplib::Response& res) { Send(res, h(req.body)); }));
   }
-  http_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/readyz", guard([this](const httplib::Request&, httplib::Response& res) {
     const bool ready = !ready_ || ready_();
     res.status = ready ? 200 : 503;
     res.set_content(ready ? "ok\n" : "not ready: still listing the cluster, or not the leader\n",
                     "text/plain");
-  });
-  http_->Get("/healthz",
-             [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  http_->Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {
+  }));
+  http_->Get("/healthz", guard([](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  }));
+  http_->Get("/inspect", guard([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(InspectJson(cache_.Snapshot(), cache_.PodNames()), "application/json");
-  });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  }));
+  http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& res) {
     const Extender::Counters c = extender_.counters();
     std::string out;
     StrAppend(&out, "# HELP tessera_scheduler_requests_total Extender requests by verb.\n",
@@ -198,7 +205,7 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
               "# HELP tessera_scheduler_pods Pods holding GPU shares.\n",
               "# TYPE tessera_scheduler_pods gauge\n", "tessera_scheduler_pods ", cache_.pod_count(), "\n");
     res.set_content(out, "text/plain; version=0.0.4");
-  });
+  }));
   if (listen->second == 0) {
     port_ = http_->bind_to_any_port(listen->first);
     if (port_ <= 0) return absl::UnavailableError(StrCat("cannot listen on ", options.listen));
@@ -222,6 +229,10 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
     https_ = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
     https_->set_tcp_nodelay(true);
     https_->set_socket_options(ExclusiveListenSocket);
+    https_->set_payload_max_length(limits_.max_body_bytes);
+    https_->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(limits_.idle_timeout).count());
+    https_->set_keep_alive_timeout(
+        std::chrono::duration_cast<std::chrono::seconds>(limits_.idle_timeout).count());
     if (!https_->is_valid()) {
       return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
                                                " as the webhook's certificate and key (PEM)"));

@@ -27,6 +27,7 @@
 #include "scheduler/admission.h"
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
+#include "scheduler/http_limits.h"
 
 namespace httplib {
 class Server;
@@ -80,6 +81,10 @@ class ExtenderServer {
   // GET /readyz answers 200 while `ready` says so, else 503 (with API mode: synced, and the leader). Set
   // before Start.
   void SetReadiness(std::function<bool()> ready) { ready_ = std::move(ready); }
+  // Per-request deadlines, idle keep-alive, per-peer slow connections and the body size (guarded_http.h);
+  // the defaults otherwise. The webhook's HTTPS listener gets the body size and httplib's per-read timeouts
+  // only. Set before Start.
+  void SetLimits(const HttpLimits& limits) { limits_ = limits; }
 
  private:
   Extender& extender_;
@@ -94,6 +99,7 @@ class ExtenderServer {
   std::array<LatencyHistogram, 4> latency_;  // filter, prioritize, bind, preempt
   std::vector<std::pair<std::string, std::function<Response(std::string_view)>>> extra_;
   std::function<bool()> ready_;
+  HttpLimits limits_;
 };
 
 // The cluster as the cache holds it, as JSON: per node and GPU, model, memory, share and memory committed,

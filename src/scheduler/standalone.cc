@@ -2,12 +2,13 @@
 
 #include "core/strings.h"
 #include "formats/assignment.h"
+#include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
 
 absl::Status StandaloneBinder::Bind(const BindTarget& pod, const core::Placement& placement) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   assignments_[StrCat(pod.ns, "/", pod.name)] =
       placement.containers.empty() ? "" : formats::FormatAssignment(placement);
   return absl::OkStatus();
@@ -18,19 +19,20 @@ absl::Status StandaloneBinder::UpdateAssignment(const BindTarget& pod, const cor
 }
 
 std::map<std::string, std::string> StandaloneBinder::Assignments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return assignments_;
 }
 
 void StandaloneBinder::Forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   assignments_.erase(key);
 }
 
 Response ReleaseStandalone(ClusterCache& cache, StandaloneBinder& binder, std::string_view body) {
   using nlohmann::json;
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("PodUID") || !doc["PodUID"].is_string()) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(body, "the request body");
+  json doc = parsed.ok() ? *std::move(parsed) : json(nullptr);
+  if (!doc.is_object() || !doc.contains("PodUID") || !doc["PodUID"].is_string()) {
     return {
         400,
         json{{"Error", "release: send {\"PodUID\": ..., \"PodNamespace\": ..., \"PodName\": ...}"}}.dump()};

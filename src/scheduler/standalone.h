@@ -10,9 +10,10 @@
 #define TESSERA_SCHEDULER_STANDALONE_H_
 
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "scheduler/extender.h"
 
 namespace tessera::scheduler {
@@ -27,8 +28,8 @@ class StandaloneBinder : public Binder {
   void Forget(const std::string& key);
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> assignments_;
+  mutable Mutex mu_;
+  std::map<std::string, std::string> assignments_ ABSL_GUARDED_BY(mu_);
 };
 
 // POST /standalone/release {"PodUID": "...", "PodNamespace": "...", "PodName": "..."}: the pod is gone.

@@ -62,6 +62,11 @@ absl::Status Field(std::string_view source, size_t line, const std::vector<std::
 absl::StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source) {
   absl::StatusOr<Csv> csv = ReadCsv(text, source, {"sn", "cpu_milli", "memory_mib", "gpu", "model"});
   if (!csv.ok()) return csv.status();
+  if (csv->lines.size() - 1 > kMaxTraceNodes) {
+    return absl::InvalidArgumentError(StrCat(source, ": ", csv->lines.size() - 1,
+                                             " nodes; a replay takes at most ", kMaxTraceNodes,
+                                             " (split the trace, or sample it)"));
+  }
   std::vector<TraceNode> nodes;
   for (size_t l = 1; l < csv->lines.size(); ++l) {
     std::string_view line = StripWhitespace(csv->lines[l]);
@@ -94,6 +99,11 @@ absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::st
       ReadCsv(text, source, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
   if (!csv.ok()) return csv.status();
   const auto spec = csv->columns.find("gpu_spec");
+  if (csv->lines.size() - 1 > kMaxTracePods) {
+    return absl::InvalidArgumentError(StrCat(source, ": ", csv->lines.size() - 1,
+                                             " pods; a replay takes at most ", kMaxTracePods,
+                                             " (split the trace, or sample it)"));
+  }
   std::vector<TracePod> pods;
   for (size_t l = 1; l < csv->lines.size(); ++l) {
     std::string_view line = StripWhitespace(csv->lines[l]);

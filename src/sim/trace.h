@@ -42,6 +42,11 @@ struct TracePod {
   std::vector<std::string> gpu_spec;  // allowed models; empty: any
 };
 
+// Larger traces are refused with a message (a 200,000-node file used to end in bad_alloc during the replay):
+// 10x the largest published cluster trace, and well within what a replay holds in memory.
+inline constexpr size_t kMaxTraceNodes = 50000;
+inline constexpr size_t kMaxTracePods = 5000000;
+
 absl::StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source);
 absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source);
 

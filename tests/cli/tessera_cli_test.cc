@@ -30,6 +30,15 @@ std::string TempFile(const std::string& name, const std::string& content) {
   return path;
 }
 
+// A zero memory limit used to mean "no limit", silently.
+TEST(TesseraCliTest, RunRefusesAZeroMemoryLimit) {
+  for (const char* zero : {"0", "0GiB", "0MiB"}) {
+    Result r = Tessera(std::string("run --gpu-memory ") + zero + " -- true");
+    EXPECT_EQ(r.status, 2) << zero;
+    EXPECT_THAT(r.output, HasSubstr("is zero")) << zero;
+  }
+}
+
 TEST(TesseraCliTest, HelpForEveryCommand) {
   for (const char* cmd : {"--help", "place --help", "simulate --help", "topo --help", "version --help"}) {
     Result r = Tessera(cmd);
@@ -141,6 +150,16 @@ TEST(TesseraCliTest, TopoDrawsTheTree) {
   Result bad = Tessera("topo " + TempFile("bad.txt", "hello\n"));
   EXPECT_EQ(bad.status, 2);
   EXPECT_THAT(bad.output, HasSubstr("no topology matrix found"));
+  // A garbled GPU column used to be dropped: 3 GPUs in, "2 GPUs" out, exit 0.
+  Result garbled = Tessera("topo " + TempFile("garbled.txt",
+                                              "\tGPU0\tGPU1\tGPU#2\nGPU0\t X \tPIX\tPIX\n"
+                                              "GPU1\tPIX\t X \tPIX\nGPU#2\tPIX\tPIX\t X \n"));
+  EXPECT_EQ(garbled.status, 2);
+  EXPECT_THAT(garbled.output, HasSubstr("GPU#2"));
+  // /dev/zero used to end in bad_alloc.
+  Result zero = Tessera("topo /dev/zero");
+  EXPECT_EQ(zero.status, 2);
+  EXPECT_THAT(zero.output, HasSubstr("is larger than"));
 }
 
 }  // namespace

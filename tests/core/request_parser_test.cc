@@ -177,6 +177,10 @@ TEST(RequestParserTest, BadAnnotations) {
               HasSubstr("both in"));
   EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-modle", "T4"}})),
               HasSubstr("did you mean tessera.dev/gpu-model?"));
+  // A resource written as an annotation used to be ignored: the pod ran without the memory limit it meant.
+  EXPECT_THAT(Error(Pod(one, {{"tessera.dev/gpu-memory", "8Gi"}})),
+              HasSubstr("tessera.dev/gpu-memory is a resource, not an annotation"));
+  EXPECT_THAT(Error(Pod({}, {{"tessera.dev/gpu", "1"}})), HasSubstr("resources.limits"));
   // Annotations Tessera itself writes are not mistaken for typos.
   EXPECT_TRUE(
       ParsePodRequest(Pod(one, {{"tessera.dev/assignment", "{}"}, {"tessera.dev/phase", "bound"}})).ok());

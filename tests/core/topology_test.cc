@@ -88,6 +88,11 @@ TEST(NvidiaSmiTopoTest, ErrorsNameTheLine) {
   absl::StatusOr<TopoReport> cut = ParseNvidiaSmiTopo("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\n");
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(std::string(cut.status().message()).find("line 2"), std::string::npos);
+  // A GPU column that is not GPU<n> used to be taken for a NIC: 3 GPUs in, "2 GPUs" out, exit 0.
+  absl::StatusOr<TopoReport> garbled = ParseNvidiaSmiTopo(
+      "\tGPU0\tGPU1\tGPU#2\nGPU0\t X \tPIX\tPIX\nGPU1\tPIX\t X \tPIX\nGPU#2\tPIX\tPIX\t X \n");
+  ASSERT_FALSE(garbled.ok());
+  EXPECT_NE(std::string(garbled.status().message()).find("GPU#2"), std::string::npos);
 }
 
 TEST(CpuListTest, Ranges) {

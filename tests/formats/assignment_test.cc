@@ -53,6 +53,17 @@ TEST(AssignmentTest, RefusesWhatItCannotTrust) {
        "appears twice"},
       {R"({"version":1,"node":"n","containers":[{"name":"a","vgpus":[{"uuid":"G","cores":40,"requestedCores":30,"memoryMiB":1}]}]})",
        "requestedCores"},
+      // Numbers that a narrowing read would have taken for valid ones (2^32 + 1 read as an int is 1).
+      {R"({"version":4294967297,"node":"n","containers":[]})", "version 4294967297"},
+      {R"({"version":1,"node":"n","containers":[{"name":"a","vgpus":[{"uuid":"G","index":4294967296,"cores":10,"memoryMiB":1}]}]})",
+       "GPU index"},
+      {R"({"version":1,"node":"n","containers":[{"name":"a","numaNode":18446744073709551615,"vgpus":[]}]})",
+       "NUMA node"},
+      {R"({"version":1,"node":"n","containers":[{"name":"a","vgpus":[{"uuid":"G","cores":10,"memoryMiB":18446744073709551615}]}]})",
+       "memoryMiB"},
+      {R"({"version":1,"node":"n","containers":[{"name":"a","vgpus":[{"uuid":"G","cores":1e999,"memoryMiB":1}]}]})",
+       "outside the range"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
   };
   for (const auto& [text, expected] : cases) {
     absl::StatusOr<Assignment> a = ParseAssignment(text);

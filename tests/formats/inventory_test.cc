@@ -86,6 +86,26 @@ TEST(InventoryAnnotationTest, MalformedJson) {
   EXPECT_THAT(ParseError("{"), HasSubstr("tessera-node"));
 }
 
+// Anyone who may patch a Node writes this annotation: nothing in it may abort the scheduler.
+TEST(InventoryAnnotationTest, HostileNumbersAndNesting) {
+  const std::string gpu = R"({"index":0,"uuid":"GPU-a","model":"T4","health":"Healthy","memoryMiB":)";
+  // 1e999 is valid JSON but no double: nlohmann throws out_of_range, which the parser used not to catch.
+  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, R"(1e999}],"links":[["X"]]})")),
+              HasSubstr("outside the range of a double"));
+  EXPECT_THAT(ParseError(R"({"version":1e999,"gpus":[],"links":[]})"),
+              HasSubstr("tessera.dev/gpu-inventory"));
+  // 2^64 - 1 is an unsigned JSON number; read as int64 it used to be -1, a valid "numa".
+  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu,
+                                R"(1024,"numa":18446744073709551615}],"links":[["X"]]})")),
+              HasSubstr("\"numa\" is 18446744073709551615"));
+  EXPECT_THAT(
+      ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, R"(18446744073709551615}],"links":[["X"]]})")),
+      HasSubstr("memoryMiB"));
+  const std::string deep = StrCat(R"({"version":1,"gpus":[],"links":[],"x":)", std::string(300000, '['),
+                                  std::string(300000, ']'), "}");
+  EXPECT_THAT(ParseError(deep), HasSubstr("nested deeper than"));
+}
+
 TEST(InventoryAnnotationTest, WrongVersion) {
   EXPECT_THAT(ParseError(R"({"gpus":[],"links":[]})"), HasSubstr("has no \"version\""));
   EXPECT_THAT(ParseError(R"({"version":"1","gpus":[],"links":[]})"), HasSubstr("must be a whole number"));
@@ -102,12 +122,15 @@ TEST(InventoryAnnotationTest, MismatchedMatrix) {
               HasSubstr("row 0 has 2 entries, expected 1"));
   EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, R"(]})")), HasSubstr("\"links\" must be"));
   const std::string gpu1 = R"({"index":1,"uuid":"GPU-b","model":"T4","memoryMiB":15360,"health":"Healthy"})";
-  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1, R"(],"links":[["X","PIX"],["PXB","X"]]})")),
+  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1,
+                                R"(],"links":[["X","PIX"],["PXB","X"]]})")),
               HasSubstr("not symmetric"));
-  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1, R"(],"links":[["X","NVX"],["NVX","X"]]})")),
+  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1,
+                                R"(],"links":[["X","NVX"],["NVX","X"]]})")),
               HasSubstr("unknown link level"));
-  EXPECT_THAT(ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1, R"(],"links":[["X",3],[3,"X"]]})")),
-              HasSubstr("not a link level"));
+  EXPECT_THAT(
+      ParseError(StrCat(R"({"version":1,"gpus":[)", gpu, ",", gpu1, R"(],"links":[["X",3],[3,"X"]]})")),
+      HasSubstr("not a link level"));
 }
 
 TEST(InventoryAnnotationTest, BadGpus) {
@@ -118,17 +141,20 @@ TEST(InventoryAnnotationTest, BadGpus) {
   EXPECT_THAT(ParseError(doc("[1]")), HasSubstr("gpus[0] must be an object"));
   EXPECT_THAT(ParseError(doc(R"([{"index":0,"model":"T4","memoryMiB":1,"health":"Healthy"}])")),
               HasSubstr("gpus[0] has no \"uuid\""));
-  EXPECT_THAT(ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":0,"health":"Healthy"}])")),
-              HasSubstr("\"memoryMiB\" is 0"));
-  EXPECT_THAT(ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1.5,"health":"Healthy"}])")),
-              HasSubstr("must be a whole number"));
+  EXPECT_THAT(
+      ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":0,"health":"Healthy"}])")),
+      HasSubstr("\"memoryMiB\" is 0"));
+  EXPECT_THAT(
+      ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1.5,"health":"Healthy"}])")),
+      HasSubstr("must be a whole number"));
   EXPECT_THAT(ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"ok"}])")),
               HasSubstr("expected \"Healthy\" or \"Unhealthy\""));
   EXPECT_THAT(ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"Healthy",)"
                              R"("cpus":"0-x"}])")),
               HasSubstr("\"cpus\""));
-  EXPECT_THAT(ParseError(doc(R"([{"index":1,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"Healthy"}])")),
-              HasSubstr("index order"));
+  EXPECT_THAT(
+      ParseError(doc(R"([{"index":1,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"Healthy"}])")),
+      HasSubstr("index order"));
   EXPECT_THAT(ParseError(doc(R"([{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"Healthy"},)"
                              R"({"index":1,"uuid":"GPU-a","model":"T4","memoryMiB":1,"health":"Healthy"}])",
                              R"([["X","SYS"],["SYS","X"]])")),
@@ -142,8 +168,8 @@ TEST(InventoryAnnotationTest, BadGpus) {
 
 TEST(HeartbeatTest, FormatAndParse) {
   using namespace std::chrono;
-  const system_clock::time_point t = sys_days(year(2026) / 11 / 22) + hours(8) + minutes(14) + seconds(3) +
-                                     milliseconds(120);
+  const system_clock::time_point t =
+      sys_days(year(2026) / 11 / 22) + hours(8) + minutes(14) + seconds(3) + milliseconds(120);
   EXPECT_EQ(FormatHeartbeat(t), "2026-11-22T08:14:03.120Z");
   absl::StatusOr<system_clock::time_point> back = ParseHeartbeat("2026-11-22T08:14:03.120Z");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -155,6 +181,16 @@ TEST(HeartbeatTest, FormatAndParse) {
   // Round trip of now, to the millisecond.
   const auto now = floor<milliseconds>(system_clock::now());
   EXPECT_EQ(*ParseHeartbeat(FormatHeartbeat(now)), now);
+}
+
+// Found by fuzz/inventory_fuzz: year 0001 overflowed 64-bit nanoseconds (undefined behaviour).
+TEST(HeartbeatTest, YearsOutsideTheClockAreRefused) {
+  for (const char* t : {"0001-01-01T00:00:00Z", "1056-06-01T00:00:00Z", "9999-12-31T23:59:59Z"}) {
+    absl::StatusOr<std::chrono::system_clock::time_point> p = ParseHeartbeat(t);
+    ASSERT_FALSE(p.ok()) << t;
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("1970-2200"));
+  }
+  EXPECT_TRUE(ParseHeartbeat("2026-11-22T08:14:03.120Z").ok());
 }
 
 TEST(HeartbeatTest, Malformed) {

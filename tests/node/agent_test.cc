@@ -3,12 +3,21 @@
 // socket.
 #include "node/agent.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -20,6 +29,7 @@
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "hook/common/registration.h"
+#include "k8s/clock.h"
 #include "kubelet/device_plugin.h"
 #include "kubelet/fake_kubelet.h"
 #include "node/cgroup.h"
@@ -684,6 +694,242 @@ TEST_F(AgentTest, PublishesInventoryHeartbeatAndHealth) {
               HasSubstr("tessera_gpu_health{gpu=\"GPU-2\",index=\"2\",model=\"T4\"} 0"));
 }
 
+// Waits (at most kWait) for `f` to be ready; false if it is not.
+template <typename T>
+bool Ready(std::future<T>& f) {
+  return f.wait_for(kWait) == std::future_status::ready;
+}
+
+// A tenant's process holds its region's table lock and never lets go. The agent used to take that lock
+// under its own mutex (OpenRegions/ApplyAssignmentChanges -> ApplyRegionLimits): the reconcile pass hung,
+// and every Allocate on the node and /metrics with it.
+TEST_F(AgentTest, ATenantHoldingItsRegionLockFreezesNothingAndLosesItsRegion) {
+  k8s::FakeClock clock;
+  config_.clock = &clock;
+  config_.region_lock_timeout = std::chrono::seconds(5);  // on the fake clock
+  config_.region_wait = std::chrono::milliseconds(20);
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  const ContainerRecord rec = agent->Records().at(0);
+  const std::string region_path = rec.region_dir + "/region";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The tenant creates the region (as a hook that starts before the agent's pass does) and holds its lock.
+    hook::SharedRegion region;
+    hook::Error e;
+    if (!region.Open(region_path.c_str(), &e)) _exit(2);
+    const int fd = open(region_path.c_str(), O_RDWR);
+    void* base = mmap(nullptr, hook::kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) _exit(3);
+    pthread_mutex_lock(&static_cast<hook::RegionHeader*>(base)->table_lock);
+    if (write(ready[1], "r", 1) != 1) _exit(4);
+    while (true) pause();
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  struct Cleanup {
+    pid_t pid;
+    ~Cleanup() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } cleanup{child};
+  struct stat before {};
+  ASSERT_EQ(stat(region_path.c_str(), &before), 0);
+
+  // The pass opens the region and starts the job that gives it its limits; the job waits for the lock, the
+  // pass does not.
+  auto pass = std::async(std::launch::async, [&] { return agent->ReconcileOnce(); });
+  ASSERT_TRUE(Ready(pass)) << "the reconcile pass waits on the tenant's region lock";
+  EXPECT_TRUE(pass.get().ok());
+  auto other = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-1::0"}}); });
+  ASSERT_TRUE(Ready(other)) << "Allocate for another pod waits on the tenant's region lock";
+  EXPECT_TRUE(other.get().ok());
+  auto metrics = std::async(std::launch::async, [&] { return agent->MetricsText(); });
+  ASSERT_TRUE(Ready(metrics));
+  EXPECT_THAT(metrics.get(), HasSubstr("tessera_node_tenants 2"));
+  EXPECT_EQ(agent->stats().regions_rebuilt, 0u);
+
+  // Past the timeout the tenant loses its region: a new file gets its limits, its pod is told.
+  clock.Advance(std::chrono::seconds(6));
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->stats().regions_rebuilt, 1u);
+  struct stat after {};
+  ASSERT_EQ(stat(region_path.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino);
+  bool limited = false;
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!limited && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+    hook::SharedRegion region;
+    hook::Error error;
+    ASSERT_TRUE(region.Open(region_path.c_str(), &error)) << error.text;
+    const int dev = region.FindDevice("GPU-0");
+    limited = dev >= 0 && region.Limit(dev) == 1024ull << 20;
+    region.Close();
+  }
+  EXPECT_TRUE(limited);
+  bool told = false;
+  for (const NodeEvent& e : api_.events()) told |= e.reason == "RegionLockHeld" && e.pod_uid == rec.pod_uid;
+  EXPECT_TRUE(told);
+  EXPECT_EQ(agent->Records().at(0).generation, 2u);  // the limits file was rewritten for the reload
+}
+
+// An API server that hangs on an event: the reconcile pass waits for it, Allocate does not. The agent used to
+// post events (and write limits files and records) under the mutex that Allocate takes to claim a container.
+TEST_F(AgentTest, AllocateDoesNotWaitForTheApiOrTheDisk) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());  // reported: later assignment changes apply to it
+  NodePod p = *api_.GetPod("default", "pod-0");
+  p.annotations[formats::kAnnotationAssignment] = "{\"version\": 1, \"node\": ";
+  api_.UpsertPod(p);
+  api_.HoldEvents(true);
+  auto pass = std::async(std::launch::async, [&] { return agent->ReconcileOnce(); });
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (api_.events_waiting() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(api_.events_waiting(), 1);  // the pass is inside PostEvent now
+  auto other = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-1::0"}}); });
+  const bool allocated = Ready(other);
+  // A pod bound after the pass listed the pods, and allocated while it runs: the pass's older list must not
+  // get it collected (found by node_agent_bench's contended run).
+  api_.UpsertPod(BoundPod(2, {{2, 30, 1024}}));
+  auto late = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-2::0"}}); });
+  const bool late_allocated = Ready(late);
+  api_.HoldEvents(false);
+  ASSERT_TRUE(allocated) << "Allocate waited for an event to be posted";
+  EXPECT_TRUE(other.get().ok());
+  ASSERT_TRUE(late_allocated);
+  EXPECT_TRUE(late.get().ok());
+  ASSERT_TRUE(Ready(pass));
+  EXPECT_TRUE(pass.get().ok());
+  EXPECT_EQ(agent->Records().size(), 3u);
+  for (const ContainerRecord& r : agent->Records()) EXPECT_TRUE(fs::exists(r.dir + "/limits")) << r.key();
+}
+
+// Connections that never say HELLO (about 20,000 of them used to exhaust the agent's descriptors) are capped
+// and time out; a real process still registers.
+TEST_F(AgentTest, RegistrationSocketCapsIdleConnectionsAndRecovers) {
+  config_.registration.max_pending = 8;
+  config_.registration.hello_timeout = std::chrono::milliseconds(200);
+  NodePod p = BoundPod(0, {{0, 30, 1024}});
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  const std::string socket = agent->registration_socket();
+  auto connect_idle = [&] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    return fd;
+  };
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(connect_idle());
+  // Every connection past the cap made an older one go: the server holds at most max_pending of them.
+  auto eof = [](int fd) {
+    pollfd pfd{fd, POLLIN, 0};
+    char b;
+    return poll(&pfd, 1, 0) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  int closed = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    closed = static_cast<int>(std::count_if(idle.begin(), idle.end(), eof));
+    if (closed >= 92) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(closed, 92);
+  // A real process registers while idle ones keep coming.
+  FakeCgroup(getpid(), p.uid, "aa11bb22cc33dd44ee55ff66");
+  for (int i = 0; i < 20; ++i) idle.push_back(connect_idle());
+  hook::AgentConnection conn;
+  hook::Hello hello;
+  hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+  hook::AgentMessage reply;
+  hook::Error error;
+  ASSERT_TRUE(conn.Register(socket.c_str(), hello, 5000, &reply, &error)) << error.text;
+  EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{getpid()});
+  // The rest time out: every idle connection is closed by the server.
+  while (std::chrono::steady_clock::now() < deadline &&
+         std::count_if(idle.begin(), idle.end(), eof) < static_cast<long>(idle.size())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(std::count_if(idle.begin(), idle.end(), eof), static_cast<long>(idle.size()));
+  for (int fd : idle) close(fd);
+  conn.Close();
+}
+
+// Container names and pod UIDs become directory names: "../" in an edited assignment used to escape the
+// state directory (and later Allocates failed with "disk full?").
+TEST_F(AgentTest, NamesThatCannotBeDirectoriesAreRefused) {
+  NodePod p = BoundPod(0, {{0, 30, 1024}});
+  auto a = formats::ParseAssignment(p.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].name = "../../../escaped";
+  p.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(p);
+  NodePod q = BoundPod(1, {{1, 30, 1024}});
+  q.uid = "../uid";
+  api_.UpsertPod(q);
+  auto agent = StartAgent();
+  auto r = Client()->Allocate({{"GPU-0::0"}});
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(agent->Records().empty());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/escaped"));
+  EXPECT_FALSE(fs::exists(config_.state_dir + "/escaped"));
+  std::string messages;
+  for (const NodeEvent& e : api_.events()) messages += e.message + "\n";
+  EXPECT_THAT(messages, HasSubstr("cannot name a directory"));
+  // A good pod is still served.
+  api_.UpsertPod(BoundPod(2, {{2, 30, 1024}}));
+  EXPECT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
+}
+
+// The kubelet hands a freed device slot to the next pod at once, before the agent has seen the first pod go: the
+// slot serves both containers (the cluster tier caught an Allocate that refused it while the old holder's record
+// remained), and pod-resources tells their records apart: the new container's own record is confirmed, the old
+// one is never taken for a swap and goes with its pod.
+TEST_F(AgentTest, ASlotNamedByTwoContainersServesBothAndPodResourcesTellsThemApart) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());  // pod-0
+  api_.DeletePod("default", "pod-0");                    // the agent has not reconciled since
+  auto next = Client()->Allocate({{"GPU-0::0"}});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ((*next)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
+  EXPECT_EQ(agent->Records().size(), 2u);
+  PublishPodResources({HeldBy("pod-1", "GPU-0::0")});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(agent->stats().swaps, 0u);
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].pod_name, "pod-1");
+  EXPECT_TRUE(records[0].confirmed);
+  EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-1");
+}
+
+// Found by node_agent_bench's contended run: a reconcile pass whose pod list predates an Allocate took the
+// Allocate's fresh directories for orphans and removed them under it ("cannot create .../regions/<uid>/main:
+// No such file or directory", or a container left without its limits file). Young directories stay.
+TEST_F(AgentTest, AFreshDirectoryWithoutRecordIsNotAnOrphanYet) {
+  auto agent = StartAgent(/*with_plugin=*/false);
+  const std::string fresh = config_.state_dir + "/containers/00000000-0000-4000-8000-000000000777/main";
+  fs::create_directories(fresh);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(fs::exists(fresh));
+}
+
 TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
   TempDir dir;
   const std::string path = dir.Write("api.json", R"({"pods": [
@@ -709,6 +955,19 @@ TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {
   auto broken = api.ListNodePods();
   EXPECT_FALSE(broken.ok());
   EXPECT_THAT(std::string(broken.status().message()), HasSubstr("fix its syntax"));
+}
+
+// A fake-API file nested 300,000 levels deep used to crash tessera-node (a recursive copy of "pods").
+TEST(FileNodeApiTest, DeeplyNestedFileIsAnErrorNotACrash) {
+  TempDir dir;
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  const std::string path =
+      dir.Write("api.json", R"({"pods": [{"spec": {"nodeName": "gpu-1"}, "x": )" + deep + "}]}");
+  FileNodeApi api(path, "gpu-1");
+  auto pods = api.ListNodePods();
+  ASSERT_FALSE(pods.ok());
+  EXPECT_THAT(std::string(pods.status().message()), HasSubstr("nested deeper than"));
+  EXPECT_FALSE(api.PostEvent({"ml", "a", "u-a", "Warning", "R", "m"}).ok());
 }
 
 }  // namespace

@@ -235,6 +235,33 @@ TEST(AdmissionTest, ValidateRefusesWithWhatToChange) {
   EXPECT_TRUE(out["response"]["allowed"]);
 }
 
+// A 300,000-deep array inside spec used to crash the webhook (a recursive copy of the spec).
+TEST(AdmissionTest, DeeplyNestedReviewsGet400) {
+  Admission admission({"tessera-scheduler", {}});
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  const std::string pod = PodWith({{"nvidia.com/gpu", "1"}}).dump();
+  const std::string body = Review(json::object())
+                               .replace(Review(json::object()).find("{}"), 2,
+                                        pod.substr(0, pod.size() - 2) + R"(,"x":)" + deep + "}}");
+  for (const Response& r : {admission.Mutate(body), admission.Validate(body)}) {
+    EXPECT_EQ(r.status, 400);
+    EXPECT_THAT(json::parse(r.body)["error"].get<std::string>(), HasSubstr("nested deeper than 128"));
+  }
+}
+
+// Found by fuzz/admission_review_fuzz: the parser's message quotes the bytes it stopped at, and dumping
+// invalid UTF-8 threw (std::terminate). Every answer is JSON, whatever the body holds.
+TEST(AdmissionTest, InvalidUtf8GetsAJsonAnswer) {
+  Admission admission({"tessera-scheduler", {}});
+  for (const std::string& body :
+       {std::string("{\"request\": \"\xA1\"}"), std::string("{\"a\":1}\xff\xfe"), std::string("\xA1")}) {
+    for (const Response& r : {admission.Mutate(body), admission.Validate(body)}) {
+      EXPECT_EQ(r.status, 400);
+      EXPECT_TRUE(json::accept(r.body)) << r.body;
+    }
+  }
+}
+
 TEST(AdmissionTest, MalformedReviewsGet400) {
   Admission admission({"tessera-scheduler", {}});
   for (const char* body : {"", "{", "[]", R"({"request":{}})", R"({"request":"x"})"}) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/assignment.h"
+#include "k8s/clock.h"
 #include "test_util.h"
 
 namespace tessera::scheduler {
@@ -142,12 +143,17 @@ TEST(ClusterCacheTest, ReservationsHoldUntilConfirmedOrReleased) {
   cache.Confirm(b.uid);
   cache.Unreserve(b.uid);  // confirmed: not a reservation any more
   EXPECT_EQ(cache.pod_count(), 1);
-  // A reservation whose bind never finishes expires.
-  ClusterCache other(Options());
+  // A reservation whose bind never finishes expires (time through the clock seam, no sleeping).
+  k8s::FakeClock clock;
+  CacheOptions o = Options();
+  o.clock = &clock;
+  ClusterCache other(o);
   ASSERT_TRUE(other.UpsertNode(MakeNode("n1", 1)).ok());
   ASSERT_TRUE(other.Reserve(a, core::NodeName("n1")).ok());
-  EXPECT_EQ(other.ExpireReservations(std::chrono::hours(1)), 0);
-  EXPECT_EQ(other.ExpireReservations(std::chrono::seconds(-1)), 1);
+  clock.Advance(std::chrono::seconds(59));
+  EXPECT_EQ(other.ExpireReservations(std::chrono::seconds(60)), 0);
+  clock.Advance(std::chrono::seconds(2));
+  EXPECT_EQ(other.ExpireReservations(std::chrono::seconds(60)), 1);
   EXPECT_EQ(other.pod_count(), 0);
 }
 

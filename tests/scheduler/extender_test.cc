@@ -286,6 +286,88 @@ TEST_F(ExtenderTest, MalformedBodiesGet400WithAClearError) {
   EXPECT_EQ(extender_.counters().bad_request, 11u);
 }
 
+// A node object nested 100,000 levels deep in a NodeList used to be copied and echoed back through recursive
+// code and crash the scheduler (SIGSEGV); it is refused before anything walks it.
+TEST_F(ExtenderTest, DeeplyNestedBodiesAreRefusedNotWalked) {
+  const std::string pod = Pod("p", "u1", Share(50, 1024)).dump();
+  for (size_t depth : {size_t{300}, size_t{100000}, size_t{300000}}) {
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    const std::string node = R"({"metadata":{"name":"a100","x":)" + deep + "}}";
+    const std::string list = R"({"Pod":)" + pod + R"(,"Nodes":{"items":[)" + node + "]}}";
+    for (Response r : {extender_.Filter(list), extender_.Prioritize(list), extender_.Preempt(list)}) {
+      EXPECT_EQ(r.status, 400);
+      EXPECT_THAT(r.body, HasSubstr("nested deeper than 128")) << depth;
+    }
+    const std::string in_pod =
+        R"({"Pod":{"metadata":{"name":"p"},"spec":)" + deep + R"(},"NodeNames":["a"]})";
+    EXPECT_EQ(extender_.Filter(in_pod).status, 400);
+    const std::string bind = R"({"PodName":"p","PodNamespace":"d","PodUID":"u","Node":"n","x":)" + deep + "}";
+    EXPECT_THAT(extender_.Bind(bind).body, HasSubstr("nested deeper"));
+  }
+  // A node object of ordinary depth is still echoed back whole.
+  std::string ok_deep = std::string(100, '[') + std::string(100, ']');
+  const std::string list =
+      R"({"Pod":)" + pod + R"(,"Nodes":{"items":[{"metadata":{"name":"a100","x":)" + ok_deep + "}}]}}";
+  Response r = extender_.Filter(list);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["Nodes"]["items"][0]["metadata"]["x"].dump(), ok_deep);
+}
+
+// Found by fuzz/admission_review_fuzz (the same code serves the extender): an error quoting invalid UTF-8
+// must still be a JSON answer.
+TEST_F(ExtenderTest, InvalidUtf8GetsAJsonAnswer) {
+  const std::string body =
+      std::string(R"({"Pod":{"metadata":{"name":")") + "\xA1\xA1" + R"("}},"NodeNames":["a"]})";
+  for (Response r :
+       {extender_.Filter(body), extender_.Prioritize(body), extender_.Preempt(body), extender_.Bind(body)}) {
+    EXPECT_EQ(r.status, 400);
+    EXPECT_TRUE(json::accept(r.body)) << r.body;
+  }
+}
+
+// NumPDBViolations is Go's int64: 2^64-1 is not a count, and used to come back as -1.
+TEST_F(ExtenderTest, PdbViolationsOutsideInt64AreRefused) {
+  json args = {{"Pod", Pod("hp", "u-hp", Share(50, 1024))},
+               {"NodeNameToMetaVictims",
+                {{"t4-a", {{"Pods", {{{"UID", "x"}}}}, {"NumPDBViolations", 18446744073709551615ull}}}}}};
+  Response r = extender_.Preempt(args.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("NumPDBViolations"));
+  args["NodeNameToMetaVictims"]["t4-a"]["NumPDBViolations"] = 9223372036854775807ll;
+  r = extender_.Preempt(args.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["NodeNameToMetaVictims"]["t4-a"]["NumPDBViolations"], 9223372036854775807ll);
+}
+
+// Pods remembered for their bind are bounded by bytes, not only by count: 60 pods with 8 MB annotations used
+// to keep 1.7 GB.
+TEST(ExtenderMemoryTest, RememberedPodsAreBoundedByBytes) {
+  CacheOptions o;
+  o.policy = "binpack";
+  ClusterCache cache(o);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("t4-a", 4, core::MiB(15360), "T4")).ok());
+  StandaloneBinder binder;
+  ExtenderOptions eo;
+  eo.remembered_bytes = 4 << 20;
+  Extender extender(cache, binder, nullptr, {}, eo);
+  std::string models;
+  while (models.size() < (1u << 20))
+    models += "A100-SXM4-80GB-variant-" + std::to_string(models.size()) + ",";
+  models += "T4";
+  for (int i = 0; i < 20; ++i) {
+    const std::string uid = "u" + std::to_string(i);
+    json pod = Pod("p" + uid, uid, Share(10, 100), {{"tessera.dev/gpu-model", models}});
+    Response r = extender.Filter(json{{"Pod", pod}, {"NodeNames", {"t4-a"}}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(extender.remembered_bytes(), eo.remembered_bytes);
+  }
+  EXPECT_GT(extender.remembered_bytes(), 2u << 20);  // the newest ones are kept
+  // The newest pod binds from memory.
+  Response bind =
+      extender.Bind(R"({"PodName":"pu19","PodNamespace":"default","PodUID":"u19","Node":"t4-a"})");
+  EXPECT_EQ(json::parse(bind.body)["Error"], "");
+}
+
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
   // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
   ClusterCache cache(Options());

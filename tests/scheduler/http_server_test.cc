@@ -2,14 +2,23 @@
 // over real HTTPS with a certificate made for the test; and the binary itself in a subprocess.
 #include "scheduler/http_server.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -81,6 +90,85 @@ TEST_F(HttpServerTest, ServesTheVerbsHealthAndMetrics) {
   int tenants = 0;
   for (const json& g : cluster["nodes"][0]["gpus"]) tenants += static_cast<int>(g["tenants"].size());
   EXPECT_EQ(tenants, 1);
+}
+
+// Connects to 127.0.0.1:port; -1 on failure.
+int ConnectTcp(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Slow clients that send their request head a byte at a time, forever, reconnecting when the server hangs
+// up: with one per server thread they used to stop every request, /healthz included (httplib's timeout is per
+// read, and each byte restarts it).
+TEST_F(HttpServerTest, SlowClientsCannotStarveTheServer) {
+  HttpLimits limits;
+  limits.request_timeout = std::chrono::milliseconds(2000);
+  limits.strict_timeout = std::chrono::milliseconds(200);
+  limits.max_slow_per_peer = 2;
+  server_.SetLimits(limits);
+  ASSERT_TRUE(server_.Start({"127.0.0.1:0", 4, "", "", ""}).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> hung_up{0};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 8; ++i) {
+    slow.emplace_back([&] {
+      const std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+      while (!done) {
+        const int fd = ConnectTcp(server_.port());
+        if (fd < 0) continue;
+        size_t sent = 0;
+        while (!done) {
+          const char c = sent < head.size() ? head[sent] : 'a';
+          if (send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+          ++sent;
+          pollfd p{fd, POLLIN, 0};
+          if (poll(&p, 1, 50) == 1) break;  // the server closed it (or answered)
+        }
+        if (!done) ++hung_up;
+        close(fd);
+      }
+    });
+  }
+  httplib::Client client("127.0.0.1", server_.port());
+  client.set_read_timeout(20, 0);
+  client.set_connection_timeout(20, 0);
+  int served = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = client.Get("/healthz");
+    if (r && r->status == 200) ++served;
+  }
+  done = true;
+  for (std::thread& t : slow) t.join();
+  EXPECT_EQ(served, 5);
+  EXPECT_GT(hung_up.load(), 0);  // the server closes slow connections instead of waiting on them
+}
+
+// A body above the limit is refused before it is read (it used to be parsed: 100 MB took 46 s and 2.7 GB).
+TEST_F(HttpServerTest, BodiesAboveTheLimitGet413) {
+  HttpLimits limits;
+  limits.max_body_bytes = 1 << 20;
+  server_.SetLimits(limits);
+  ASSERT_TRUE(server_.Start({"127.0.0.1:0", 4, "", "", ""}).ok());
+  httplib::Client client("127.0.0.1", server_.port());
+  std::string body = std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":[)";
+  while (body.size() < (1u << 20)) body += R"("node-xxxxxxxxxxxxxxxxxxxxxxxxxxxxx",)";
+  body += R"("t4-a"]})";
+  auto r = client.Post("/scheduler/filter", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  auto ok = client.Post("/scheduler/filter", std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["t4-a"]})",
+                        "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
 }
 
 TEST_F(HttpServerTest, BadListenAddressesAreExplained) {

@@ -64,6 +64,12 @@ TEST(TraceTest, ErrorsNameTheLine) {
       ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,4,\n", "n.csv");
   ASSERT_FALSE(n.ok());
   EXPECT_THAT(std::string(n.status().message()), HasSubstr("n.csv line 2: node n has 4 GPUs but no model"));
+  // Too large for a replay: a message, not bad_alloc later.
+  std::string big = "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (size_t i = 0; i <= kMaxTraceNodes; ++i) big += "n" + std::to_string(i) + ",1,1,1,T4\n";
+  absl::StatusOr<std::vector<TraceNode>> too_many = ParseNodeCsv(big, "n.csv");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(std::string(too_many.status().message()), HasSubstr("at most 50000"));
 }
 
 }  // namespace

@@ -1,0 +1,101 @@
+// JSON parsing for documents that come from outside the process: depth-limited, never throwing, with
+// out-of-range numbers reported instead of thrown.
+//
+// nlohmann's parser is iterative, but copying a parsed document, dumping it and comparing it recurse once per
+// level: a request nested 100,000 levels deep overflows the stack of whoever touches it next. Every document
+// that crosses a trust boundary (HTTP bodies, annotations, files) is parsed here, with a depth limit far
+// above what any Kubernetes object needs (a Pod nests about 15 levels) and far below what the stack can take.
+//
+//   absl::StatusOr<nlohmann::json> doc = formats::ParseBoundedJson(body, "the AdmissionReview");
+//   if (!doc.ok()) return BadRequest(doc.status());   // "the AdmissionReview is nested deeper than 128 ..."
+//
+// Thread-safety: pure functions.
+#ifndef TESSERA_FORMATS_BOUNDED_JSON_H_
+#define TESSERA_FORMATS_BOUNDED_JSON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::formats {
+
+// Objects and arrays nested deeper than this are refused. Kubernetes objects nest about 15 levels; 128 leaves
+// room for any extension while keeping every recursive walk (copy, dump, compare) to a few hundred frames.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Counts the nesting of objects and arrays while nlohmann's DOM builder builds the tree; refuses a document
+// deeper than `max_depth` and remembers the parser's own error (syntax, or a number out of double range such
+// as 1e999) as text instead of throwing it. Usable on its own as the inner builder of a custom SAX handler.
+class BoundedDomBuilder {
+ public:
+  using json = nlohmann::json;
+  BoundedDomBuilder(json& root, int max_depth)
+      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& s) { return dom_.number_float(v, s); }
+  bool string(std::string& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) { return Enter() && dom_.start_object(n); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool key(std::string& k) { return dom_.key(k); }
+  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e);
+
+  bool too_deep() const { return too_deep_; }
+  // The parser's message ("syntax error ...", "number overflow parsing '1e999'"); empty when none.
+  const std::string& error() const { return error_; }
+  int max_depth() const { return max_depth_; }
+
+ private:
+  bool Enter() {
+    if (++depth_ > max_depth_) {
+      too_deep_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int depth_ = 0;
+  int max_depth_;
+  bool too_deep_ = false;
+  std::string error_;
+};
+
+// Parses `text` as one JSON document. `what` names it in errors ("the request body", "the fake API file x").
+// Errors are InvalidArgument and say what is wrong: not JSON (with the parser's position), nested too deep,
+// or a number outside the range of a double.
+absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, std::string_view what,
+                                                int max_depth = kMaxJsonDepth);
+
+// The value of `v` when it is a whole JSON number within [min, max]; nullopt otherwise. Unlike get<int>() it
+// never truncates: 4294967297 is not 1, and 18446744073709551615 is not -1.
+std::optional<int64_t> JsonIntIn(const nlohmann::json& v, int64_t min, int64_t max);
+
+// `v` as compact JSON (or indented, indent >= 0), with invalid UTF-8 in strings replaced by U+FFFD instead of
+// throwing. Every document that carries text from outside (messages quoting input, names from files) is
+// written with it: nlohmann's dump() throws type_error 316 on a stray byte, which ended a server thread.
+std::string DumpJson(const nlohmann::json& v, int indent = -1);
+
+// The error ParseBoundedJson gives for `builder` after a failed parse; for custom SAX handlers built on it.
+absl::Status BoundedJsonError(const BoundedDomBuilder& builder, std::string_view what);
+
+}  // namespace tessera::formats
+
+#endif  // TESSERA_FORMATS_BOUNDED_JSON_H_
