@@ -1,8 +1,13 @@
-// tessera-node's core: the device plugin's backend (Allocate resolves the pod and container, DESIGN.md
-// section 4), the per-container records, directories, limits files and shared regions (section 5), the tenant
-// registry behind the registration socket, reconciliation with the API and the kubelet's pod-resources,
-// garbage collection, the node annotations and the Prometheus metrics. docs/node-agent.md describes it as
-// built.
+// tessera-node's core: the device plugin's backend, the per-container directories, limits files and shared
+// regions, the tenant registry behind the registration socket, reconciliation with the API and the kubelet's
+// pod-resources, garbage collection, the node annotations and the Prometheus metrics. docs/node-agent.md
+// describes it as built. One class, its work in one file per job:
+//   agent.cc            lifecycle, the background loop, the pod list, the node's inventory and health
+//   agent_allocate.cc   Allocate and PreStartContainer: which container a call is for, its files
+//   agent_reconcile.cc  the reconcile pass: phases, changed assignments, swapped allocations, collection
+//   agent_tenants.cc    records loaded at start, the registration socket's handlers, the tenants' regions
+//   agent_metrics.cc    the Prometheus text
+// and the record itself, its file format and the records directory in node/record.h.
 //
 //   NodeAgentConfig config;  config.node_name = "gpu-1";  config.state_dir = "/var/lib/tessera";
 //   NodeAgent agent(config, &api, inventory, pod_resources_client.get());
@@ -10,13 +15,12 @@
 //   plugin = kubelet::DevicePlugin::Create(..., &agent);   // the kubelet's Allocate lands in agent.Allocate
 //   agent.ReconcileOnce();                            // also done by the background loop every `resync`
 //
-// Host layout under state_dir (docs/node-agent.md):
-//   containers/<pod-uid>/<container>/limits   the limits file (mounted read-only at /etc/tessera)
-//   regions/<pod-uid>/<container>/region       the shared region (mounted read-write at
-//   /var/lib/tessera/region) sock/agent.sock                             the registration socket (directory
-//   mounted at /var/run/tessera) records/<pod-uid>_<container>.json          the agent's record of each
-//   allocation (survives restarts) lib/                                        the hook libraries (mounted at
-//   /usr/lib/tessera) + ld.so.preload
+// Host layout under state_dir (docs/node-agent.md, "Per-container directory layout"):
+//   containers/<pod-uid>/<container>/limits  the limits file (read-only at /etc/tessera)
+//   regions/<pod-uid>/<container>/region      the shared region (read-write at /var/lib/tessera/region)
+//   sock/agent.sock                           the registration socket (its directory at /var/run/tessera)
+//   records/<pod-uid>_<container>.json        the agent's record of each allocation (survives restarts)
+//   lib/ and ld.so.preload                    the hook libraries (at /usr/lib/tessera)
 //
 // Thread-safety: every public method may be called from any thread; Allocate runs concurrently on the gRPC
 // threads. The agent's mutex is held only to read or change its maps: never across a file write, an API call
@@ -45,6 +49,7 @@
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"
+#include "node/record.h"
 #include "node/region_jobs.h"
 #include "node/registration_server.h"
 
@@ -54,7 +59,6 @@ namespace tessera::node {
 inline constexpr char kContainerLimitsDir[] = "/etc/tessera";
 inline constexpr char kContainerLimitsFile[] = "/etc/tessera/limits";
 inline constexpr char kContainerRegionDir[] = "/var/lib/tessera/region";
-inline constexpr char kContainerRegionFile[] = "/var/lib/tessera/region/region";
 inline constexpr char kContainerSocketDir[] = "/var/run/tessera";
 inline constexpr char kContainerSocket[] = "/var/run/tessera/agent.sock";
 inline constexpr char kContainerHookDir[] = "/usr/lib/tessera";
@@ -76,29 +80,6 @@ struct NodeAgentConfig {
   std::chrono::milliseconds region_wait{5000};
   RegistrationLimits registration;    // caps of the registration socket
   const k8s::Clock* clock = nullptr;  // null: the real clock
-};
-
-// The agent's record of one container's allocation: persisted in records/, rebuilt from it after a restart.
-struct ContainerRecord {
-  std::string pod_uid;
-  std::string ns;
-  std::string pod_name;
-  std::string container;
-  std::vector<core::VGpuAssignment> vgpus;  // the container's part of the assignment, as applied
-  int numa_node = -1;
-  std::string cpus;
-  std::vector<std::string> device_ids;  // the kubelet's slots of the Allocate call
-  uint64_t generation = 1;              // of the limits file
-  std::string dir;                      // host: the limits directory
-  std::string region_dir;               // host: the region's directory
-  std::string compute_policy = "hard";
-  std::string priority = "low";
-  std::string allocated_at;  // RFC 3339
-  bool reported = false;     // tessera.dev/phase: allocated written for this container
-  bool confirmed = false;    // seen in the kubelet's pod-resources with these devices
-
-  std::string key() const { return pod_uid + "/" + container; }
-  bool operator==(const ContainerRecord&) const = default;
 };
 
 struct AgentStats {
@@ -179,8 +160,12 @@ class NodeAgent : public kubelet::AllocationBackend {
                                         const std::vector<NodePod>& pods);
   absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
   kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
-  absl::Status SaveRecord(const ContainerRecord& record) const;
   void LoadRecords();
+  // Host directories of a container: its limits file's, its region's.
+  std::string ContainerDir(std::string_view pod_uid, std::string_view container) const;
+  std::string RegionDir(std::string_view pod_uid, std::string_view container) const;
+  // Whether `dir` is <state_dir>/<top>/<name>/<name> with names a path component may be.
+  bool IsContainerDirOf(const std::string& dir, const char* top) const;
   absl::Status WriteLimits(const ContainerRecord& record) const;
   // Starts region jobs for tenants whose region needs limits or a reclaim; never waits on a region.
   void KickRegionJobs();
@@ -203,8 +188,7 @@ class NodeAgent : public kubelet::AllocationBackend {
                                                                         const std::vector<NodePod>& pods)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A pod's assignment with the exchanges not yet visible in its annotation applied.
-  absl::StatusOr<formats::Assignment> LedgerOf(const NodePod& pod) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<formats::Assignment> LedgerOf(const NodePod& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the tenants whose pods are gone, judging only those allocated up to `seen` (allocations_ when
   // `pods` was listed).
   void Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
@@ -219,6 +203,7 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::chrono::steady_clock::time_point SteadyNow() const;
 
   const NodeAgentConfig config_;
+  const RecordStore records_;  // <state_dir>/records
   NodeApi* const api_;
   kubelet::PodResourcesClient* const pod_resources_;
   std::unique_ptr<RegistrationServer> registration_;
@@ -266,9 +251,6 @@ class NodeAgent : public kubelet::AllocationBackend {
   CondVar loop_cv_;  // signalled when stopping_ or nudged_ is set
   std::thread thread_;
 };
-
-// The limits file the agent writes for a record (exposed for tests).
-hook::Limits LimitsFor(const ContainerRecord& record);
 
 }  // namespace tessera::node
 

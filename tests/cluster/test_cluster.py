@@ -93,10 +93,21 @@ def check_started_with_assignment(c, pod, container="main", timeout=30):
     while True:
         try:
             return _started_with_assignment(c, c.pod(ns, name), container)
-        except AssertionError:
+        except AssertionError as e:
             if time.monotonic() > deadline:
-                raise
+                raise AssertionError(f"{ns}/{name}: {e}\n{agent_story(c, c.pod(ns, name))}\n=== {ns}/{name}: {e}") from e
             time.sleep(0.5)
+
+
+def agent_story(c, pod):
+    """What tessera-node said about this pod and about swaps, with the pod's annotations: what a failed check
+    needs to tell an agent bug from a harness one."""
+    uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+    log = c.procs["tessera-node"].tail(100000).splitlines()
+    mine = [line for line in log if uid in line or f"/{name}" in line or "swapped" in line]
+    annotations = {k: v for k, v in pod["metadata"].get("annotations", {}).items() if k.startswith("tessera.dev/")}
+    return (f"--- {name}'s tessera.dev annotations: {json.dumps(annotations)}\n"
+            f"--- tessera-node lines about it or about swaps ({len(mine)}, last 40):\n" + "\n".join(mine[-40:]))
 
 
 def _started_with_assignment(c, pod, container):

@@ -677,6 +677,29 @@ TEST_F(AgentTest, SwappedRecordsSurviveAnAgentRestartBeforeTheOtherContainerStar
   EXPECT_EQ(reloaded[1].device_ids, std::vector<std::string>{"GPU-2::0"});
 }
 
+// The agent removes a gone container's directories as its record names them: a record naming directories the
+// agent would not have made (an edited or planted file) is moved aside at start, and what it names is left alone.
+TEST_F(AgentTest, ARecordNamingOtherDirectoriesIsMovedAsideAndNothingOutsideIsTouched) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ContainerRecord planted = agent->Records().at(0);
+  plugin_->Stop();
+  plugin_.reset();
+  agent->Stop();
+  agent.reset();
+  const std::string outside = dir_.Write("precious/data", "keep me");
+  planted.dir = fs::path(outside).parent_path().string();
+  const std::string path = config_.state_dir + "/records/" + planted.pod_uid + "_main.json";
+  dir_.Write(fs::path(path).lexically_relative(dir_.path()).string(), SerializeRecord(planted));
+  api_.DeletePod("default", "pod-0");  // its container is gone: a loaded record would be collected now
+  auto again = StartAgent(/*with_plugin=*/false);
+  EXPECT_TRUE(again->Records().empty());
+  ASSERT_TRUE(again->ReconcileOnce().ok());
+  EXPECT_TRUE(fs::exists(outside));
+  EXPECT_TRUE(fs::exists(path + ".bad"));
+}
+
 TEST_F(AgentTest, PublishesInventoryHeartbeatAndHealth) {
   auto agent = StartAgent(/*with_plugin=*/false);
   ASSERT_TRUE(agent->PublishInventory().ok());

@@ -1,0 +1,140 @@
+// NodeAgent: the Prometheus text exposition (docs/node-agent.md, "Metrics").
+#include <filesystem>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "node/agent.h"
+
+namespace tessera::node {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string EscapeLabel(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NodeAgent::MetricsText() const {
+  const std::map<int, std::string> procs = registration_->All();
+  std::map<std::string, int> procs_of;
+  for (const auto& [pid, tenant] : procs) ++procs_of[tenant];
+  std::string out;
+  MutexLock lock(&mu_);
+  struct GpuSum {
+    uint64_t mem_used = 0, mem_limit = 0;
+    double cores_used = 0, cores_limit = 0;
+    int tenants = 0;
+  };
+  std::map<std::string, GpuSum> per_gpu;
+  std::string ctr_lines[5];
+  for (const auto& [key, t] : tenants_) {
+    const ContainerRecord& r = t.record;
+    for (const core::VGpuAssignment& v : r.vgpus) {
+      const std::string labels =
+          StrCat("namespace=\"", EscapeLabel(r.ns), "\",pod=\"", EscapeLabel(r.pod_name), "\",container=\"",
+                 EscapeLabel(r.container), "\",gpu=\"", v.uuid.value(), "\"");
+      const uint64_t limit = static_cast<uint64_t>(v.memory.value()) << 20;
+      uint64_t used = 0;
+      double cores_used = 0;
+      if (t.region) {
+        const int dev = t.region->FindDevice(v.uuid.value().c_str());
+        if (dev >= 0) {
+          used = t.region->Used(dev);
+          cores_used =
+              t.region->device(dev)->controller.own_util_ppm.load(std::memory_order_relaxed) / 10000.0;
+        }
+      }
+      const double cores_limit = v.cores.value() / 10.0;
+      StrAppend(&ctr_lines[0], "tessera_container_memory_used_bytes{", labels, "} ", used, "\n");
+      StrAppend(&ctr_lines[1], "tessera_container_memory_limit_bytes{", labels, "} ", limit, "\n");
+      StrAppend(&ctr_lines[2], "tessera_container_cores_used_percent{", labels, "} ", cores_used, "\n");
+      StrAppend(&ctr_lines[3], "tessera_container_cores_limit_percent{", labels, "} ", cores_limit, "\n");
+      GpuSum& g = per_gpu[v.uuid.value()];
+      g.mem_used += used;
+      g.mem_limit += limit;
+      g.cores_used += cores_used;
+      g.cores_limit += cores_limit;
+      g.tenants += 1;
+    }
+    StrAppend(&ctr_lines[4], "tessera_container_processes{namespace=\"", EscapeLabel(r.ns), "\",pod=\"",
+              EscapeLabel(r.pod_name), "\",container=\"", EscapeLabel(r.container), "\"} ", procs_of[key],
+              "\n");
+  }
+  const char* ctr_help[5][2] = {
+      {"tessera_container_memory_used_bytes", "GPU memory a container holds on a GPU (its shared region)."},
+      {"tessera_container_memory_limit_bytes", "GPU memory limit of a container on a GPU."},
+      {"tessera_container_cores_used_percent",
+       "Compute a container used on a GPU over the hook's last step, percent of the GPU."},
+      {"tessera_container_cores_limit_percent", "Compute share of a container on a GPU, percent of the GPU."},
+      {"tessera_container_processes", "Processes of a container registered with the agent."}};
+  for (int i = 0; i < 5; ++i) {
+    StrAppend(&out, "# HELP ", ctr_help[i][0], " ", ctr_help[i][1], "\n# TYPE ", ctr_help[i][0], " gauge\n",
+              ctr_lines[i]);
+  }
+  const char* gpu_help[6][2] = {
+      {"tessera_gpu_health", "1 when the GPU is healthy, 0 when not."},
+      {"tessera_gpu_memory_used_bytes", "GPU memory held by all Tessera containers on the GPU."},
+      {"tessera_gpu_memory_limit_bytes", "Sum of the memory limits of the containers on the GPU."},
+      {"tessera_gpu_cores_used_percent", "Compute used by all Tessera containers on the GPU, percent."},
+      {"tessera_gpu_cores_limit_percent", "Sum of the compute shares given on the GPU, percent."},
+      {"tessera_gpu_tenants", "Containers sharing the GPU."}};
+  for (int i = 0; i < 6; ++i) {
+    StrAppend(&out, "# HELP ", gpu_help[i][0], " ", gpu_help[i][1], "\n# TYPE ", gpu_help[i][0], " gauge\n");
+    for (const formats::InventoryGpu& g : inventory_.gpus) {
+      const GpuSum s = per_gpu.count(g.info.uuid.value()) ? per_gpu.at(g.info.uuid.value()) : GpuSum{};
+      const std::string labels = StrCat("{gpu=\"", g.info.uuid.value(), "\",index=\"", g.info.index,
+                                        "\",model=\"", EscapeLabel(g.info.model), "\"} ");
+      switch (i) {
+        case 0:
+          StrAppend(&out, gpu_help[i][0], labels, g.info.health == core::GpuHealth::kHealthy ? 1 : 0, "\n");
+          break;
+        case 1:
+          StrAppend(&out, gpu_help[i][0], labels, s.mem_used, "\n");
+          break;
+        case 2:
+          StrAppend(&out, gpu_help[i][0], labels, s.mem_limit, "\n");
+          break;
+        case 3:
+          StrAppend(&out, gpu_help[i][0], labels, s.cores_used, "\n");
+          break;
+        case 4:
+          StrAppend(&out, gpu_help[i][0], labels, s.cores_limit, "\n");
+          break;
+        default:
+          StrAppend(&out, gpu_help[i][0], labels, s.tenants, "\n");
+          break;
+      }
+    }
+  }
+  StrAppend(&out, "# HELP tessera_node_tenants Containers with a Tessera allocation on this node.\n",
+            "# TYPE tessera_node_tenants gauge\ntessera_node_tenants ", tenants_.size(), "\n");
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"tessera_allocations_total", stats_.allocations},
+      {"tessera_allocation_errors_total", stats_.allocation_errors},
+      {"tessera_limit_updates_total", stats_.limit_updates},
+      {"tessera_containers_collected_total", stats_.collected},
+      {"tessera_registrations_total", stats_.registrations},
+      {"tessera_registrations_refused_total", stats_.registrations_refused},
+      {"tessera_region_slots_reclaimed_total", stats_.slots_reclaimed},
+      {"tessera_api_errors_total", stats_.api_errors},
+      {"tessera_regions_rebuilt_total", stats_.regions_rebuilt},
+      {"tessera_record_errors_total", stats_.record_errors}};
+  for (const auto& [name, value] : counters) {
+    StrAppend(&out, "# TYPE ", name, " counter\n", name, " ", value, "\n");
+  }
+  return out;
+}
+
+}  // namespace tessera::node

@@ -1,0 +1,460 @@
+// NodeAgent: the reconcile pass (phases, changed assignments, the kubelet's pod-resources and swapped
+// allocations, garbage collection). docs/node-agent.md, "Reconciliation" and "Swapped allocations".
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "formats/assignment.h"
+#include "node/agent.h"
+#include "node/agent_internal.h"
+
+namespace tessera::node {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A container directory without a record and without a pod is an orphan (a crash cut its allocation short)
+// only when it is older than this; a younger one may belong to an Allocate in flight.
+constexpr auto kOrphanAge = std::chrono::minutes(2);
+
+}  // namespace
+
+// --- reconcile -------------------------------------------------------------------------------------------
+
+absl::Status NodeAgent::ReconcileOnce() {
+  MutexLock pass(&reconcile_mu_);
+  uint64_t seen = 0;  // tenants allocated after this are not judged against the pod list below
+  {
+    MutexLock lock(&mu_);
+    ++stats_.reconciles;
+    seen = allocations_;
+  }
+  if (absl::Status s = RefreshPods(); !s.ok()) return s;
+  std::shared_ptr<const std::vector<NodePod>> pods = Pods();
+  SweepRegionJobs();  // jobs started since the last pass (a process exited)
+  OpenRegions();
+  ReconcilePodResources(*pods);
+  ReportPhases(*pods);
+  ApplyAssignmentChanges(*pods);
+  std::set<std::string> kubelet_pods;
+  bool pr_ok = pod_resources_ == nullptr;
+  if (pod_resources_ != nullptr) {
+    absl::StatusOr<std::vector<kubelet::PodResources>> list = pod_resources_->List();
+    if (list.ok()) {
+      pr_ok = true;
+      for (const kubelet::PodResources& p : *list) kubelet_pods.insert(p.ns + "/" + p.name);
+    }
+  }
+  Collect(*pods, pr_ok, kubelet_pods, seen);
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);  // waits on no lock: Allocate and metrics go on meanwhile
+  SweepRegionJobs();
+  return absl::OkStatus();
+}
+
+void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
+  // Pods with records not yet reported: write the truth (the containers' assignment as applied) and
+  // tessera.dev/phase: allocated once every GPU container of the pod is allocated.
+  std::map<std::string, std::vector<ContainerRecord>> by_uid;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, t] : tenants_) by_uid[t.record.pod_uid].push_back(t.record);
+  }
+  for (const NodePod& pod : pods) {
+    auto it = by_uid.find(pod.uid);
+    if (it == by_uid.end()) continue;
+    const std::vector<ContainerRecord>& recs = it->second;
+    if (std::all_of(recs.begin(), recs.end(), [](const ContainerRecord& r) { return r.reported; })) continue;
+    absl::StatusOr<formats::Assignment> a =
+        formats::ParseAssignment(Annotation(pod, formats::kAnnotationAssignment));
+    if (!a.ok()) continue;
+    bool all = true;
+    bool changed = false;
+    for (core::ContainerAssignment& c : a->containers) {
+      auto r = std::find_if(recs.begin(), recs.end(),
+                            [&](const ContainerRecord& x) { return x.container == c.name; });
+      if (r == recs.end()) {
+        all = false;
+        continue;
+      }
+      if (!SameLimits(c.vgpus, r->vgpus)) {
+        c.vgpus = r->vgpus;
+        changed = true;
+      }
+    }
+    AnnotationPatch patch;
+    if (changed) {
+      core::Placement p = formats::ToPlacement(*a);
+      patch[formats::kAnnotationAssignment] = formats::FormatAssignment(p);
+    }
+    if (all) patch[formats::kAnnotationPhase] = std::string(formats::kPhaseAllocated);
+    if (patch.empty()) continue;
+    absl::Status s = api_->PatchPodAnnotations(pod.ns, pod.name, patch);
+    if (!s.ok()) {
+      MutexLock lock(&mu_);
+      ++stats_.api_errors;
+      log::Warn("cannot write the pod's phase; will retry", {{"pod", pod.key()}, {"error", Message(s)}});
+      continue;
+    }
+    if (!all) continue;
+    std::vector<FileOp> saves;
+    {
+      MutexLock lock(&mu_);
+      for (const ContainerRecord& r : recs) {
+        auto t = tenants_.find(r.key());
+        if (t == tenants_.end()) continue;
+        t->second.record.reported = true;
+        saves.push_back({t->second.record, ""});
+      }
+    }
+    RunFileOps(saves);
+  }
+}
+
+void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
+  std::map<std::string, const NodePod*> by_uid;
+  for (const NodePod& p : pods) by_uid[p.uid] = &p;
+  std::vector<ContainerRecord> changed;  // the records as they become
+  std::vector<std::pair<NodeEvent, std::string>> events;
+  {
+    // Decide under the lock; write, post and tell after it.
+    MutexLock lock(&mu_);
+    for (auto& [key, t] : tenants_) {
+      if (!t.record.reported) continue;  // our own write has not landed yet
+      auto p = by_uid.find(t.record.pod_uid);
+      if (p == by_uid.end()) continue;
+      const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
+      absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+      if (!a.ok()) {
+        if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
+          events.push_back(
+              {NodeEvent{p->second->ns, p->second->name, p->second->uid, "Warning", "MalformedAssignment",
+                         StrCat("cannot read the rewritten tessera.dev/assignment: ", Message(a.status()),
+                                "; the container keeps its current limits")},
+               p->second->key()});
+        }
+        continue;
+      }
+      auto c =
+          std::find_if(a->containers.begin(), a->containers.end(),
+                       [&t = t](const core::ContainerAssignment& x) { return x.name == t.record.container; });
+      if (c == a->containers.end() || SameLimits(c->vgpus, t.record.vgpus)) continue;
+      if (!SameGpus(c->vgpus, t.record.vgpus)) {
+        log::Warn("assignment names other GPUs than the running container has; ignored",
+                  {{"pod", p->second->key()}, {"container", t.record.container}});
+        continue;
+      }
+      ContainerRecord r = t.record;
+      for (size_t i = 0; i < c->vgpus.size(); ++i) {
+        r.vgpus[i].cores = c->vgpus[i].cores;
+        r.vgpus[i].memory = c->vgpus[i].memory;
+        r.vgpus[i].requested = c->vgpus[i].requested;
+      }
+      r.generation += 1;
+      changed.push_back(std::move(r));
+    }
+  }
+  for (const auto& [e, pod] : events) {
+    if (!api_->PostEvent(e).ok()) {
+      MutexLock lock(&mu_);
+      ++stats_.api_errors;
+    }
+    log::Warn(e.message, {{"pod", pod}});
+  }
+  std::vector<std::pair<std::string, uint64_t>> reloads;
+  for (const ContainerRecord& r : changed) {
+    if (absl::Status s = WriteLimits(r); !s.ok()) {
+      log::Error("cannot rewrite a limits file", {{"tenant", r.key()}, {"error", Message(s)}});
+      continue;
+    }
+    RunFileOps({{r, ""}});
+    MutexLock lock(&mu_);
+    auto t = tenants_.find(r.key());
+    if (t == tenants_.end()) continue;  // collected meanwhile
+    t->second.record = r;
+    t->second.limits_pending = true;
+    ++stats_.limit_updates;
+    reloads.emplace_back(r.key(), r.generation);
+    log::Info("limits changed", {{"tenant", r.key()}, {"generation", StrCat(r.generation)}});
+  }
+  if (reloads.empty()) return;
+  // The regions get the new limits before the processes are told to reload (a tenant holding its region's
+  // lock delays only this pass, and only up to region_wait).
+  KickRegionJobs();
+  region_jobs_.WaitIdle(config_.region_wait);
+  SweepRegionJobs();
+  for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
+}
+
+void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
+  if (pod_resources_ == nullptr) return;
+  absl::StatusOr<std::vector<kubelet::PodResources>> list = pod_resources_->List();
+  if (!list.ok()) {
+    log::Debug("pod-resources unavailable", {{"error", Message(list.status())}});
+    return;
+  }
+  std::map<std::string, const NodePod*> pod_of;  // ns/name -> pod
+  for (const NodePod& p : pods) pod_of[p.key()] = &p;
+  std::set<std::string> uids_here;  // the pods on this node now
+  for (const NodePod& p : pods) uids_here.insert(p.uid);
+  std::vector<NodeEvent> events;
+  std::vector<std::pair<const NodePod*, std::string>> ledger_patches;  // pod, its new tessera.dev/assignment
+  std::vector<FileOp> ops;                                             // done after the lock, in order
+  MutexLock lock(&mu_);
+  std::erase_if(exchanges_,
+                [&](const auto& e) { return !uids_here.contains(e.first.substr(0, e.first.find('/'))); });
+  held_.clear();
+  for (const kubelet::PodResources& p : *list) {
+    for (const kubelet::ContainerResources& c : p.containers) {
+      if (!c.DeviceIds(config_.resource_name).empty()) held_.insert(StrCat(p.ns, "/", p.name, "/", c.name));
+    }
+  }
+  for (const kubelet::PodResources& p : *list) {
+    for (const kubelet::ContainerResources& c : p.containers) {
+      std::vector<std::string> ids = c.DeviceIds(config_.resource_name);
+      if (ids.empty()) continue;
+      std::sort(ids.begin(), ids.end());
+      // The record that handed out these devices. The kubelet hands a freed device to the next pod at once,
+      // so a record of a pod that has just left may still name the same devices as the new pod's own record:
+      // the record of this very container wins, and a record whose pod is no longer on the node is stale,
+      // never a swap.
+      Tenant* holder = nullptr;
+      for (auto& [key, t] : tenants_) {
+        std::vector<std::string> mine = t.record.device_ids;
+        std::sort(mine.begin(), mine.end());
+        if (mine != ids) continue;
+        const ContainerRecord& r = t.record;
+        if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
+          holder = &t;
+          break;
+        }
+        if (holder == nullptr && uids_here.contains(r.pod_uid)) holder = &t;
+      }
+      if (holder == nullptr) continue;
+      ContainerRecord& r = holder->record;
+      if (r.ns == p.ns && r.pod_name == p.name && r.container == c.name) {
+        if (!r.confirmed) {
+          r.confirmed = true;
+          ops.push_back({r, ""});
+        }
+        continue;
+      }
+      // The kubelet started pod X's container with the allocation the agent had made for pod Y (an Allocate
+      // call does not name its pod, and same-shaped pods are interchangeable to it). X and Y exchange their
+      // parts of the ledger, so that every GPU keeps exactly the shares the scheduler committed on it: the
+      // record moves to X (its mounts name that directory already) and X's annotation will say what X runs
+      // with; Y takes what X had: X's own record if X was allocated one (it went to another container or is
+      // still to start), else X's assignment, which Y's container is then allocated from.
+      auto x_pod = pod_of.find(p.ns + "/" + p.name);
+      if (x_pod == pod_of.end()) continue;
+      const NodePod& x = *x_pod->second;
+      const std::string x_key = x.uid + "/" + c.name;
+      auto other = tenants_.find(x_key);
+      Tenant moved = std::move(*holder);
+      const std::string old_key = moved.record.key();
+      const std::string old_sig =
+          Signature(moved.record.vgpus, moved.record.compute_policy, moved.record.priority);
+      const ContainerRecord y = moved.record;  // Y's identity
+      tenants_.erase(old_key);
+      // Both records change names: their old files go first, then each is saved under its new name (removing
+      // after saving would delete the record just written when the two swap names outright).
+      ops.push_back({{}, records_.PathOf(y)});
+      if (other != tenants_.end()) ops.push_back({{}, records_.PathOf(other->second.record)});
+      std::string new_sig;
+      if (other != tenants_.end()) {
+        Tenant second = std::move(other->second);
+        tenants_.erase(other);
+        new_sig = Signature(second.record.vgpus, second.record.compute_policy, second.record.priority);
+        second.record.pod_uid = y.pod_uid;
+        second.record.ns = y.ns;
+        second.record.pod_name = y.pod_name;
+        second.record.container = y.container;
+        second.record.reported = false;  // Y's annotation follows on the next report
+        second.record.confirmed = false;
+        ops.push_back({second.record, ""});
+        tenants_[second.record.key()] = std::move(second);
+      } else if (absl::StatusOr<std::pair<const NodePod*, std::string>> after =
+                     ExchangeLedger(x, c.name, y, pods);
+                 after.ok()) {
+        // Y's share was never allocated: Y is allocated X's part when its container comes.
+        ledger_patches.push_back(*after);
+        new_sig = Signature(exchanges_[y.key()].vgpus, y.compute_policy, y.priority);
+      } else {
+        log::Warn("allocation swapped, and the other pod's part of the ledger cannot be read",
+                  {{"from", old_key}, {"to", x_key}, {"error", Message(after.status())}});
+      }
+      if (!new_sig.empty() && new_sig != old_sig) {
+        events.push_back({y.ns, y.pod_name, y.pod_uid, "Warning", "AllocationSwapped",
+                          "the kubelet gave this pod's GPUs to a pod of a different shape and this pod takes "
+                          "that pod's instead; delete the pod so that it is placed again"});
+      }
+      exchanges_.erase(x_key);  // X runs with Y's part now; what X was to take went to Y above
+      moved.record.pod_uid = x.uid;
+      moved.record.ns = p.ns;
+      moved.record.pod_name = p.name;
+      moved.record.container = c.name;
+      moved.record.reported = false;
+      moved.record.confirmed = true;
+      ops.push_back({moved.record, ""});
+      log::Warn("allocation swapped between pods; records corrected",
+                {{"from", old_key}, {"to", moved.record.key()}});
+      tenants_[moved.record.key()] = std::move(moved);
+      ++stats_.swaps;
+    }
+  }
+  lock.Release();
+  RunFileOps(ops);
+  for (const NodeEvent& e : events) {
+    if (!api_->PostEvent(e).ok()) {
+      MutexLock relock(&mu_);
+      ++stats_.api_errors;
+    }
+  }
+  for (const auto& [pod, text] : ledger_patches) {
+    if (absl::Status st =
+            api_->PatchPodAnnotations(pod->ns, pod->name, {{formats::kAnnotationAssignment, text}});
+        !st.ok()) {
+      {
+        MutexLock relock(&mu_);
+        ++stats_.api_errors;
+      }
+      log::Warn("cannot write an exchanged assignment; the next Allocate uses it anyway",
+                {{"pod", pod->key()}, {"error", Message(st)}});
+    }
+  }
+}
+
+absl::StatusOr<formats::Assignment> NodeAgent::LedgerOf(const NodePod& pod) const {
+  const std::string text = Annotation(pod, formats::kAnnotationAssignment);
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+  if (!a.ok()) return a.status();
+  for (core::ContainerAssignment& c : a->containers) {
+    auto ex = exchanges_.find(pod.uid + "/" + c.name);
+    if (ex != exchanges_.end() && ex->second.accepted.contains(text)) c.vgpus = ex->second.vgpus;
+  }
+  return a;
+}
+
+absl::StatusOr<std::pair<const NodePod*, std::string>> NodeAgent::ExchangeLedger(
+    const NodePod& x, const std::string& container, const ContainerRecord& y,
+    const std::vector<NodePod>& pods) {
+  absl::StatusOr<formats::Assignment> xa = LedgerOf(x);
+  if (!xa.ok()) return xa.status();
+  auto xc = std::find_if(xa->containers.begin(), xa->containers.end(),
+                         [&](const core::ContainerAssignment& a) { return a.name == container; });
+  if (xc == xa->containers.end())
+    return absl::NotFoundError(StrCat("no container ", container, " in ", x.key()));
+  auto y_pod = std::find_if(pods.begin(), pods.end(), [&](const NodePod& q) { return q.uid == y.pod_uid; });
+  if (y_pod == pods.end()) return absl::NotFoundError(StrCat("pod ", y.ns, "/", y.pod_name, " is gone"));
+  absl::StatusOr<formats::Assignment> ya = LedgerOf(*y_pod);
+  if (!ya.ok()) return ya.status();
+  auto yc = std::find_if(ya->containers.begin(), ya->containers.end(),
+                         [&](const core::ContainerAssignment& a) { return a.name == y.container; });
+  if (yc == ya->containers.end())
+    return absl::NotFoundError(StrCat("no container ", y.container, " in ", y.ns, "/", y.pod_name));
+  yc->vgpus = xc->vgpus;
+  const std::string after = formats::FormatAssignment(formats::ToPlacement(*ya));
+  // Y's annotation may read as it does now, as any exchange of Y's written before, or as this one: each of
+  // them still holds (`after` is built on them).
+  std::set<std::string> accepted = {Annotation(*y_pod, formats::kAnnotationAssignment), after};
+  for (auto& [key, ex] : exchanges_) {
+    if (!key.starts_with(y.pod_uid + "/")) continue;
+    accepted.insert(ex.accepted.begin(), ex.accepted.end());
+    ex.accepted.insert(after);
+  }
+  exchanges_[y.key()] = Exchange{std::move(accepted), xc->vgpus};
+  return std::pair<const NodePod*, std::string>{&*y_pod, after};
+}
+
+void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
+  std::error_code ec;
+  fs::remove_all(r.dir, ec);
+  fs::remove_all(r.region_dir, ec);
+  if (absl::Status s = records_.Remove(records_.PathOf(r)); !s.ok()) {
+    log::Error("cannot remove a record", {{"tenant", r.key()}, {"error", Message(s)}});
+    MutexLock lock(&mu_);
+    ++stats_.record_errors;
+  }
+  for (const char* top : {"containers", "regions"}) {
+    const fs::path pod_dir = fs::path(config_.state_dir) / top / r.pod_uid;
+    if (fs::is_empty(pod_dir, ec)) fs::remove(pod_dir, ec);
+  }
+}
+
+void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
+                        const std::set<std::string>& kubelet_pods, uint64_t seen) {
+  std::map<std::string, const NodePod*> by_uid;
+  for (const NodePod& p : pods) by_uid[p.uid] = &p;
+  const std::map<int, std::string> live = registration_->All();
+  std::vector<std::pair<ContainerRecord, std::shared_ptr<hook::SharedRegion>>> gone;
+  std::set<std::string> known_dirs;
+  {
+    MutexLock lock(&mu_);
+    for (auto it = tenants_.begin(); it != tenants_.end();) {
+      const ContainerRecord& r = it->second.record;
+      if (it->second.allocation > seen) {
+        // Allocated after this pass listed the pods: its pod may be missing from that list only because the
+        // list is older. It used to be collected right after its Allocate (records, limits file and region
+        // removed under a starting container).
+        known_dirs.insert(r.dir);
+        ++it;
+        continue;
+      }
+      auto p = by_uid.find(r.pod_uid);
+      const bool pod_running = p != by_uid.end() && !p->second->terminated();
+      const bool pod_finished = p != by_uid.end() && p->second->terminated();
+      // The kubelet's view wins over the API's when it has one: a pod force-deleted from the API may still
+      // run.
+      const bool kubelet_has = pod_resources_ok && pod_resources_ != nullptr &&
+                               kubelet_pods.count(r.ns + "/" + r.pod_name) > 0 && !pod_finished;
+      bool process_alive = false;
+      for (const auto& [pid, tenant] : live) process_alive |= tenant == it->first && kill(pid, 0) == 0;
+      if (pod_running || kubelet_has || process_alive) {
+        known_dirs.insert(r.dir);
+        ++it;
+        continue;
+      }
+      gone.emplace_back(r, std::move(it->second.region));
+      it = tenants_.erase(it);
+      ++stats_.collected;
+    }
+    // Directories of claims in flight are not orphans.
+    for (const std::string& key : claims_)
+      known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
+  }
+  for (auto& [r, region] : gone) {
+    region.reset();  // unmapped now, or when a running region job ends
+    RemoveTenantFiles(r);
+    log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
+  }
+  // Orphan directories (a crash between creating a directory and writing its record). Only old ones: an
+  // Allocate may have created a directory after this pass listed the pods and the claims (it used to be
+  // removed under the allocation in flight, leaving the container without its limits file).
+  std::error_code ec;
+  const auto old_enough = [](const fs::path& p) {
+    std::error_code e;
+    const auto t = fs::last_write_time(p, e);
+    return !e && fs::file_time_type::clock::now() - t > kOrphanAge;
+  };
+  for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
+    std::error_code ec2;
+    for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
+      if (known_dirs.count(ctr.path().string()) > 0) continue;
+      if (fs::exists(records_.PathOf(pod_dir.path().filename().string(), ctr.path().filename().string()),
+                     ec2))
+        continue;
+      if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
+      if (!old_enough(ctr.path())) continue;
+      fs::remove_all(ctr.path(), ec2);
+      fs::remove_all(
+          fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename(), ec2);
+    }
+    if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
+  }
+}
+
+}  // namespace tessera::node

@@ -1,0 +1,241 @@
+#include "node/record.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common/files.h"
+#include "core/strings.h"
+#include "formats/bounded_json.h"
+
+namespace tessera::node {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A record is a few hundred bytes; anything far larger in the records directory is not one.
+constexpr size_t kMaxRecordBytes = size_t{1} << 20;
+
+absl::StatusOr<core::ComputePolicy> PolicyFrom(const std::string& s) {
+  if (s == "hard") return core::ComputePolicy::kHard;
+  if (s == "elastic") return core::ComputePolicy::kElastic;
+  return absl::InvalidArgumentError(StrCat("computePolicy is \"", s, "\"; it must be hard or elastic"));
+}
+
+absl::StatusOr<core::Priority> PriorityFrom(const std::string& s) {
+  if (s == "low") return core::Priority::kLow;
+  if (s == "high") return core::Priority::kHigh;
+  return absl::InvalidArgumentError(StrCat("priority is \"", s, "\"; it must be low or high"));
+}
+
+// Field `key` of `from`: required, or `fallback` when absent. Of the wrong type or out of range it throws,
+// with
+// `*field` naming it.
+template <typename T>
+T Get(const json& from, const char* key, std::string* field, std::optional<T> fallback = std::nullopt) {
+  *field = key;
+  if (fallback && !from.contains(key)) return *fallback;
+  return from.at(key).get<T>();
+}
+
+}  // namespace
+
+std::string RecordFileName(const ContainerRecord& r) {
+  return StrCat(r.pod_uid, "_", r.container, ".json");
+}
+
+std::string SerializeRecord(const ContainerRecord& r) {
+  json vgpus = json::array();
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    vgpus.push_back({{"uuid", v.uuid.value()},
+                     {"index", v.gpu_index},
+                     {"milliCores", v.cores.value()},
+                     {"memoryMiB", v.memory.value()},
+                     {"requestedMilliCores", v.requested.value()}});
+  }
+  const json j = {{"version", 1},
+                  {"podUID", r.pod_uid},
+                  {"namespace", r.ns},
+                  {"pod", r.pod_name},
+                  {"container", r.container},
+                  {"vgpus", vgpus},
+                  {"numaNode", r.numa_node},
+                  {"cpus", r.cpus},
+                  {"deviceIDs", r.device_ids},
+                  {"generation", r.generation},
+                  {"dir", r.dir},
+                  {"regionDir", r.region_dir},
+                  {"computePolicy", core::ToString(r.compute_policy)},
+                  {"priority", core::ToString(r.priority)},
+                  {"allocatedAt", r.allocated_at},
+                  {"reported", r.reported},
+                  {"confirmed", r.confirmed}};
+  return formats::DumpJson(j);
+}
+
+absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
+  absl::StatusOr<json> parsed = formats::ParseBoundedJson(text, "the record");
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
+  if (!j.is_object()) return absl::InvalidArgumentError("a record is a JSON object");
+  std::string field;  // the one being read, for the error
+  try {
+    if (Get<int>(j, "version", &field) != 1) return absl::InvalidArgumentError("unknown record version");
+    ContainerRecord r;
+    r.pod_uid = Get<std::string>(j, "podUID", &field);
+    r.ns = Get<std::string>(j, "namespace", &field);
+    r.pod_name = Get<std::string>(j, "pod", &field);
+    r.container = Get<std::string>(j, "container", &field);
+    field = "vgpus";
+    for (const json& v : j.at("vgpus")) {
+      core::VGpuAssignment a;
+      a.uuid = core::GpuUuid(Get<std::string>(v, "uuid", &field));
+      a.gpu_index = Get<int>(v, "index", &field);
+      a.cores = core::MilliGpu(Get<int32_t>(v, "milliCores", &field));
+      a.memory = core::MiB(Get<int64_t>(v, "memoryMiB", &field));
+      a.requested = core::MilliGpu(Get<int32_t>(v, "requestedMilliCores", &field, 0));
+      r.vgpus.push_back(a);
+    }
+    r.numa_node = Get<int>(j, "numaNode", &field, -1);
+    r.cpus = Get<std::string>(j, "cpus", &field, "");
+    r.device_ids = Get<std::vector<std::string>>(j, "deviceIDs", &field);
+    r.generation = Get<uint64_t>(j, "generation", &field);
+    r.dir = Get<std::string>(j, "dir", &field);
+    r.region_dir = Get<std::string>(j, "regionDir", &field);
+    absl::StatusOr<core::ComputePolicy> policy =
+        PolicyFrom(Get<std::string>(j, "computePolicy", &field, "hard"));
+    if (!policy.ok()) return policy.status();
+    r.compute_policy = *policy;
+    absl::StatusOr<core::Priority> priority = PriorityFrom(Get<std::string>(j, "priority", &field, "low"));
+    if (!priority.ok()) return priority.status();
+    r.priority = *priority;
+    r.allocated_at = Get<std::string>(j, "allocatedAt", &field, "");
+    r.reported = Get<bool>(j, "reported", &field, false);
+    r.confirmed = Get<bool>(j, "confirmed", &field, false);
+    if (!SafePathName(r.pod_uid) || !SafePathName(r.container)) {
+      return absl::InvalidArgumentError("podUID and container must be names of [A-Za-z0-9._-]");
+    }
+    return r;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(StrCat("field ", field, ": ", e.what()));
+  }
+}
+
+hook::Limits LimitsFor(const ContainerRecord& r) {
+  hook::Limits l;
+  l.generation = r.generation;
+  hook::CopyString(l.region_path, sizeof(l.region_path), kContainerRegionFile);
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    if (l.device_count >= hook::kMaxDevices) break;
+    hook::DeviceLimits& d = l.devices[l.device_count++];
+    hook::CopyString(d.uuid, sizeof(d.uuid), v.uuid.value().c_str());
+    d.index = hook::kByUuid;
+    d.memory_bytes = static_cast<uint64_t>(v.memory.value()) << 20;
+    const int percent = static_cast<int>(std::lround(v.cores.value() / 10.0));
+    d.cores_percent = static_cast<uint32_t>(std::clamp(percent, 1, 100));
+    d.policy = r.compute_policy == core::ComputePolicy::kElastic ? hook::ComputePolicy::kElastic
+                                                                 : hook::ComputePolicy::kHard;
+    d.ceiling_percent = std::max<uint32_t>(hook::kDefaultCeilingPercent, d.cores_percent);
+    d.priority = r.priority == core::Priority::kHigh ? hook::Priority::kHigh : hook::Priority::kLow;
+  }
+  return l;
+}
+
+std::string Signature(const std::vector<core::VGpuAssignment>& vgpus, core::ComputePolicy policy,
+                      core::Priority priority) {
+  std::vector<std::string> parts;
+  for (const core::VGpuAssignment& v : vgpus)
+    parts.push_back(StrCat(v.requested_or_cores().value(), ":", v.memory.value()));
+  std::sort(parts.begin(), parts.end());
+  return StrCat(vgpus.size(), "|", StrJoin(parts, ","), "|", core::ToString(policy), "|",
+                core::ToString(priority));
+}
+
+bool SameGpus(const std::vector<core::VGpuAssignment>& a, const std::vector<core::VGpuAssignment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].uuid != b[i].uuid) return false;
+  }
+  return true;
+}
+
+bool SameLimits(const std::vector<core::VGpuAssignment>& a, const std::vector<core::VGpuAssignment>& b) {
+  if (!SameGpus(a, b)) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].cores != b[i].cores || a[i].memory != b[i].memory) return false;
+  }
+  return true;
+}
+
+bool SafePathName(std::string_view name) {
+  if (name.empty() || name.size() > 253 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_';
+  });
+}
+
+std::string RecordStore::PathOf(const ContainerRecord& r) const {
+  return (fs::path(dir_) / RecordFileName(r)).string();
+}
+
+std::string RecordStore::PathOf(std::string_view pod_uid, std::string_view container) const {
+  return (fs::path(dir_) / StrCat(pod_uid, "_", container, ".json")).string();
+}
+
+absl::Status RecordStore::Save(const ContainerRecord& r) const {
+  // Not fsynced, as the limits files: the page cache outlives a crash of the agent, and a crash of the
+  // machine takes the containers with it.
+  const std::string path = PathOf(r);
+  const std::string tmp = StrCat(path, ".tmp.", gettid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << SerializeRecord(r) << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; is ", dir_, " full?"));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status RecordStore::Remove(const std::string& path) const {
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (ec) return absl::InternalError(StrCat("cannot remove ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+RecordStore::Loaded RecordStore::LoadAll() const {
+  Loaded out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".json") {
+      if (name.find(".tmp.") != std::string::npos) fs::remove(entry.path(), ec);  // a write cut short
+      continue;
+    }
+    absl::StatusOr<std::string> text = ReadTextFile(entry.path().string(), kMaxRecordBytes);
+    absl::StatusOr<ContainerRecord> r = text.ok() ? ParseRecord(*text) : text.status();
+    if (r.ok() && name != RecordFileName(*r)) {
+      r = absl::InvalidArgumentError(StrCat("it names ", r->key(), ", whose record is ", RecordFileName(*r)));
+    }
+    if (!r.ok()) {
+      out.bad.push_back(StrCat(entry.path().string(), ": ", r.status().message()));
+      fs::rename(entry.path(), entry.path().string() + ".bad", ec);
+      continue;
+    }
+    out.records.push_back(std::move(*r));
+  }
+  return out;
+}
+
+}  // namespace tessera::node

@@ -1,0 +1,154 @@
+// The agent's records (node/record.h): the file format round trip, strict parsing of what a damaged or edited
+// file holds, and the records directory's handling of such files.
+#include "node/record.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "temp_dir.h"
+
+namespace tessera::node {
+namespace {
+
+namespace fs = std::filesystem;
+using ::tessera::testing::TempDir;
+using ::testing::HasSubstr;
+
+ContainerRecord Sample() {
+  ContainerRecord r;
+  r.pod_uid = "00000000-0000-4000-8000-000000000001";
+  r.ns = "ml";
+  r.pod_name = "infer-0";
+  r.container = "main";
+  core::VGpuAssignment v;
+  v.uuid = core::GpuUuid("GPU-1");
+  v.gpu_index = 1;
+  v.cores = core::MilliGpu(300);
+  v.memory = core::MiB(4096);
+  v.requested = core::MilliGpu(400);
+  r.vgpus = {v};
+  r.numa_node = 0;
+  r.cpus = "0-7";
+  r.device_ids = {"GPU-1::3"};
+  r.generation = 4;
+  r.dir = "/var/lib/tessera/containers/" + r.pod_uid + "/main";
+  r.region_dir = "/var/lib/tessera/regions/" + r.pod_uid + "/main";
+  r.compute_policy = core::ComputePolicy::kElastic;
+  r.priority = core::Priority::kHigh;
+  r.allocated_at = "2026-11-25T10:00:00Z";
+  r.reported = true;
+  r.confirmed = true;
+  return r;
+}
+
+TEST(RecordTest, RoundTripsEveryField) {
+  const ContainerRecord r = Sample();
+  absl::StatusOr<ContainerRecord> back = ParseRecord(SerializeRecord(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, r);
+  // The file spells the policy and priority as words (docs/node-agent.md, "Records").
+  EXPECT_THAT(SerializeRecord(r), HasSubstr(R"("computePolicy":"elastic")"));
+  EXPECT_THAT(SerializeRecord(r), HasSubstr(R"("priority":"high")"));
+}
+
+TEST(RecordTest, DamagedOrEditedFilesAreErrorsThatSayWhat) {
+  std::string text = SerializeRecord(Sample());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string text;
+    std::string says;
+  };
+  const Case cases[] = {
+      // A policy the hook does not know used to be read as "hard" without a word.
+      {with(R"("computePolicy":"elastic")", R"("computePolicy":"burst")"), "hard or elastic"},
+      {with(R"("priority":"high")", R"("priority":"urgent")"), "low or high"},
+      {with(R"("version":1)", R"("version":2)"), "unknown record version"},
+      {with(R"("generation":4)", R"("generation":"4")"), "generation"},
+      {with(R"("generation":4)", R"("generation":1e999)"), ""},
+      {with(R"("podUID":"00000000-0000-4000-8000-000000000001")", R"("podUID":"../../etc")"), "podUID"},
+      {"[]", "JSON object"},
+      {text.substr(0, text.size() / 2), ""},
+      {std::string(100000, '['), ""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ContainerRecord> r = ParseRecord(c.text);
+    EXPECT_FALSE(r.ok()) << c.text.substr(0, 200);
+    if (!r.ok()) {
+      EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.says));
+    }
+  }
+}
+
+TEST(RecordTest, LimitsFollowTheRecord) {
+  hook::Limits l = LimitsFor(Sample());
+  ASSERT_EQ(l.device_count, 1);
+  EXPECT_EQ(l.generation, 4u);
+  EXPECT_STREQ(l.devices[0].uuid, "GPU-1");
+  EXPECT_EQ(l.devices[0].cores_percent, 30u);
+  EXPECT_EQ(l.devices[0].memory_bytes, uint64_t{4096} << 20);
+  EXPECT_EQ(l.devices[0].policy, hook::ComputePolicy::kElastic);
+  EXPECT_EQ(l.devices[0].priority, hook::Priority::kHigh);
+  EXPECT_STREQ(l.region_path, kContainerRegionFile);
+}
+
+TEST(RecordTest, SignatureTellsTradableAllocationsApart) {
+  const ContainerRecord r = Sample();
+  ContainerRecord other = r;
+  other.vgpus[0].uuid = core::GpuUuid("GPU-2");  // another GPU, same shape: tradable
+  EXPECT_EQ(Signature(r.vgpus, r.compute_policy, r.priority),
+            Signature(other.vgpus, other.compute_policy, other.priority));
+  EXPECT_NE(Signature(r.vgpus, r.compute_policy, r.priority),
+            Signature(r.vgpus, core::ComputePolicy::kHard, r.priority));
+  EXPECT_NE(Signature(r.vgpus, r.compute_policy, r.priority),
+            Signature(r.vgpus, r.compute_policy, core::Priority::kLow));
+  EXPECT_FALSE(SameGpus(r.vgpus, other.vgpus));
+  other = r;
+  other.vgpus[0].cores = core::MilliGpu(200);
+  EXPECT_TRUE(SameGpus(r.vgpus, other.vgpus));
+  EXPECT_FALSE(SameLimits(r.vgpus, other.vgpus));
+}
+
+TEST(RecordStoreTest, SavesLoadsAndMovesBadFilesAside) {
+  TempDir dir;
+  RecordStore store(dir.path());
+  const ContainerRecord r = Sample();
+  ASSERT_TRUE(store.Save(r).ok());
+  EXPECT_EQ(store.PathOf(r), dir.path() + "/" + r.pod_uid + "_main.json");
+  // What a crash or an editor leaves: a temporary file, garbage, a record under another record's name.
+  dir.Write(r.pod_uid + "_main.json.tmp.123", "{");
+  dir.Write("garbage.json", "not json");
+  ContainerRecord renamed = r;
+  renamed.container = "sidecar";
+  dir.Write("other_main.json", SerializeRecord(renamed));
+  RecordStore::Loaded loaded = store.LoadAll();
+  ASSERT_EQ(loaded.records.size(), 1u);
+  EXPECT_EQ(loaded.records[0], r);
+  ASSERT_EQ(loaded.bad.size(), 2u);
+  EXPECT_TRUE(fs::exists(dir.path() + "/garbage.json.bad"));
+  EXPECT_TRUE(fs::exists(dir.path() + "/other_main.json.bad"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/" + r.pod_uid + "_main.json.tmp.123"));
+  // A second load finds only the good record: nothing is lost, nothing is read twice.
+  EXPECT_EQ(store.LoadAll().records.size(), 1u);
+  EXPECT_TRUE(store.Remove(store.PathOf(r)).ok());
+  EXPECT_TRUE(store.Remove(store.PathOf(r)).ok());  // already gone: not an error
+  EXPECT_TRUE(store.LoadAll().records.empty());
+}
+
+TEST(RecordStoreTest, AFullOrMissingDirectorySaysSo) {
+  RecordStore store("/nonexistent/tessera/records");
+  absl::Status s = store.Save(Sample());
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/nonexistent/tessera/records"));
+  EXPECT_TRUE(store.LoadAll().records.empty());
+}
+
+}  // namespace
+}  // namespace tessera::node
