@@ -203,7 +203,10 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   for (const NodePod& p : pods) uids_here.insert(p.uid);
   std::vector<NodeEvent> events;
   std::vector<std::pair<const NodePod*, std::string>> ledger_patches;  // pod, its new tessera.dev/assignment
-  std::vector<FileOp> ops;                                             // done after the lock, in order
+  auto drop_ledger_patch = [&](const std::string& uid) {
+    std::erase_if(ledger_patches, [&](const auto& patch) { return patch.first->uid == uid; });
+  };
+  std::vector<FileOp> ops;  // done after the lock, in order
   MutexLock lock(&mu_);
   std::erase_if(exchanges_,
                 [&](const auto& e) { return !uids_here.contains(e.first.substr(0, e.first.find('/'))); });
@@ -276,6 +279,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
         ops.push_back({second.record, ""});
+        exchanges_.erase(y.key());
+        drop_ledger_patch(y.pod_uid);  // the record tells Y's annotation now
         tenants_[second.record.key()] = std::move(second);
       } else if (absl::StatusOr<std::pair<const NodePod*, std::string>> after =
                      ExchangeLedger(x, c.name, y, pods);
@@ -293,6 +298,10 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
                           "that pod's instead; delete the pod so that it is placed again"});
       }
       exchanges_.erase(x_key);  // X runs with Y's part now; what X was to take went to Y above
+      // An exchange this pass gave X (X lost its own record earlier in the list) is void, and so is the patch
+      // that would write it: the record X runs with tells X's annotation (ReportPhases). Written anyway, it
+      // named other GPUs than X runs on, for good: a running container's GPUs never change.
+      drop_ledger_patch(x.uid);
       moved.record.pod_uid = x.uid;
       moved.record.ns = p.ns;
       moved.record.pod_name = p.name;

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -589,9 +590,9 @@ ContainerRecord HeldBy(const std::string& pod, const std::string& device) {
   return r;
 }
 
-// The cluster tier caught this: the kubelet started pod-1 with the allocation made for pod-0 before pod-0's own
-// container came. pod-0 kept its assignment, so its own Allocate handed out pod-0's GPU share a second time
-// (eighteen pods ended up on one GPU, 540% committed), and pod-1's GPU share was never used.
+// The cluster tier caught this: the kubelet started pod-1 with the allocation made for pod-0 before pod-0's
+// own container came. pod-0 kept its assignment, so its own Allocate handed out pod-0's GPU share a second
+// time (eighteen pods ended up on one GPU, 540% committed), and pod-1's GPU share was never used.
 TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHandedOutTwice) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
@@ -607,7 +608,8 @@ TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHanded
   // pod-1 runs with pod-0's share; pod-0 takes pod-1's.
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-0");
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-0")), "GPU-1");
-  // pod-0's container comes: it gets pod-1's old share (pod-1 holds devices already, so it is not a candidate).
+  // pod-0's container comes: it gets pod-1's old share (pod-1 holds devices already, so it is not a
+  // candidate).
   auto second = Client()->Allocate({{"GPU-2::1"}});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ((*second)[0].annotations.at("tessera.dev/pod"), "default/pod-0");
@@ -618,6 +620,60 @@ TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHanded
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-0")), "GPU-1");
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-0");
   EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "allocated");
+}
+
+// The kubelet starts pods of one shape in its own order, while the agent answers each Allocate with the
+// oldest waiting pod; reconcile passes (which read pod-resources) come at random moments in between. Whatever
+// the order, and however far pod-resources lags, every pod must end with an annotation naming the GPU its
+// container was started with, and every GPU must carry exactly the shares the scheduler committed on it (no
+// share handed out twice).
+TEST_F(AgentTest, AnyStartOrderEndsWithEveryPodsAnnotationTellingTheTruth) {
+  constexpr int kPods = 8;
+  auto agent = StartAgent();
+  for (uint32_t seed = 1; seed <= 100; ++seed) {
+    SCOPED_TRACE(StrCat("seed ", seed));
+    std::mt19937 rng(seed);
+    std::vector<int> order(kPods);
+    for (int i = 0; i < kPods; ++i) {
+      order[i] = i;
+      api_.UpsertPod(BoundPod(100 * static_cast<int>(seed) % 1000 + i, {{i % 4, 30, 1024}}));
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    const int base = 100 * static_cast<int>(seed) % 1000;
+    std::map<std::string, std::string> started_with;  // pod -> NVIDIA_VISIBLE_DEVICES of its container
+    std::vector<ContainerRecord> held;
+    for (int k = 0; k < kPods; ++k) {
+      const std::string pod = StrCat("pod-", base + order[k]);
+      const std::string slot = StrCat("GPU-0::", seed % 2 * 10 + static_cast<uint32_t>(k));
+      auto r = Client()->Allocate({{slot}});
+      ASSERT_TRUE(r.ok()) << "starting " << pod << ": " << r.status();
+      started_with[pod] = (*r)[0].envs.at("NVIDIA_VISIBLE_DEVICES");
+      held.push_back(HeldBy(pod, slot));
+      if (rng() % 2 == 0) {
+        // pod-resources may lag behind the kubelet's latest allocations.
+        const size_t known = held.size() - std::min<size_t>(held.size(), rng() % 3);
+        PublishPodResources(
+            std::vector<ContainerRecord>(held.begin(), held.begin() + static_cast<long>(known)));
+        ASSERT_TRUE(agent->ReconcileOnce().ok());
+      }
+    }
+    PublishPodResources(held);
+    for (int pass = 0; pass < 3; ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
+    std::map<std::string, int> per_gpu;
+    for (const auto& [pod, env] : started_with) {
+      auto p = api_.GetPod("default", pod);
+      ASSERT_TRUE(p.has_value()) << pod;
+      EXPECT_EQ(GpuOf(*p), env) << pod;
+      EXPECT_EQ(p->annotations.at(formats::kAnnotationPhase), formats::kPhaseAllocated) << pod;
+      ++per_gpu[env];
+    }
+    for (const auto& [gpu, n] : per_gpu) EXPECT_EQ(n, kPods / 4) << gpu;
+    for (int i = 0; i < kPods; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
+    PublishPodResources({});
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+    ASSERT_TRUE(agent->Records().empty());
+    if (::testing::Test::HasFailure()) break;
+  }
 }
 
 TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
@@ -634,8 +690,8 @@ TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClai
   EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
 }
 
-// pod-resources names pods, not UIDs: a new pod of the same name (a StatefulSet's) must still be allocated while
-// the kubelet has not forgotten the old one.
+// pod-resources names pods, not UIDs: a new pod of the same name (a StatefulSet's) must still be allocated
+// while the kubelet has not forgotten the old one.
 TEST_F(AgentTest, ANewPodOfAHeldNameIsStillAllocated) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
@@ -678,7 +734,8 @@ TEST_F(AgentTest, SwappedRecordsSurviveAnAgentRestartBeforeTheOtherContainerStar
 }
 
 // The agent removes a gone container's directories as its record names them: a record naming directories the
-// agent would not have made (an edited or planted file) is moved aside at start, and what it names is left alone.
+// agent would not have made (an edited or planted file) is moved aside at start, and what it names is left
+// alone.
 TEST_F(AgentTest, ARecordNamingOtherDirectoriesIsMovedAsideAndNothingOutsideIsTouched) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
@@ -918,10 +975,10 @@ TEST_F(AgentTest, NamesThatCannotBeDirectoriesAreRefused) {
   EXPECT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
 }
 
-// The kubelet hands a freed device slot to the next pod at once, before the agent has seen the first pod go: the
-// slot serves both containers (the cluster tier caught an Allocate that refused it while the old holder's record
-// remained), and pod-resources tells their records apart: the new container's own record is confirmed, the old
-// one is never taken for a swap and goes with its pod.
+// The kubelet hands a freed device slot to the next pod at once, before the agent has seen the first pod go:
+// the slot serves both containers (the cluster tier caught an Allocate that refused it while the old holder's
+// record remained), and pod-resources tells their records apart: the new container's own record is confirmed,
+// the old one is never taken for a swap and goes with its pod.
 TEST_F(AgentTest, ASlotNamedByTwoContainersServesBothAndPodResourcesTellsThemApart) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
