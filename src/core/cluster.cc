@@ -13,6 +13,16 @@ const char* ToString(Priority p) {
 const char* ToString(ComputePolicy p) {
   return p == ComputePolicy::kElastic ? "elastic" : "hard";
 }
+std::optional<Priority> PriorityFromString(std::string_view s) {
+  if (s == "low") return Priority::kLow;
+  if (s == "high") return Priority::kHigh;
+  return std::nullopt;
+}
+std::optional<ComputePolicy> ComputePolicyFromString(std::string_view s) {
+  if (s == "hard") return ComputePolicy::kHard;
+  if (s == "elastic") return ComputePolicy::kElastic;
+  return std::nullopt;
+}
 const char* ToString(GpuHealth h) {
   return h == GpuHealth::kHealthy ? "healthy" : "unhealthy";
 }

@@ -10,7 +10,9 @@
 #define TESSERA_CORE_CLUSTER_TYPES_H_
 
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ids.h"
@@ -53,6 +55,9 @@ enum class ComputePolicy { kHard, kElastic };
 const char* ToString(Priority p);
 const char* ToString(ComputePolicy p);
 const char* ToString(GpuHealth h);
+// The inverses of ToString: exactly "low" or "high", "hard" or "elastic"; nullopt for anything else.
+std::optional<Priority> PriorityFromString(std::string_view s);
+std::optional<ComputePolicy> ComputePolicyFromString(std::string_view s);
 
 // A container holding a share of one GPU.
 struct Tenant {

@@ -398,22 +398,16 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   for (const std::string& u : *no_uuids) req.uuid_exclude.emplace_back(u);
 
   if (auto it = pod.annotations.find(kAnnotationPriority); it != pod.annotations.end()) {
-    std::string v = AsciiLower(StripWhitespace(it->second));
-    if (v == "high") {
-      req.priority = Priority::kHigh;
-    } else if (v == "low") {
-      req.priority = Priority::kLow;
+    if (std::optional<Priority> p = PriorityFromString(AsciiLower(StripWhitespace(it->second)))) {
+      req.priority = *p;
     } else {
       return absl::InvalidArgumentError(
           StrCat(kAnnotationPriority, " is \"", it->second, "\"; write high or low"));
     }
   }
   if (auto it = pod.annotations.find(kAnnotationComputePolicy); it != pod.annotations.end()) {
-    std::string v = AsciiLower(StripWhitespace(it->second));
-    if (v == "hard") {
-      req.compute_policy = ComputePolicy::kHard;
-    } else if (v == "elastic") {
-      req.compute_policy = ComputePolicy::kElastic;
+    if (std::optional<ComputePolicy> p = ComputePolicyFromString(AsciiLower(StripWhitespace(it->second)))) {
+      req.compute_policy = *p;
     } else {
       return absl::InvalidArgumentError(StrCat(kAnnotationComputePolicy, " is \"", it->second,
                                                "\"; write hard (the share holds) or elastic (idle compute ",

@@ -136,11 +136,10 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
     if (!known) continue;
     r.numa_node = c.container->numa_node;
     r.cpus = c.container->cpus;
-    r.compute_policy = Annotation(*c.pod, core::kAnnotationComputePolicy) == "elastic"
-                           ? core::ComputePolicy::kElastic
-                           : core::ComputePolicy::kHard;
-    r.priority = Annotation(*c.pod, core::kAnnotationPriority) == "high" ? core::Priority::kHigh
-                                                                         : core::Priority::kLow;
+    r.compute_policy = core::ComputePolicyFromString(Annotation(*c.pod, core::kAnnotationComputePolicy))
+                           .value_or(core::ComputePolicy::kHard);
+    r.priority = core::PriorityFromString(Annotation(*c.pod, core::kAnnotationPriority))
+                     .value_or(core::Priority::kLow);
     claims_.insert(key);
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());
     return r;

@@ -202,10 +202,14 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
   std::set<std::string> uids_here;  // the pods on this node now
   for (const NodePod& p : pods) uids_here.insert(p.uid);
   std::vector<NodeEvent> events;
-  std::vector<std::pair<const NodePod*, std::string>> ledger_patches;  // pod, its new tessera.dev/assignment
-  auto drop_ledger_patch = [&](const std::string& uid) {
-    std::erase_if(ledger_patches, [&](const auto& patch) { return patch.first->uid == uid; });
+  // The exchanges decided this pass, in order: record key, pod, its new tessera.dev/assignment. Written after
+  // the pass, only those whose exchange still stands then (a later swap of the pass may void one).
+  struct LedgerPatch {
+    std::string key;
+    const NodePod* pod;
+    std::string text;
   };
+  std::vector<LedgerPatch> ledger_patches;
   std::vector<FileOp> ops;  // done after the lock, in order
   MutexLock lock(&mu_);
   std::erase_if(exchanges_,
@@ -279,14 +283,13 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
         ops.push_back({second.record, ""});
-        exchanges_.erase(y.key());
-        drop_ledger_patch(y.pod_uid);  // the record tells Y's annotation now
+        exchanges_.erase(y.key());  // the record tells Y's annotation now
         tenants_[second.record.key()] = std::move(second);
       } else if (absl::StatusOr<std::pair<const NodePod*, std::string>> after =
                      ExchangeLedger(x, c.name, y, pods);
                  after.ok()) {
         // Y's share was never allocated: Y is allocated X's part when its container comes.
-        ledger_patches.push_back(*after);
+        ledger_patches.push_back({y.key(), after->first, after->second});
         new_sig = Signature(exchanges_[y.key()].vgpus, y.compute_policy, y.priority);
       } else {
         log::Warn("allocation swapped, and the other pod's part of the ledger cannot be read",
@@ -297,11 +300,11 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
                           "the kubelet gave this pod's GPUs to a pod of a different shape and this pod takes "
                           "that pod's instead; delete the pod so that it is placed again"});
       }
-      exchanges_.erase(x_key);  // X runs with Y's part now; what X was to take went to Y above
-      // An exchange this pass gave X (X lost its own record earlier in the list) is void, and so is the patch
-      // that would write it: the record X runs with tells X's annotation (ReportPhases). Written anyway, it
-      // named other GPUs than X runs on, for good: a running container's GPUs never change.
-      drop_ledger_patch(x.uid);
+      // X runs with Y's part now; what X was to take went to Y above. An exchange this pass gave X (X lost
+      // its own record earlier in the list) is void with it, and its patch is not written: the record X runs
+      // with tells X's annotation (ReportPhases). Written anyway, it named other GPUs than X runs on, for
+      // good.
+      exchanges_.erase(x_key);
       moved.record.pod_uid = x.uid;
       moved.record.ns = p.ns;
       moved.record.pod_name = p.name;
@@ -315,6 +318,12 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       ++stats_.swaps;
     }
   }
+  std::vector<LedgerPatch>
+      standing;  // (a loop, not erase_if: the analysis does not see mu_ held in a lambda)
+  for (LedgerPatch& patch : ledger_patches) {
+    if (exchanges_.contains(patch.key)) standing.push_back(std::move(patch));
+  }
+  ledger_patches = std::move(standing);
   lock.Release();
   RunFileOps(ops);
   for (const NodeEvent& e : events) {
@@ -323,16 +332,16 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       ++stats_.api_errors;
     }
   }
-  for (const auto& [pod, text] : ledger_patches) {
-    if (absl::Status st =
-            api_->PatchPodAnnotations(pod->ns, pod->name, {{formats::kAnnotationAssignment, text}});
+  for (const LedgerPatch& patch : ledger_patches) {
+    if (absl::Status st = api_->PatchPodAnnotations(patch.pod->ns, patch.pod->name,
+                                                    {{formats::kAnnotationAssignment, patch.text}});
         !st.ok()) {
       {
         MutexLock relock(&mu_);
         ++stats_.api_errors;
       }
       log::Warn("cannot write an exchanged assignment; the next Allocate uses it anyway",
-                {{"pod", pod->key()}, {"error", Message(st)}});
+                {{"pod", patch.pod->key()}, {"error", Message(st)}});
     }
   }
 }

@@ -64,20 +64,18 @@ bool NodeAgent::IsContainerDirOf(const std::string& dir, const char* top) const 
 }
 
 void NodeAgent::LoadRecords() {
-  RecordStore::Loaded loaded = records_.LoadAll();
+  // A record's directories are <state_dir>/containers/<uid>/<container> and regions/<uid>/<container> (those
+  // of the container it was made for: a swapped record keeps them, since the running container mounts them).
+  // A record naming others (an edited file) would make the agent write or remove elsewhere.
+  RecordStore::Loaded loaded = records_.LoadAll([this](const ContainerRecord& r) {
+    if (IsContainerDirOf(r.dir, "containers") && IsContainerDirOf(r.region_dir, "regions"))
+      return absl::OkStatus();
+    return absl::InvalidArgumentError(StrCat("it names directories the agent would not have made: dir ",
+                                             r.dir, ", regionDir ", r.region_dir));
+  });
   for (const std::string& bad : loaded.bad) log::Error("unreadable record; moved aside", {{"error", bad}});
   std::map<std::string, Tenant> tenants;
   for (ContainerRecord& r : loaded.records) {
-    // A record's directories are <state_dir>/containers/<uid>/<container> and regions/<uid>/<container>
-    // (those of the container it was made for: a swapped record keeps them, since the running container
-    // mounts them). A record naming others (an edited file) would make the agent write or remove elsewhere.
-    if (!IsContainerDirOf(r.dir, "containers") || !IsContainerDirOf(r.region_dir, "regions")) {
-      log::Error("a record names directories the agent would not have made; moved aside",
-                 {{"file", records_.PathOf(r)}, {"dir", r.dir}, {"regionDir", r.region_dir}});
-      std::error_code ec;
-      std::filesystem::rename(records_.PathOf(r), records_.PathOf(r) + ".bad", ec);
-      continue;
-    }
     Tenant t;
     t.record = std::move(r);
     // The limits file and region stay as they were; make sure they exist (a crash may have cut the first
@@ -102,11 +100,9 @@ void NodeAgent::RunFileOps(const std::vector<FileOp>& ops) {
   int failed = 0;
   for (const FileOp& op : ops) {
     if (!op.remove.empty()) {
-      std::error_code ec;
-      fs::remove(op.remove, ec);
-      if (ec) {
+      if (absl::Status s = records_.Remove(op.remove); !s.ok()) {
         ++failed;
-        log::Error("cannot remove a record", {{"file", op.remove}, {"error", ec.message()}});
+        log::Error("cannot remove a record", {{"error", Message(s)}});
       }
       continue;
     }

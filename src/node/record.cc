@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -22,18 +23,6 @@ namespace {
 
 // A record is a few hundred bytes; anything far larger in the records directory is not one.
 constexpr size_t kMaxRecordBytes = size_t{1} << 20;
-
-absl::StatusOr<core::ComputePolicy> PolicyFrom(const std::string& s) {
-  if (s == "hard") return core::ComputePolicy::kHard;
-  if (s == "elastic") return core::ComputePolicy::kElastic;
-  return absl::InvalidArgumentError(StrCat("computePolicy is \"", s, "\"; it must be hard or elastic"));
-}
-
-absl::StatusOr<core::Priority> PriorityFrom(const std::string& s) {
-  if (s == "low") return core::Priority::kLow;
-  if (s == "high") return core::Priority::kHigh;
-  return absl::InvalidArgumentError(StrCat("priority is \"", s, "\"; it must be low or high"));
-}
 
 // Field `key` of `from`: required, or `fallback` when absent. Of the wrong type or out of range it throws,
 // with
@@ -109,13 +98,17 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
     r.generation = Get<uint64_t>(j, "generation", &field);
     r.dir = Get<std::string>(j, "dir", &field);
     r.region_dir = Get<std::string>(j, "regionDir", &field);
-    absl::StatusOr<core::ComputePolicy> policy =
-        PolicyFrom(Get<std::string>(j, "computePolicy", &field, "hard"));
-    if (!policy.ok()) return policy.status();
-    r.compute_policy = *policy;
-    absl::StatusOr<core::Priority> priority = PriorityFrom(Get<std::string>(j, "priority", &field, "low"));
-    if (!priority.ok()) return priority.status();
-    r.priority = *priority;
+    const std::string policy = Get<std::string>(j, "computePolicy", &field, "hard");
+    const std::optional<core::ComputePolicy> p = core::ComputePolicyFromString(policy);
+    if (!p)
+      return absl::InvalidArgumentError(
+          StrCat("computePolicy is \"", policy, "\"; it must be hard or elastic"));
+    r.compute_policy = *p;
+    const std::string priority = Get<std::string>(j, "priority", &field, "low");
+    const std::optional<core::Priority> q = core::PriorityFromString(priority);
+    if (!q)
+      return absl::InvalidArgumentError(StrCat("priority is \"", priority, "\"; it must be low or high"));
+    r.priority = *q;
     r.allocated_at = Get<std::string>(j, "allocatedAt", &field, "");
     r.reported = Get<bool>(j, "reported", &field, false);
     r.confirmed = Get<bool>(j, "confirmed", &field, false);
@@ -214,7 +207,8 @@ absl::Status RecordStore::Remove(const std::string& path) const {
   return absl::OkStatus();
 }
 
-RecordStore::Loaded RecordStore::LoadAll() const {
+RecordStore::Loaded RecordStore::LoadAll(
+    const std::function<absl::Status(const ContainerRecord&)>& check) const {
   Loaded out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
@@ -227,6 +221,9 @@ RecordStore::Loaded RecordStore::LoadAll() const {
     absl::StatusOr<ContainerRecord> r = text.ok() ? ParseRecord(*text) : text.status();
     if (r.ok() && name != RecordFileName(*r)) {
       r = absl::InvalidArgumentError(StrCat("it names ", r->key(), ", whose record is ", RecordFileName(*r)));
+    }
+    if (r.ok() && check) {
+      if (absl::Status s = check(*r); !s.ok()) r = s;
     }
     if (!r.ok()) {
       out.bad.push_back(StrCat(entry.path().string(), ": ", r.status().message()));

@@ -12,6 +12,7 @@
 #define TESSERA_NODE_RECORD_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,8 +93,9 @@ class RecordStore {
     std::vector<ContainerRecord> records;
     std::vector<std::string> bad;  // "<file>: <why>" for each file moved aside as <file>.bad
   };
-  // Reads every record; removes temporary files a crash left behind.
-  Loaded LoadAll() const;
+  // Reads every record; removes temporary files a crash left behind. A record that `check` (when given)
+  // refuses is moved aside like an unreadable one, with its reason.
+  Loaded LoadAll(const std::function<absl::Status(const ContainerRecord&)>& check = nullptr) const;
 
  private:
   std::string dir_;

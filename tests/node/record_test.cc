@@ -125,14 +125,16 @@ TEST(RecordStoreTest, SavesLoadsAndMovesBadFilesAside) {
   // What a crash or an editor leaves: a temporary file, garbage, a record under another record's name.
   dir.Write(r.pod_uid + "_main.json.tmp.123", "{");
   dir.Write("garbage.json", "not json");
+  dir.Write("huge.json", std::string(2 << 20, ' '));  // past the 1 MiB a record may take: not read whole
   ContainerRecord renamed = r;
   renamed.container = "sidecar";
   dir.Write("other_main.json", SerializeRecord(renamed));
   RecordStore::Loaded loaded = store.LoadAll();
   ASSERT_EQ(loaded.records.size(), 1u);
   EXPECT_EQ(loaded.records[0], r);
-  ASSERT_EQ(loaded.bad.size(), 2u);
+  ASSERT_EQ(loaded.bad.size(), 3u);
   EXPECT_TRUE(fs::exists(dir.path() + "/garbage.json.bad"));
+  EXPECT_TRUE(fs::exists(dir.path() + "/huge.json.bad"));
   EXPECT_TRUE(fs::exists(dir.path() + "/other_main.json.bad"));
   EXPECT_FALSE(fs::exists(dir.path() + "/" + r.pod_uid + "_main.json.tmp.123"));
   // A second load finds only the good record: nothing is lost, nothing is read twice.
@@ -140,6 +142,18 @@ TEST(RecordStoreTest, SavesLoadsAndMovesBadFilesAside) {
   EXPECT_TRUE(store.Remove(store.PathOf(r)).ok());
   EXPECT_TRUE(store.Remove(store.PathOf(r)).ok());  // already gone: not an error
   EXPECT_TRUE(store.LoadAll().records.empty());
+}
+
+TEST(RecordStoreTest, ACheckTheCallerGivesMovesRefusedRecordsAside) {
+  TempDir dir;
+  RecordStore store(dir.path());
+  ASSERT_TRUE(store.Save(Sample()).ok());
+  RecordStore::Loaded loaded =
+      store.LoadAll([](const ContainerRecord&) { return absl::InvalidArgumentError("names /etc"); });
+  EXPECT_TRUE(loaded.records.empty());
+  ASSERT_EQ(loaded.bad.size(), 1u);
+  EXPECT_THAT(loaded.bad[0], HasSubstr("names /etc"));
+  EXPECT_TRUE(fs::exists(store.PathOf(Sample()) + ".bad"));
 }
 
 TEST(RecordStoreTest, AFullOrMissingDirectorySaysSo) {
