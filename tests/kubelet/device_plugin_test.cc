@@ -145,6 +145,12 @@ TEST_F(DevicePluginTest, RegistersWithTheKubelet) {
   // The kubelet follows ListAndWatch: 4 GPUs x 4 slots, all healthy.
   EXPECT_TRUE(kubelet_->WaitForDevices(
       "tessera.dev/gpu", [](const std::vector<FakeDevice>& d) { return d.size() == 16; }, kWait));
+  // The fake kubelet records the registration (and follows ListAndWatch) before it answers; the plugin counts
+  // it when the answer arrives, which under load may come after the devices were seen.
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (plugin->stats().registrations == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(plugin->stats().registrations, 1u);
   EXPECT_EQ(plugin->socket_path(), config_.plugin_dir + "/tessera-gpu.sock");
 
