@@ -47,8 +47,17 @@ TEST(TokenBucketTest, WaitIsTheDeficitAtTheRate) {
   TokenBucket::Configure(&b, 500000, 10 * kMs);
   TokenBucket::Take(&b, b.tokens_ns.load() + 4 * kMs);                       // 4 ms in debt
   EXPECT_NEAR(static_cast<double>(TokenBucket::WaitNs(&b)), 8.0 * kMs, 10);  // at 50%: 8 ms
+  // A waiting launch resumes with 2 ms of budget (a burst, not one kernel per refill): 4 + 2 ms at 50%.
+  EXPECT_EQ(TokenBucket::ResumeNs(&b), static_cast<int64_t>(2 * kMs));
+  EXPECT_NEAR(static_cast<double>(TokenBucket::WaitNs(&b, TokenBucket::ResumeNs(&b))), 12.0 * kMs, 10);
   TokenBucket::Refill(&b, 19 * kMs);
   EXPECT_EQ(TokenBucket::WaitNs(&b), 0u);
+  EXPECT_GT(TokenBucket::WaitNs(&b, TokenBucket::ResumeNs(&b)), 0u);  // half a ms of budget: not yet
+  TokenBucket::Refill(&b, 22 * kMs);
+  EXPECT_EQ(TokenBucket::WaitNs(&b, TokenBucket::ResumeNs(&b)), 0u);
+  // A bucket smaller than 2 ms (1% of a GPU holds 1 ms) resumes when full.
+  TokenBucket::SetRate(&b, 10000);
+  EXPECT_EQ(TokenBucket::ResumeNs(&b), static_cast<int64_t>(kMs));
   TokenBucket::SetRate(&b, kPpm);
   EXPECT_TRUE(TokenBucket::Unlimited(&b));
 }
@@ -96,6 +105,23 @@ TEST(ElasticControllerTest, GivesTheExcessBackWhenOthersNeedIt) {
   }
   EXPECT_EQ(rate, 300000u);
   EXPECT_GT(steps, 1);
+}
+
+TEST(ElasticControllerTest, AloneTheUtilizationAboveItsOwnUseIsNotAnotherTenant) {
+  // At its 90% ceiling, NVML reading 6 points above: with others possibly on the GPU that is another tenant's
+  // use, and low priority goes back to its share; alone (NVML lists no other process) it keeps growing.
+  EXPECT_EQ(ElasticController::NextRate(Inputs(900000, 880000, 940000, true)), 300000u);
+  uint32_t rate = 300000;
+  for (int step = 0; step < 20; ++step) {
+    ElasticInputs in = Inputs(rate, rate, static_cast<int32_t>(rate + 60000), true);
+    in.alone = true;
+    rate = ElasticController::NextRate(in);
+  }
+  EXPECT_EQ(rate, 900000u);
+  // Alone without a utilization figure: the container's own use is all there is.
+  ElasticInputs in = Inputs(300000, 300000, -1, true);
+  in.alone = true;
+  EXPECT_GT(ElasticController::NextRate(in), 300000u);
 }
 
 TEST(ElasticControllerTest, HardOrUnknownKeepsTheShare) {

@@ -1,7 +1,12 @@
 // A fake NVML (libnvidia-ml.so.1) over the simulated GPUs of fake_state.h: memory as the fake driver counts it,
 // utilization from the same kernel timeline (over the last kUtilWindowNs, like NVML's sample period), and a
 // few fakecuda* functions that tests and benchmarks use to read the timeline exactly.
+//
+// FAKECUDA_NVML_UTIL_EXTRA=N: utilization reads N points above the timeline (capped at 100), as a real GPU's
+// does against what a program measures of its own kernels (sampled, lagging, counting launch gaps: an H100
+// running one process at 85-90% read a few points above, and swung by +-5 between samples).
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -111,7 +116,12 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtili
   fakecuda::Lock(s);
   const uint64_t busy = fakecuda::BusyNsLocked(s->gpus[i], 0, now - kUtilWindowNs, now);
   fakecuda::Unlock(s);
-  u->gpu = static_cast<unsigned>(busy * 100 / kUtilWindowNs);
+  static const unsigned extra = [] {
+    const char* v = getenv("FAKECUDA_NVML_UTIL_EXTRA");
+    return v == nullptr ? 0u : static_cast<unsigned>(strtoul(v, nullptr, 10));
+  }();
+  const unsigned gpu = static_cast<unsigned>(busy * 100 / kUtilWindowNs) + extra;
+  u->gpu = gpu > 100 ? 100 : gpu;
   u->memory = 0;
   return NVML_SUCCESS;
 }

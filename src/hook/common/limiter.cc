@@ -50,23 +50,25 @@ void TokenBucket::Refill(BucketState* b, uint64_t now_ns) {
   }
 }
 
-uint64_t TokenBucket::WaitNs(const BucketState* b) {
+uint64_t TokenBucket::WaitNs(const BucketState* b, int64_t resume_ns) {
   const int64_t tokens = b->tokens_ns.load(std::memory_order_relaxed);
-  if (tokens > 0) return 0;
+  if (resume_ns < 1) resume_ns = 1;
+  if (tokens >= resume_ns) return 0;
   const uint32_t rate = b->rate_ppm.load(std::memory_order_relaxed);
   if (rate == 0) return 1000000;  // nothing refills: poll every millisecond for a new rate
-  const uint64_t deficit = static_cast<uint64_t>(-tokens) + 1;
+  const uint64_t deficit = static_cast<uint64_t>(resume_ns - tokens);
   return static_cast<uint64_t>(static_cast<Uint128>(deficit) * kPpm / rate) + 1;
 }
 
 uint32_t ElasticController::NextRate(const ElasticInputs& in) {
   const uint32_t share = in.share_ppm;
   const uint32_t ceiling = in.ceiling_ppm < share ? share : in.ceiling_ppm;
-  if (in.device_util_ppm < 0 || ceiling == share) return share;
-  const uint32_t device =
-      in.device_util_ppm > static_cast<int32_t>(kPpm) ? kPpm : static_cast<uint32_t>(in.device_util_ppm);
+  if ((in.device_util_ppm < 0 && !in.alone) || ceiling == share) return share;
+  const uint32_t device = in.device_util_ppm < 0                             ? 0
+                          : in.device_util_ppm > static_cast<int32_t>(kPpm) ? kPpm
+                                                                             : static_cast<uint32_t>(in.device_util_ppm);
   const uint32_t own = in.own_util_ppm > kPpm ? kPpm : in.own_util_ppm;
-  const uint32_t others = device > own ? device - own : 0;
+  const uint32_t others = in.alone || device <= own ? 0 : device - own;
   const uint32_t used = own + others > kPpm ? kPpm : own + others;
   const uint32_t idle = kPpm - used;
   // What the container could take without taking from anyone: up to the ceiling, never others' use.
@@ -97,7 +99,8 @@ uint32_t ElasticController::NextRate(const ElasticInputs& in) {
   return rate;
 }
 
-bool ElasticController::Step(ControllerState* c, BucketState* b, uint64_t now_ns, int32_t device_util_ppm) {
+bool ElasticController::Step(ControllerState* c, BucketState* b, uint64_t now_ns, int32_t device_util_ppm,
+                             bool alone) {
   uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
   if (last != 0 && now_ns - last < kStepNs) return false;
   if (!c->last_step_ns.compare_exchange_strong(last, now_ns, std::memory_order_acq_rel)) return false;
@@ -124,6 +127,7 @@ bool ElasticController::Step(ControllerState* c, BucketState* b, uint64_t now_ns
   in.own_util_ppm = static_cast<uint32_t>(own);
   in.device_util_ppm = device_util_ppm;
   in.wanted_more = waits != prev_waits;
+  in.alone = alone;
   TokenBucket::SetRate(b, NextRate(in));
   return true;
 }
@@ -194,7 +198,7 @@ void TokenBucket::WaitForBudget(BucketState* b) {
   for (;;) {
     const uint64_t now = MonotonicNs();
     Refill(b, now);
-    const uint64_t wait = WaitNs(b);
+    const uint64_t wait = WaitNs(b, ResumeNs(b));
     if (wait == 0 || Unlimited(b)) break;
     if (!counted) {
       b->waits.fetch_add(1, std::memory_order_relaxed);

@@ -73,12 +73,22 @@ class TokenBucket {
     b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
   }
 
-  // How long until the budget is positive again at the current rate (0 when it is).
-  static uint64_t WaitNs(const BucketState* b);
+  // A launch that had to wait resumes once this much budget has built up (or the bucket is full): the
+  // container then runs a burst of about 2 ms instead of one kernel per refill. On a real GPU every switch
+  // between two containers' contexts costs GPU time that neither gets: a 10% tenant resuming at every refill
+  // forced about a thousand switches a second on an H100 and cost its 90% neighbour 13 points.
+  static constexpr int64_t kResumeNs = 2000000;  // 2 ms
+  static int64_t ResumeNs(const BucketState* b) {
+    const int64_t cap = b->capacity_ns.load(std::memory_order_relaxed);
+    return cap < kResumeNs ? cap : kResumeNs;
+  }
+
+  // How long until the budget reaches `resume_ns` at the current rate (0 when it has; default: positive).
+  static uint64_t WaitNs(const BucketState* b, int64_t resume_ns = 1);
   static bool Unlimited(const BucketState* b) { return b->limited.load(std::memory_order_relaxed) == 0; }
 
-  // The launch slow path of both hook libraries: sleeps (reading the real clock) until the budget is
-  // positive, in slices of at most 2 ms so that a raised limit takes effect quickly, and counts the wait so
+  // The launch slow path of both hook libraries: sleeps (reading the real clock) until the budget reaches
+  // ResumeNs, in slices of at most 2 ms so that a raised limit takes effect quickly, and counts the wait so
   // the elastic controller sees the demand. The one member that is not pure.
   static void WaitForBudget(BucketState* b);
 };
@@ -107,6 +117,11 @@ struct ElasticInputs {
   uint32_t own_util_ppm = 0;     // what the container used over the last interval
   int32_t device_util_ppm = -1;  // what the whole GPU did over the last interval (NVML); -1 unknown
   bool wanted_more = false;      // some launch waited for budget in the last interval
+  // No process outside the container holds a context on the GPU (NVML's process list): nobody else can want
+  // compute, whatever the utilization reads. NVML's utilization is a sampled, lagging figure a few points
+  // away from the container's own measure, so without this a lone elastic container saw "others" in the
+  // difference and gave its growth back, over and over (an H100 alone at a 90% ceiling averaged 78%).
+  bool alone = false;
 };
 
 class ElasticController {
@@ -122,7 +137,8 @@ class ElasticController {
   // time); the winner measures the container's use since the last step from the bucket, computes the next
   // rate and applies it. `device_util_ppm` is the GPU's utilization (NVML), -1 when unknown. Returns true
   // when this caller did the step.
-  static bool Step(ControllerState* c, BucketState* b, uint64_t now_ns, int32_t device_util_ppm);
+  static bool Step(ControllerState* c, BucketState* b, uint64_t now_ns, int32_t device_util_ppm,
+                   bool alone = false);
 };
 
 // Measured GPU time per kind of launch, process-local. A kind is a 64-bit key (the hook hashes the function

@@ -422,8 +422,10 @@ bool EveryMs(uint64_t now) {
     hook::ControllerState* c = &d.shared->controller;
     const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
     if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
-      const int32_t util = d.limits.policy == hook::ComputePolicy::kElastic ? DeviceUtilization(d) : -1;
-      hook::ElasticController::Step(c, &d.shared->bucket, now, util);
+      const bool elastic = d.limits.policy == hook::ComputePolicy::kElastic;
+      const int32_t util = elastic ? DeviceUtilization(d) : -1;
+      const bool alone = elastic && DeviceTenancy(i) == Tenancy::kAlone;
+      hook::ElasticController::Step(c, &d.shared->bucket, now, util, alone);
     }
   }
   if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);

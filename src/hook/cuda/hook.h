@@ -164,6 +164,11 @@ enum class ProcessUse { kKnown, kNotListed, kUnavailable };
 ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out);
 // NVML loaded and initialized (once).
 bool NvmlReady();
+// Whether a process outside the container holds a context on a device: NVML's real process list against the
+// host pids of the container's live processes. kUnknown without NVML (or while a process of the container has
+// not learnt its host pid: it would look like another tenant).
+enum class Tenancy { kAlone, kShared, kUnknown };
+Tenancy DeviceTenancy(int ordinal);
 enum class TrueUp {
   kMustFit,    // after something was created: growth beyond the limit is refused (the caller undoes it)
   kRaiseOnly,  // the limiter thread: growth is charged even past the limit; nothing is given back

@@ -140,6 +140,23 @@ ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out) {
   return ProcessUse::kNotListed;
 }
 
+Tenancy DeviceTenancy(int ordinal) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || !NvmlReady()) return Tenancy::kUnknown;
+  if (d->nvml == nullptr && (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
+                             g_nvml.nvmlDeviceGetHandleByUUID(d->uuid, &d->nvml) != NVML_SUCCESS)) {
+    return Tenancy::kUnknown;
+  }
+  nvmlProcessInfo_t infos[kMaxListed];
+  unsigned n = kMaxListed;
+  if (!RealProcessList(d->nvml, infos, &n)) return Tenancy::kUnknown;
+  for (unsigned i = 0; i < n; ++i) {
+    uint32_t local = 0;
+    if (!g_state.session.region.ContainerPidForHostPid(infos[i].pid, &local)) return Tenancy::kShared;
+  }
+  return Tenancy::kAlone;
+}
+
 namespace {
 
 // Keeps the entries of this container's live processes, under their pids in the container. `infos` holds
