@@ -159,6 +159,9 @@ class NodeAgent : public kubelet::AllocationBackend {
   absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
                                         const std::vector<NodePod>& pods);
   absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
+  // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when it
+  // is not among them yet), the limits file's tenants=.
+  std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
   void LoadRecords();
   // Host directories of a container: its limits file's, its region's.
@@ -178,6 +181,8 @@ class NodeAgent : public kubelet::AllocationBackend {
   void Event(const NodePod& pod, const std::string& type, const std::string& reason,
              const std::string& message);
   void ReportPhases(const std::vector<NodePod>& pods);
+  // Rewrites the limits files (and tells the processes to reload) of containers whose assignment was resized
+  // or whose GPUs gained or lost a co-tenant (tenants=).
   void ApplyAssignmentChanges(const std::vector<NodePod>& pods);
   void ReconcilePodResources(const std::vector<NodePod>& pods);
   // Y's allocation went to pod X's `container`, which had none: Y takes X's part of the ledger. Records the

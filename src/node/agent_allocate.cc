@@ -140,6 +140,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
                            .value_or(core::ComputePolicy::kHard);
     r.priority = core::PriorityFromString(Annotation(*c.pod, core::kAnnotationPriority))
                      .value_or(core::Priority::kLow);
+    r.gpu_tenants = GpuTenantsLocked(r);
     claims_.insert(key);
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());
     return r;
@@ -291,6 +292,22 @@ absl::Status NodeAgent::WriteLimits(const ContainerRecord& r) const {
     return absl::InternalError(StrCat("cannot write ", path, ": ", error.text));
   }
   return absl::OkStatus();
+}
+
+std::vector<uint32_t> NodeAgent::GpuTenantsLocked(const ContainerRecord& r) const {
+  std::vector<uint32_t> out;
+  const bool counted = tenants_.contains(r.key());
+  for (const core::VGpuAssignment& v : r.vgpus) {
+    uint32_t n = counted ? 0 : 1;
+    for (const auto& [key, t] : tenants_) {
+      if (std::any_of(t.record.vgpus.begin(), t.record.vgpus.end(),
+                      [&](const core::VGpuAssignment& o) { return o.uuid == v.uuid; })) {
+        ++n;
+      }
+    }
+    out.push_back(std::min(n, hook::kMaxTenants));
+  }
+  return out;
 }
 
 absl::Status NodeAgent::Materialize(Tenant* t) {

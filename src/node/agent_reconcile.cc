@@ -157,6 +157,23 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
       r.generation += 1;
       changed.push_back(std::move(r));
     }
+    // Tenancy: a container arrived on a GPU or left it. The co-tenants' limits files say how many hold each
+    // GPU (tenants=), which tells an elastic tenant alone that the idle compute is its own to take where it
+    // cannot see other processes itself (OpenCL; CUDA without NVML).
+    std::map<std::string, size_t> at;  // record key -> its position in `changed`
+    for (size_t i = 0; i < changed.size(); ++i) at[changed[i].key()] = i;
+    for (const auto& [key, t] : tenants_) {
+      std::vector<uint32_t> counts = GpuTenantsLocked(t.record);
+      if (auto c = at.find(key); c != at.end()) {
+        changed[c->second].gpu_tenants = std::move(counts);
+        continue;
+      }
+      if (counts == t.record.gpu_tenants) continue;
+      ContainerRecord r = t.record;
+      r.gpu_tenants = std::move(counts);
+      r.generation += 1;
+      changed.push_back(std::move(r));
+    }
   }
   for (const auto& [e, pod] : events) {
     if (!api_->PostEvent(e).ok()) {

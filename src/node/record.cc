@@ -55,6 +55,7 @@ std::string SerializeRecord(const ContainerRecord& r) {
                   {"pod", r.pod_name},
                   {"container", r.container},
                   {"vgpus", vgpus},
+                  {"gpuTenants", r.gpu_tenants},
                   {"numaNode", r.numa_node},
                   {"cpus", r.cpus},
                   {"deviceIDs", r.device_ids},
@@ -92,6 +93,15 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
       a.requested = core::MilliGpu(Get<int32_t>(v, "requestedMilliCores", &field, 0));
       r.vgpus.push_back(a);
     }
+    r.gpu_tenants = Get<std::vector<uint32_t>>(j, "gpuTenants", &field, std::vector<uint32_t>{});
+    if (!r.gpu_tenants.empty() && r.gpu_tenants.size() != r.vgpus.size()) {
+      return absl::InvalidArgumentError(StrCat("gpuTenants has ", r.gpu_tenants.size(), " entries for ",
+                                               r.vgpus.size(), " vgpus; give one per vGPU or none"));
+    }
+    for (uint32_t n : r.gpu_tenants) {
+      if (n < 1 || n > hook::kMaxTenants)
+        return absl::InvalidArgumentError(StrCat("gpuTenants holds ", n, "; each must be 1..", hook::kMaxTenants));
+    }
     r.numa_node = Get<int>(j, "numaNode", &field, -1);
     r.cpus = Get<std::string>(j, "cpus", &field, "");
     r.device_ids = Get<std::vector<std::string>>(j, "deviceIDs", &field);
@@ -125,9 +135,11 @@ hook::Limits LimitsFor(const ContainerRecord& r) {
   hook::Limits l;
   l.generation = r.generation;
   hook::CopyString(l.region_path, sizeof(l.region_path), kContainerRegionFile);
-  for (const core::VGpuAssignment& v : r.vgpus) {
+  for (size_t i = 0; i < r.vgpus.size(); ++i) {
+    const core::VGpuAssignment& v = r.vgpus[i];
     if (l.device_count >= hook::kMaxDevices) break;
     hook::DeviceLimits& d = l.devices[l.device_count++];
+    d.tenants = i < r.gpu_tenants.size() ? r.gpu_tenants[i] : 0;
     hook::CopyString(d.uuid, sizeof(d.uuid), v.uuid.value().c_str());
     d.index = hook::kByUuid;
     d.memory_bytes = static_cast<uint64_t>(v.memory.value()) << 20;

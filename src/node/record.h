@@ -35,6 +35,9 @@ struct ContainerRecord {
   std::string pod_name;
   std::string container;
   std::vector<core::VGpuAssignment> vgpus;  // the container's part of the assignment, as applied
+  // Per vGPU: the containers holding its GPU, this one included, as last written to the limits file
+  // (`tenants=`); empty when not counted (records of older agents).
+  std::vector<uint32_t> gpu_tenants;
   int numa_node = -1;
   std::string cpus;
   std::vector<std::string> device_ids;  // the kubelet's slots of the Allocate call

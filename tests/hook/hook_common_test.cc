@@ -208,6 +208,34 @@ TEST(LimitsTest, RoundTripAndClearErrors) {
   EXPECT_FALSE(ParseLimits(future, strlen(future), &back, &error));
 }
 
+// tenants= (the agent's count of the GPU's containers) is written only when known, read back, and bounded.
+TEST(LimitsTest, TenantsAreWrittenWhenKnownAndBounded) {
+  Limits l;
+  l.generation = 1;
+  l.device_count = 2;
+  l.devices[0].index = 0;
+  l.devices[0].tenants = 3;
+  l.devices[1].index = 1;
+  char buf[1024];
+  ASSERT_GT(FormatLimits(l, buf, sizeof(buf)), 0u);
+  EXPECT_NE(std::string(buf).find("index=0 memory=unlimited cores=100 policy=hard ceiling=100 priority=low "
+                                  "tenants=3\n"),
+            std::string::npos)
+      << buf;
+  EXPECT_EQ(std::string(buf).find("tenants=0"), std::string::npos) << buf;
+  Limits back;
+  Error error;
+  ASSERT_TRUE(ParseLimits(buf, strlen(buf), &back, &error)) << error.text;
+  EXPECT_EQ(back.devices[0].tenants, 3u);
+  EXPECT_EQ(back.devices[1].tenants, 0u);
+  for (const char* bad : {"0", "1001", "two", "-1"}) {
+    const std::string text = std::string("tessera-limits 1\ngeneration 1\ngpu index=0 memory=1 cores=50 tenants=") +
+                             bad + "\n";
+    EXPECT_FALSE(ParseLimits(text.c_str(), text.size(), &back, &error)) << bad;
+    EXPECT_NE(std::string(error.text).find("tenants must be 1..1000"), std::string::npos) << error.text;
+  }
+}
+
 // No memory limit is written `unlimited` and read back as none; `memory=0` and a key given twice (a trailing
 // memory=0 used to win) are errors that say what to do; the environment refuses 0 bytes the same way.
 TEST(LimitsTest, ZeroAndDuplicateKeysAreRefusedUnlimitedIsExplicit) {

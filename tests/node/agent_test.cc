@@ -404,6 +404,53 @@ TEST_F(AgentTest, ChangedAssignmentReachesTheRunningContainerWithReload) {
   EXPECT_EQ(agent->stats().limit_updates, 1u);
 }
 
+// The limits file tells each container how many hold its GPU (tenants=): the first pod alone says 1, a second
+// on the same GPU makes both say 2 (the first rewritten with a new generation), and when one leaves the other
+// is told it is alone again. An elastic tenant that cannot see other processes (OpenCL) grows only then.
+TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  auto limits_of = [&](const std::string& pod) {
+    hook::Limits l;
+    hook::Error error;
+    for (const ContainerRecord& r : agent->Records()) {
+      if (r.pod_name != pod) continue;
+      EXPECT_TRUE(hook::ReadLimitsFile((r.dir + "/limits").c_str(), &l, &error)) << error.text;
+    }
+    return l;
+  };
+  EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 1u);
+  api_.UpsertPod(BoundPod(1, {{0, 40, 1024}}));
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
+  EXPECT_EQ(limits_of("pod-1").devices[0].tenants, 2u);  // counted at Allocate
+  EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 1u);  // told at the next pass
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 2u);
+  EXPECT_EQ(limits_of("pod-0").generation, 2u);
+  EXPECT_EQ(limits_of("pod-1").generation, 1u);  // nothing new for it
+  // A pod on another GPU is nobody's co-tenant.
+  api_.UpsertPod(BoundPod(2, {{1, 50, 1024}}));
+  ASSERT_TRUE(Client()->Allocate({{"GPU-1::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_EQ(limits_of("pod-2").devices[0].tenants, 1u);
+  EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 2u);
+  // pod-1 leaves: once collected, pod-0 is alone again.
+  api_.DeletePod("default", "pod-1");
+  std::vector<ContainerRecord> kept;
+  for (const ContainerRecord& r : agent->Records()) {
+    if (r.pod_name != "pod-1") kept.push_back(r);
+  }
+  PublishPodResources(kept);
+  for (int pass = 0; pass < 3 && limits_of("pod-0").devices[0].tenants != 1; ++pass) {
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+  }
+  EXPECT_EQ(agent->Records().size(), 2u);
+  EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 1u);
+  EXPECT_EQ(limits_of("pod-0").generation, 3u);
+}
+
 TEST_F(AgentTest, RegistrationRefusesImpostors) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();

@@ -30,6 +30,7 @@ ContainerRecord Sample() {
   v.memory = core::MiB(4096);
   v.requested = core::MilliGpu(400);
   r.vgpus = {v};
+  r.gpu_tenants = {2};
   r.numa_node = 0;
   r.cpus = "0-7";
   r.device_ids = {"GPU-1::3"};
@@ -74,6 +75,9 @@ TEST(RecordTest, DamagedOrEditedFilesAreErrorsThatSayWhat) {
       {with(R"("generation":4)", R"("generation":"4")"), "generation"},
       {with(R"("generation":4)", R"("generation":1e999)"), ""},
       {with(R"("podUID":"00000000-0000-4000-8000-000000000001")", R"("podUID":"../../etc")"), "podUID"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[2,1])"), "one per vGPU"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[0])"), "1..1000"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":"2")"), "gpuTenants"},
       {"[]", "JSON object"},
       {text.substr(0, text.size() / 2), ""},
       {std::string(100000, '['), ""},
@@ -96,7 +100,17 @@ TEST(RecordTest, LimitsFollowTheRecord) {
   EXPECT_EQ(l.devices[0].memory_bytes, uint64_t{4096} << 20);
   EXPECT_EQ(l.devices[0].policy, hook::ComputePolicy::kElastic);
   EXPECT_EQ(l.devices[0].priority, hook::Priority::kHigh);
+  EXPECT_EQ(l.devices[0].tenants, 2u);
   EXPECT_STREQ(l.region_path, kContainerRegionFile);
+  // A record of an older agent counts no tenants: the file says nothing, the hook does not know.
+  ContainerRecord old = Sample();
+  old.gpu_tenants.clear();
+  EXPECT_EQ(LimitsFor(old).devices[0].tenants, 0u);
+  std::string text = SerializeRecord(Sample());
+  text.replace(text.find(R"("gpuTenants":[2],)"), std::string(R"("gpuTenants":[2],)").size(), "");
+  absl::StatusOr<ContainerRecord> back = ParseRecord(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->gpu_tenants.empty());
 }
 
 TEST(RecordTest, SignatureTellsTradableAllocationsApart) {

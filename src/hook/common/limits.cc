@@ -129,6 +129,14 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
                    static_cast<int>(value.n), value.p);
         return false;
       }
+    } else if (key.Is("tenants")) {
+      uint64_t v = 0;
+      if (!ParseU64(value.p, value.n, &v) || v < 1 || v > kMaxTenants) {
+        error->Set("limits file line %d: tenants must be 1..%u (the containers on this GPU), found '%.*s'",
+                   line_no, kMaxTenants, static_cast<int>(value.n), value.p);
+        return false;
+      }
+      d->tenants = static_cast<uint32_t>(v);
     } else if (key.Is("priority")) {
       if (value.Is("high")) {
         d->priority = Priority::kHigh;
@@ -314,11 +322,13 @@ size_t FormatLimits(const Limits& limits, char* buf, size_t cap) {
       } else {
         snprintf(memory, sizeof(memory), "%llu", static_cast<unsigned long long>(d.memory_bytes));
       }
-      ok = Appendf(buf, cap, &used, " memory=%s cores=%u policy=%s ceiling=%u priority=%s\n", memory,
+      ok = Appendf(buf, cap, &used, " memory=%s cores=%u policy=%s ceiling=%u priority=%s", memory,
                    d.cores_percent,
                    ComputePolicyName(d.policy),
                    d.ceiling_percent < d.cores_percent ? d.cores_percent : d.ceiling_percent,
                    PriorityName(d.priority));
+      if (ok && d.tenants != 0) ok = Appendf(buf, cap, &used, " tenants=%u", d.tenants);
+      if (ok) ok = Appendf(buf, cap, &used, "\n");
     }
   }
   if (!ok) {

@@ -27,6 +27,7 @@ inline constexpr uint32_t kLimitsVersion = 1;
 inline constexpr int kMaxDevices = 16;
 inline constexpr size_t kUuidSize = 64;
 inline constexpr size_t kPathSize = 256;
+inline constexpr uint32_t kMaxTenants = 1000;  // tenants= on a gpu line (the agent's --slots-per-gpu bound)
 inline constexpr uint32_t kDefaultCeilingPercent = 90;  // GaiaGPU: elastic use stops at 90% of the GPU
 // DeviceLimits::index value for an entry that applies to every visible GPU not named by another entry.
 inline constexpr int kAnyDevice = -1;
@@ -47,6 +48,10 @@ struct DeviceLimits {
   ComputePolicy policy = ComputePolicy::kHard;
   uint32_t ceiling_percent = kDefaultCeilingPercent;  // elastic only: the most it may use when the GPU is idle
   Priority priority = Priority::kLow;
+  // The Tessera containers holding this GPU, this one included, as the node agent counts them (`tenants=N`);
+  // 0: not known (no agent, or an older one). 1 tells the elastic policy that no other tenant can want the
+  // GPU's idle compute, where it cannot see other processes itself (OpenCL; CUDA without NVML).
+  uint32_t tenants = 0;
 };
 
 struct Limits {

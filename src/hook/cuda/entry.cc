@@ -424,7 +424,10 @@ bool EveryMs(uint64_t now) {
     if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
       const bool elastic = d.limits.policy == hook::ComputePolicy::kElastic;
       const int32_t util = elastic ? DeviceUtilization(d) : -1;
-      const bool alone = elastic && DeviceTenancy(i) == Tenancy::kAlone;
+      // Alone: NVML's process list shows nobody else; without NVML, the agent's count of the GPU's containers.
+      const Tenancy tenancy = elastic ? DeviceTenancy(i) : Tenancy::kUnknown;
+      const bool alone =
+          elastic && (tenancy == Tenancy::kAlone || (tenancy == Tenancy::kUnknown && d.limits.tenants == 1));
       hook::ElasticController::Step(c, &d.shared->bucket, now, util, alone);
     }
   }

@@ -344,8 +344,12 @@ bool EveryMs(uint64_t now) {
       const int32_t util = DeviceUtilization(d, &g_last_measured[i], &g_last_alone[i],
                                              g_last_step[i] == 0 ? 0 : now - g_last_step[i]);
       g_last_step[i] = now;
-      hook::ElasticController::Step(c, &d.shared->bucket, now,
-                                    d.limits.policy == hook::ComputePolicy::kElastic ? util : -1);
+      // Alone on the device by the agent's count: nobody else can want its idle time. The slowdown measure
+      // above cannot tell a kernel slowed by another tenant from one given more work through its arguments
+      // (a kind is a kernel and its work sizes), nor from the program's own threads on a CPU device.
+      const bool elastic = d.limits.policy == hook::ComputePolicy::kElastic;
+      hook::ElasticController::Step(c, &d.shared->bucket, now, elastic ? util : -1,
+                                    elastic && d.limits.tenants == 1);
     }
   }
   return busy;
