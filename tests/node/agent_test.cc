@@ -451,6 +451,25 @@ TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
   EXPECT_EQ(limits_of("pod-0").generation, 3u);
 }
 
+// The policy and priority annotations are read as the scheduler reads them: any case, spaces trimmed. A pod
+// annotated "Elastic" used to be placed as elastic and limited as hard.
+TEST_F(AgentTest, PolicyAndPriorityAnnotationsAreReadAsTheSchedulerReadsThem) {
+  NodePod p = BoundPod(0, {{0, 30, 1024}});
+  p.annotations["tessera.dev/compute-policy"] = " Elastic ";
+  p.annotations["tessera.dev/priority"] = "HIGH";
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_EQ(agent->Records().size(), 1u);
+  EXPECT_EQ(agent->Records()[0].compute_policy, core::ComputePolicy::kElastic);
+  EXPECT_EQ(agent->Records()[0].priority, core::Priority::kHigh);
+  hook::Limits l;
+  hook::Error error;
+  ASSERT_TRUE(hook::ReadLimitsFile((agent->Records()[0].dir + "/limits").c_str(), &l, &error)) << error.text;
+  EXPECT_EQ(l.devices[0].policy, hook::ComputePolicy::kElastic);
+  EXPECT_EQ(l.devices[0].priority, hook::Priority::kHigh);
+}
+
 TEST_F(AgentTest, RegistrationRefusesImpostors) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
