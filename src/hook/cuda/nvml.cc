@@ -118,18 +118,23 @@ bool RealProcessList(nvmlDevice_t h, nvmlProcessInfo_t* infos, unsigned* count) 
   return true;
 }
 
+// The real process list of a device (its NVML handle looked up once). False without NVML.
+bool DeviceProcessList(int ordinal, nvmlProcessInfo_t* infos, unsigned* count) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || !NvmlReady()) return false;
+  if (d->nvml == nullptr && (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
+                             g_nvml.nvmlDeviceGetHandleByUUID(d->uuid, &d->nvml) != NVML_SUCCESS)) {
+    return false;
+  }
+  return RealProcessList(d->nvml, infos, count);
+}
+
 }  // namespace
 
 ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out) {
-  HookDevice* d = DeviceAt(ordinal);
-  if (d == nullptr || !NvmlReady()) return ProcessUse::kUnavailable;
-  if (d->nvml == nullptr && (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
-                             g_nvml.nvmlDeviceGetHandleByUUID(d->uuid, &d->nvml) != NVML_SUCCESS)) {
-    return ProcessUse::kUnavailable;
-  }
   nvmlProcessInfo_t infos[kMaxListed];
   unsigned n = kMaxListed;
-  if (!RealProcessList(d->nvml, infos, &n)) return ProcessUse::kUnavailable;
+  if (!DeviceProcessList(ordinal, infos, &n)) return ProcessUse::kUnavailable;
   for (unsigned i = 0; i < n; ++i) {
     if (infos[i].pid != g_state.host_pid) continue;
     if (infos[i].usedGpuMemory == TESSERA_NVML_VALUE_NOT_AVAILABLE) return ProcessUse::kUnavailable;
@@ -141,15 +146,9 @@ ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out) {
 }
 
 Tenancy DeviceTenancy(int ordinal) {
-  HookDevice* d = DeviceAt(ordinal);
-  if (d == nullptr || !NvmlReady()) return Tenancy::kUnknown;
-  if (d->nvml == nullptr && (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
-                             g_nvml.nvmlDeviceGetHandleByUUID(d->uuid, &d->nvml) != NVML_SUCCESS)) {
-    return Tenancy::kUnknown;
-  }
   nvmlProcessInfo_t infos[kMaxListed];
   unsigned n = kMaxListed;
-  if (!RealProcessList(d->nvml, infos, &n)) return Tenancy::kUnknown;
+  if (!DeviceProcessList(ordinal, infos, &n)) return Tenancy::kUnknown;
   for (unsigned i = 0; i < n; ++i) {
     uint32_t local = 0;
     if (!g_state.session.region.ContainerPidForHostPid(infos[i].pid, &local)) return Tenancy::kShared;
