@@ -50,7 +50,7 @@ class TokenBucket {
  public:
   // The budget saved up while idle: this many ns of GPU time at the current rate (and at least kMinBurstNs).
   static constexpr int64_t kBurstWindowNs = 20000000;  // 20 ms
-  static constexpr int64_t kMinBurstNs = 1000000;      // 1 ms
+  static constexpr int64_t kMinBurstNs = 4000000;      // 4 ms: twice kResumeNs (below)
 
   // Sets the rate (kPpm = no limit) and the capacity that goes with it. Keeps the current budget (clamped).
   static void Configure(BucketState* b, uint32_t rate_ppm, uint64_t now_ns);
@@ -73,14 +73,16 @@ class TokenBucket {
     b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
   }
 
-  // A launch that had to wait resumes once this much budget has built up (or the bucket is full): the
-  // container then runs a burst of about 2 ms instead of one kernel per refill. On a real GPU every switch
-  // between two containers' contexts costs GPU time that neither gets: a 10% tenant resuming at every refill
-  // forced about a thousand switches a second on an H100 and cost its 90% neighbour 13 points.
+  // A launch that had to wait resumes once this much budget has built up: the container then runs a burst of
+  // about 2 ms instead of one kernel per refill. On a real GPU every switch between two containers' contexts
+  // costs GPU time that neither gets: a 10% tenant resuming at every refill forced about a thousand switches a
+  // second on an H100 and cost its 90% neighbour 10 points. Half the bucket at most: a waiter that wakes late
+  // (a loaded machine) must not find the bucket full and the refill since lost (a 10% tenant whose bucket held
+  // only 2 ms got 7.4% beside a 90% one on the fake GPU).
   static constexpr int64_t kResumeNs = 2000000;  // 2 ms
   static int64_t ResumeNs(const BucketState* b) {
-    const int64_t cap = b->capacity_ns.load(std::memory_order_relaxed);
-    return cap < kResumeNs ? cap : kResumeNs;
+    const int64_t half = b->capacity_ns.load(std::memory_order_relaxed) / 2;
+    return half < kResumeNs ? half : kResumeNs;
   }
 
   // How long until the budget reaches `resume_ns` at the current rate (0 when it has; default: positive).
