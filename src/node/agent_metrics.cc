@@ -120,19 +120,28 @@ std::string NodeAgent::MetricsText() const {
   }
   StrAppend(&out, "# HELP tessera_node_tenants Containers with a Tessera allocation on this node.\n",
             "# TYPE tessera_node_tenants gauge\ntessera_node_tenants ", tenants_.size(), "\n");
-  const std::pair<const char*, uint64_t> counters[] = {
-      {"tessera_allocations_total", stats_.allocations},
-      {"tessera_allocation_errors_total", stats_.allocation_errors},
-      {"tessera_limit_updates_total", stats_.limit_updates},
-      {"tessera_containers_collected_total", stats_.collected},
-      {"tessera_registrations_total", stats_.registrations},
-      {"tessera_registrations_refused_total", stats_.registrations_refused},
-      {"tessera_region_slots_reclaimed_total", stats_.slots_reclaimed},
-      {"tessera_api_errors_total", stats_.api_errors},
-      {"tessera_regions_rebuilt_total", stats_.regions_rebuilt},
-      {"tessera_record_errors_total", stats_.record_errors}};
-  for (const auto& [name, value] : counters) {
-    StrAppend(&out, "# TYPE ", name, " counter\n", name, " ", value, "\n");
+  struct Counter {
+    const char* name;
+    const char* help;
+    uint64_t value;
+  };
+  const Counter counters[] = {
+      {"tessera_allocations_total", "Allocate calls answered.", stats_.allocations},
+      {"tessera_allocation_errors_total", "Allocate calls refused.", stats_.allocation_errors},
+      {"tessera_limit_updates_total",
+       "Limits files rewritten for a running container (a changed assignment, or its GPUs' tenants).",
+       stats_.limit_updates},
+      {"tessera_containers_collected_total", "Containers garbage-collected.", stats_.collected},
+      {"tessera_registrations_total", "Hooked processes registered.", stats_.registrations},
+      {"tessera_registrations_refused_total", "Registrations refused.", stats_.registrations_refused},
+      {"tessera_region_slots_reclaimed_total", "Region slots of dead processes freed by the agent.",
+       stats_.slots_reclaimed},
+      {"tessera_api_errors_total", "Failed API server calls (retried).", stats_.api_errors},
+      {"tessera_regions_rebuilt_total", "Regions replaced because a tenant held their lock too long.",
+       stats_.regions_rebuilt},
+      {"tessera_record_errors_total", "Record files that could not be saved or removed.", stats_.record_errors}};
+  for (const Counter& c : counters) {
+    StrAppend(&out, "# HELP ", c.name, " ", c.help, "\n# TYPE ", c.name, " counter\n", c.name, " ", c.value, "\n");
   }
   return out;
 }

@@ -21,7 +21,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -468,6 +470,52 @@ TEST_F(AgentTest, PolicyAndPriorityAnnotationsAreReadAsTheSchedulerReadsThem) {
   ASSERT_TRUE(hook::ReadLimitsFile((agent->Records()[0].dir + "/limits").c_str(), &l, &error)) << error.text;
   EXPECT_EQ(l.devices[0].policy, hook::ComputePolicy::kElastic);
   EXPECT_EQ(l.devices[0].priority, hook::Priority::kHigh);
+}
+
+// /metrics as Prometheus' text format requires (what `promtool check metrics` checks): every family has one
+// HELP and one TYPE line before its samples, counters end in _total, no family appears twice, and every sample
+// line is `name{labels} value`. The node's counters had no HELP.
+TEST_F(AgentTest, MetricsAreWellFormedExposition) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  const std::string text = agent->MetricsText();
+  std::map<std::string, std::string> help, type;
+  std::set<std::string> sampled, closed;  // families with samples; families another family followed
+  std::string current;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    SCOPED_TRACE(line);
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, rest;
+      words >> name;
+      std::getline(words, rest);
+      auto& table = line[2] == 'H' ? help : type;
+      EXPECT_FALSE(table.contains(name)) << "given twice";
+      EXPECT_FALSE(closed.contains(name)) << "family split";
+      EXPECT_FALSE(rest.empty());
+      table[name] = rest;
+      if (current != name && !current.empty()) closed.insert(current);
+      current = name;
+      continue;
+    }
+    ASSERT_FALSE(line.empty());
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_EQ(name, current) << "a sample outside its family";
+    EXPECT_TRUE(help.contains(name)) << "no HELP";
+    EXPECT_TRUE(type.contains(name)) << "no TYPE";
+    const std::string value = line.substr(line.rfind(' ') + 1);
+    EXPECT_NO_THROW((void)std::stod(value));
+    sampled.insert(name);
+  }
+  for (const auto& [name, t] : type) {
+    EXPECT_TRUE(t == " counter" || t == " gauge") << name << t;
+    EXPECT_EQ(t == " counter", name.ends_with("_total")) << name;
+  }
+  EXPECT_TRUE(sampled.contains("tessera_allocations_total"));
+  EXPECT_TRUE(sampled.contains("tessera_container_cores_limit_percent"));
 }
 
 TEST_F(AgentTest, RegistrationRefusesImpostors) {
