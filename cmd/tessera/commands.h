@@ -44,6 +44,7 @@ struct InspectOptions {
   std::string node;       // one node only
   bool json = false;
   bool summary_only = false;
+  bool wide = false;  // full GPU UUIDs
 };
 int RunInspect(const InspectOptions& options);
 struct RunOptions {

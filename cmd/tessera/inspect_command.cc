@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common/files.h"
@@ -83,17 +84,30 @@ std::string GiB(int64_t mib) {
   return buf;
 }
 
+// "1 node", "2 nodes".
+std::string Count(int n, const char* one, const char* many) {
+  return StrCat(n, " ", n == 1 ? one : many);
+}
+
 int Print(const json& doc, const InspectOptions& o) {
   int nodes = 0, gpus = 0, whole_free = 0, shared = 0, tenants = 0, unhealthy = 0;
   double cores_used = 0;
   int64_t memory_used = 0, memory_total = 0;
   std::string out;
+  std::vector<std::string> names;
+  const size_t uuid_width = o.wide ? 40 : 18;
   for (const json& n : doc.at("nodes")) {
     const std::string name = n.at("name").get<std::string>();
+    names.push_back(name);
     if (!o.node.empty() && name != o.node) continue;
     ++nodes;
     StrAppend(&out, "node ", name, n.value("schedulable", true) ? "" : "  (no new pods: cordoned or stale)",
               "\n");
+    char line[320];
+    std::snprintf(line, sizeof(line), "  %-6s %-16s %-*s %6s  %s\n      %-44s %-12s %6s  %-9s %s\n", "GPU", "MODEL",
+                  static_cast<int>(uuid_width), "UUID", "CORES", "MEMORY GiB (used / total)", "POD", "CONTAINER",
+                  "CORES", "MEMORY", "PRIORITY");
+    out += line;
     for (const json& g : n.at("gpus")) {
       ++gpus;
       const double used = g.at("coresUsed").get<double>();
@@ -105,11 +119,10 @@ int Print(const json& doc, const InspectOptions& o) {
       if (used == 0 && mem_used == 0) ++whole_free;
       if (g.at("tenants").size() > 1) ++shared;
       if (g.value("health", "healthy") != "healthy") ++unhealthy;
-      char line[256];
-      std::snprintf(line, sizeof(line), "  GPU %-2d %-16s %-18s cores %6s  memory %6s / %6s GiB%s\n",
+      std::snprintf(line, sizeof(line), "  GPU %-2d %-16s %-*s %6s  %6s / %6s%s\n",
                     g.at("index").get<int>(), g.at("model").get<std::string>().c_str(),
-                    g.at("uuid").get<std::string>().substr(0, 18).c_str(), Percent(used).c_str(),
-                    GiB(mem_used).c_str(), GiB(mem).c_str(),
+                    static_cast<int>(uuid_width), g.at("uuid").get<std::string>().substr(0, uuid_width).c_str(),
+                    Percent(used).c_str(), GiB(mem_used).c_str(), GiB(mem).c_str(),
                     g.value("health", "healthy") == "healthy" ? "" : "  UNHEALTHY");
       out += line;
       for (const json& t : g.at("tenants")) {
@@ -118,21 +131,31 @@ int Print(const json& doc, const InspectOptions& o) {
         if (pod.empty()) pod = StrCat(t.value("namespace", ""), "/", t.value("podUID", ""));
         const double cores = t.at("cores").get<double>();
         const double requested = t.value("requestedCores", cores);
-        std::snprintf(line, sizeof(line), "      %-44s %-12s %6s%s  %s GiB  %s\n", pod.c_str(),
+        std::snprintf(line, sizeof(line), "      %-44s %-12s %6s%s  %-9s %s\n", pod.c_str(),
                       t.value("container", "").c_str(), Percent(cores).c_str(),
                       requested > cores ? StrCat(" (asked ", Percent(requested), ")").c_str() : "",
-                      GiB(t.at("memoryMiB").get<int64_t>()).c_str(), t.value("priority", "low").c_str());
+                      StrCat(GiB(t.at("memoryMiB").get<int64_t>()), " GiB").c_str(),
+                      t.value("priority", "low").c_str());
         out += line;
       }
     }
   }
+  if (!o.node.empty() && nodes == 0) {
+    const bool more = names.size() > 10;
+    if (more) names.resize(10);
+    return Fail(StrCat("no node ", o.node, " in the inspection; it has ",
+                       Count(static_cast<int>(names.size()), "node", "nodes"),
+                       names.empty() ? "" : StrCat(": ", StrJoin(names, ", "), more ? ", ..." : ""),
+                       " (names as kubectl get nodes prints them)"));
+  }
   if (o.summary_only) out.clear();
   std::cout << out;
-  std::printf(
-      "%s%d nodes, %d GPUs (%d unhealthy): %d whole GPUs free, %d shared by several tenants, %d tenants; "
-      "compute committed %.1f GPUs (%s), memory %s of %s GiB\n",
-      out.empty() ? "" : "\n", nodes, gpus, unhealthy, whole_free, shared, tenants, cores_used / 100.0,
-      Percent(gpus > 0 ? cores_used / gpus : 0).c_str(), GiB(memory_used).c_str(), GiB(memory_total).c_str());
+  std::printf("%s%s, %s (%d unhealthy): %s free, %d shared by several tenants, %s; compute committed %.1f GPUs "
+              "(%s), memory %s of %s GiB\n",
+              out.empty() ? "" : "\n", Count(nodes, "node", "nodes").c_str(), Count(gpus, "GPU", "GPUs").c_str(),
+              unhealthy, Count(whole_free, "whole GPU", "whole GPUs").c_str(), shared,
+              Count(tenants, "tenant", "tenants").c_str(), cores_used / 100.0,
+              Percent(gpus > 0 ? cores_used / gpus : 0).c_str(), GiB(memory_used).c_str(), GiB(memory_total).c_str());
   return 0;
 }
 

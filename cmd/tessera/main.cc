@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("--node", inspect.node, "Only this node");
   inspect_cmd->add_flag("--json", inspect.json, "Print the JSON");
   inspect_cmd->add_flag("--summary", inspect.summary_only, "Print only the cluster summary");
+  inspect_cmd->add_flag("--wide", inspect.wide, "Print full GPU UUIDs");
 
   tessera::cli::RunOptions run;
   CLI::App* run_cmd = app.add_subcommand(

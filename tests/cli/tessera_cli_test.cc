@@ -13,6 +13,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using Result = tessera::testing::BinaryResult;
 
@@ -172,12 +173,31 @@ TEST(TesseraCliTest, InspectShowsTenantsPerGpuAndASummary) {
   EXPECT_THAT(r.output, HasSubstr("team-a/web-1"));
   EXPECT_THAT(r.output, HasSubstr("UNHEALTHY"));
   // 30% + 50% + 100% of 4 GPUs; 4 + 6 + 15 GiB of 60.
-  EXPECT_THAT(r.output, HasSubstr("1 nodes, 4 GPUs (1 unhealthy): 1 whole GPUs free"));
+  EXPECT_THAT(r.output, HasSubstr("1 node, 4 GPUs (1 unhealthy): 1 whole GPU free, 0 shared by several tenants, "
+                                   "3 tenants"));
   EXPECT_THAT(r.output, HasSubstr("compute committed 1.8 GPUs (45%), memory 25.0 of 60.0 GiB"));
+  // Column headers over the GPU and tenant rows; UUIDs cut to 18 characters unless --wide.
+  EXPECT_THAT(r.output, HasSubstr("POD"));
+  EXPECT_THAT(r.output, HasSubstr("PRIORITY"));
   Result json = Tessera("inspect --json --file " + Data("tests/testdata/inspect/t4-box.json"));
   EXPECT_THAT(json.output, HasSubstr("\"podUID\""));
+  // A node the inspection does not hold is an error that names the ones it does.
   Result other = Tessera("inspect --node nowhere --file " + Data("tests/testdata/inspect/t4-box.json"));
-  EXPECT_THAT(other.output, HasSubstr("0 nodes, 0 GPUs"));
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_THAT(other.output, HasSubstr("no node nowhere in the inspection; it has 1 node: t4-box"));
+}
+
+TEST(TesseraCliTest, InspectCutsUuidsUnlessWide) {
+  const std::string file = TempFile("long-uuid.json", R"({"nodes": [{"name": "n1", "gpus": [{"index": 0,
+      "model": "H100", "uuid": "GPU-5d3c9a47-1b2e-4c1f-9a3e-2b7f3f8c9d10", "coresUsed": 0, "memoryMiB": 81920,
+      "memoryUsedMiB": 0, "tenants": []}]}]})");
+  Result cut = Tessera("inspect --file " + file);
+  ASSERT_EQ(cut.status, 0) << cut.output;
+  EXPECT_THAT(cut.output, HasSubstr("GPU-5d3c9a47-1b2e-"));
+  EXPECT_THAT(cut.output, Not(HasSubstr("GPU-5d3c9a47-1b2e-4c1f-9a3e-2b7f3f8c9d10")));
+  Result wide = Tessera("inspect --wide --file " + file);
+  EXPECT_THAT(wide.output, HasSubstr("GPU-5d3c9a47-1b2e-4c1f-9a3e-2b7f3f8c9d10"));
+  EXPECT_THAT(wide.output, HasSubstr("1 node, 1 GPU (0 unhealthy): 1 whole GPU free"));
 }
 
 TEST(TesseraCliTest, InspectExplainsWhatItCannotRead) {
