@@ -1,4 +1,4 @@
-// What a pod asks for, once parsed and validated (DESIGN.md section 2), and what it was given.
+// What a pod asks for, once parsed and validated (docs/requests.md), and what it was given.
 //
 // A container's demand is a list of vGPUs; each vGPU is a share of a distinct physical GPU:
 //   tessera.dev/gpu: 2, gpu-cores: 30, gpu-memory: 4096   ->  [{300, 4096 MiB}, {300, 4096 MiB}]

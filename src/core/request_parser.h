@@ -1,4 +1,4 @@
-// Reads what a pod asks for from its containers' resources and its annotations (DESIGN.md section 2), in
+// Reads what a pod asks for from its containers' resources and its annotations (docs/requests.md), in
 // Tessera's own names and in those of the systems users migrate from:
 //
 //   tessera.dev/gpu, gpu-cores, gpu-memory, gpu-memory-percentage          (Tessera)
@@ -53,7 +53,7 @@ struct ParseOptions {
   MiB gpushare_memory_unit{1024};
 };
 
-// Resource names and annotation keys (DESIGN.md section 2).
+// Resource names and annotation keys (docs/requests.md).
 inline constexpr char kResourceGpu[] = "tessera.dev/gpu";
 inline constexpr char kResourceCores[] = "tessera.dev/gpu-cores";
 inline constexpr char kResourceMemory[] = "tessera.dev/gpu-memory";
@@ -67,7 +67,7 @@ inline constexpr char kAnnotationComputePolicy[] = "tessera.dev/compute-policy";
 inline constexpr char kAnnotationNumaBind[] = "tessera.dev/numa-bind";
 // Written by the admission webhook, not by users: the containers (comma separated) whose tessera.dev/gpu the
 // webhook added. Their tessera.dev/gpu is the number of vGPUs the rest of the request expands to (so that the
-// kubelet calls the device plugin's Allocate for them, DESIGN.md section 2) and is read as such, not as a count
+// kubelet calls the device plugin's Allocate for them, docs/requests.md) and is read as such, not as a count
 // the cores are multiplied by: "gpu-cores: 250" stays 2.5 GPUs with tessera.dev/gpu: 3 added.
 inline constexpr char kAnnotationGpuAdded[] = "tessera.dev/gpu-added";
 

@@ -1,5 +1,5 @@
-// The pod annotations through which the scheduler tells the node agent what a pod was given (DESIGN.md
-// section 4), and from which the scheduler rebuilds its state after a restart:
+// The pod annotations through which the scheduler tells the node agent what a pod was given
+// (docs/protocols.md), and from which the scheduler rebuilds its state after a restart:
 //
 //   tessera.dev/assignment   {"version":1,"node":"gpu-1","containers":[{"name":"main","vgpus":
 //                             [{"uuid":"GPU-0a..","index":0,"cores":30,"memoryMiB":4096}]}]}

@@ -3,7 +3,7 @@
 //
 // The kubelet's Allocate carries only device IDs: slots ("<GPU UUID>::<slot>", device_ids.h) that count vGPUs
 // towards `tessera.dev/gpu`. Which GPUs a container really gets is decided by the extender and written on the
-// pod (tessera.dev/assignment); the backend finds the pod (DESIGN.md section 4) and answers with what the
+// pod (tessera.dev/assignment); the backend finds the pod (docs/node-agent.md) and answers with what the
 // container needs: environment, mounts, device nodes, annotations.
 //
 //   class Agent : public kubelet::AllocationBackend {

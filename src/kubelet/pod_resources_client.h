@@ -1,6 +1,6 @@
 // A client of the kubelet's pod-resources API (v1.PodResourcesLister over
 // /var/lib/kubelet/pod-resources/kubelet.sock): which devices the kubelet gave to which pod's containers.
-// The node agent reconciles its records against it (DESIGN.md section 4). Results are plain structs.
+// The node agent reconciles its records against it (docs/node-agent.md, "Swapped allocations"). Results are plain structs.
 //
 //   absl::StatusOr<std::unique_ptr<PodResourcesClient>> c = PodResourcesClient::Connect();   // default socket
 //   absl::StatusOr<std::vector<PodResources>> pods = (*c)->List();

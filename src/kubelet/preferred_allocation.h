@@ -1,6 +1,6 @@
 // The device plugin's answer to GetPreferredAllocation: which of the available slots a container should get.
 //
-// Each vGPU of a container is a share of a distinct physical GPU (DESIGN.md section 2), so the preference
+// Each vGPU of a container is a share of a distinct physical GPU (docs/requests.md), so the preference
 // spreads a request's slots across distinct GPUs. Greedily, after the slots the kubelet says must be included,
 // each next slot is the best by, in order:
 //   1. a GPU the request does not hold yet;

@@ -126,7 +126,7 @@ Response Admission::Mutate(std::string_view body) const {
           if (name.rfind("tessera.dev/", 0) == 0) gpu = true;
         }
       }
-      // The kubelet calls the device plugin's Allocate only for tessera.dev/gpu (DESIGN.md section 2): a
+      // The kubelet calls the device plugin's Allocate only for tessera.dev/gpu (docs/requests.md): a
       // share given without it gets it, with the number of vGPUs the share expands to.
       if (app) {
         absl::StatusOr<std::optional<int64_t>> count = core::ImpliedGpuCount(lists[0], options_.parse);

@@ -1,7 +1,7 @@
 // The admission webhook (admission.k8s.io/v1 AdmissionReview), served by tessera-scheduler over HTTPS.
 //
 // Mutating (/mutate): for a pod that asks for GPUs in any supported system's names, rewrites the resources
-// into Tessera's (DESIGN.md section 2: HAMi, gpu-manager, gpushare, Volcano), adds tessera.dev/gpu (the number
+// into Tessera's (docs/requests.md: HAMi, gpu-manager, gpushare, Volcano), adds tessera.dev/gpu (the number
 // of vGPUs) to a container that asks for a share without it, so that the kubelet calls the device plugin's
 // Allocate for it (annotation tessera.dev/gpu-added names those containers), and sets spec.schedulerName, so
 // that the pod reaches the extender. A pod whose schedulerName names another scheduler (Volcano's, HAMi's) is

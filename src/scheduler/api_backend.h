@@ -9,7 +9,7 @@
 //   GET /readyz -> backend.Ready()         // synced, and the leader when leader election is on
 //
 // Bind is one write: the v1 Binding carries the assignment annotations, and the API server sets them on the
-// pod together with spec.nodeName (DESIGN.md section 4's "annotations, then the binding", made atomic). A
+// pod together with spec.nodeName (docs/protocols.md's "annotations, then the binding", made atomic). A
 // replica that is not the leader refuses binds, so that two replicas never decide on the same GPUs; with a
 // Service whose readiness follows Ready(), kube-scheduler only reaches the leader anyway.
 //

@@ -1,5 +1,5 @@
 // Feeds the cluster cache from Kubernetes objects, as the informers deliver them: nodes with the node agents'
-// GPU inventory and heartbeat annotations (DESIGN.md section 4), and pods with their assignments. This is
+// GPU inventory and heartbeat annotations (docs/protocols.md), and pods with their assignments. This is
 // how a (re)started scheduler rebuilds its whole state from the API alone.
 //
 //   ApiSync sync(cache, {.heartbeat_timeout = std::chrono::seconds(60)});

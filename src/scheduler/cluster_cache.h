@@ -110,8 +110,8 @@ class ClusterCache {
   // The extender's verbs, over the nodes named (kube-scheduler's candidates; none named, none fit).
   FilterOutcome Filter(const core::PodRequest& request, std::span<const std::string> nodes);
   std::vector<HostScore> Prioritize(const core::PodRequest& request, std::span<const std::string> nodes);
-  // Decides the pod's GPUs on `node` and holds them. AlreadyExists when the pod is held already (by an
-  // earlier bind of the same pod: its reservation is returned through `existing` if given).
+  // Decides the pod's GPUs on `node` and holds them. AlreadyExists when the pod already holds GPUs on `node`
+  // (an earlier bind of the same pod: FindPod gives what it holds); FailedPrecondition when on another node.
   absl::StatusOr<Reservation> Reserve(const core::PodRequest& request, const core::NodeName& node);
   // The bind reached the API: the reservation becomes a record.
   void Confirm(const core::PodUid& uid);

@@ -37,7 +37,7 @@ struct BindTarget {
   std::string node;
 };
 
-// Writes decisions to the cluster: the assignment annotations, then the binding (DESIGN.md section 4).
+// Writes decisions to the cluster: the assignment annotations, then the binding (docs/protocols.md).
 class Binder {
  public:
   virtual ~Binder() = default;

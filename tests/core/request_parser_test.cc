@@ -63,7 +63,7 @@ TEST(RequestParserTest, WholeGpus) {
 }
 
 TEST(RequestParserTest, TwoAndAHalfGpus) {
-  // Gaia's future work, DESIGN.md section 2: gpu-cores 250 without tessera.dev/gpu.
+  // Gaia's future work (docs/requests.md, "2.5 GPUs"): gpu-cores 250 without tessera.dev/gpu.
   EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "250"}}),
             (std::vector<VGpuDemand>{Whole(), Whole(), Share(50)}));
   EXPECT_EQ(VGpus({{"tessera.dev/gpu-cores", "200"}}), (std::vector<VGpuDemand>{Whole(), Whole()}));

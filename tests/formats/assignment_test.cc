@@ -1,4 +1,4 @@
-// The tessera.dev/assignment annotation (DESIGN.md section 4; docs/protocols.md).
+// The tessera.dev/assignment annotation (docs/protocols.md).
 #include "formats/assignment.h"
 
 #include <gmock/gmock.h>

@@ -132,7 +132,7 @@ TEST(AdmissionTest, MutateLeavesOtherPodsAndOtherSchedulersAlone) {
   EXPECT_FALSE(out["response"].contains("patch"));
 }
 
-// DESIGN.md section 2: the kubelet calls Allocate only for tessera.dev/gpu, the resource the device plugin
+// docs/requests.md: the kubelet calls Allocate only for tessera.dev/gpu, the resource the device plugin
 // advertises, so every GPU container must reach it with tessera.dev/gpu in limits and requests.
 TEST(AdmissionTest, MutateAddsTheGpuCountToEveryShare) {
   Admission admission({"tessera-scheduler", {}});

@@ -1,6 +1,7 @@
 // The Placer decides where a pod goes: which node, which GPUs, what share of each, and, for a high-priority
-// pod with nowhere to go, which low-priority tenants are compressed. The scheduler extender, the node agent
-// and the simulator all place through it, so they never disagree about what fits where.
+// pod with nowhere to go, which low-priority tenants are compressed. The scheduler extender, `tessera place`
+// and the simulator all place through it, so they never disagree about what fits where (the node agent does
+// not place: it applies the placement the scheduler wrote into the pod).
 //
 // It applies every constraint (schedulable nodes, healthy GPUs, GPU model include/exclude, UUID
 // include/exclude, never two models in one pod, per-namespace quota per model, CPU and host memory, NUMA

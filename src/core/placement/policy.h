@@ -34,7 +34,7 @@
 namespace tessera::core {
 
 struct PlacementOptions {
-  // Memory of a vGPU whose memory is left out: proportional to its compute share (DESIGN.md section 2), or
+  // Memory of a vGPU whose memory is left out: proportional to its compute share (docs/requests.md), or
   // the whole memory of the GPU.
   enum class DefaultMemory { kProportional, kWholeGpuMemory };
   DefaultMemory default_memory = DefaultMemory::kProportional;
