@@ -119,6 +119,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   std::vector<ContainerRecord> changed;  // the records as they become
+  std::set<std::string> resized;          // of those, the ones whose shares changed (not only their tenants)
   std::vector<std::pair<NodeEvent, std::string>> events;
   {
     // Decide under the lock; write, post and tell after it.
@@ -159,7 +160,9 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     }
     // Tenancy: a container arrived on a GPU or left it. The co-tenants' limits files say how many hold each
     // GPU (tenants=), which tells an elastic tenant alone that the idle compute is its own to take where it
-    // cannot see other processes itself (OpenCL; CUDA without NVML).
+    // cannot see other processes itself (OpenCL; CUDA without NVML). Only settled records (their annotation
+    // written, pod-resources agreeing): one in the middle of a swap is told on a later pass.
+    for (const ContainerRecord& r : changed) resized.insert(r.key());
     std::map<std::string, size_t> at;  // record key -> its position in `changed`
     for (size_t i = 0; i < changed.size(); ++i) at[changed[i].key()] = i;
     for (const auto& [key, t] : tenants_) {
@@ -168,7 +171,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
         changed[c->second].gpu_tenants = std::move(counts);
         continue;
       }
-      if (counts == t.record.gpu_tenants) continue;
+      if (counts == t.record.gpu_tenants || !t.record.reported || !t.record.confirmed) continue;
       ContainerRecord r = t.record;
       r.gpu_tenants = std::move(counts);
       r.generation += 1;
@@ -192,18 +195,26 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     MutexLock lock(&mu_);
     auto t = tenants_.find(r.key());
     if (t == tenants_.end()) continue;  // collected meanwhile
-    t->second.record = r;
-    t->second.limits_pending = true;
+    const bool shares = resized.contains(r.key());
+    if (shares) {
+      t->second.record = r;
+      t->second.limits_pending = true;  // the region's copy of the shares too
+    } else {
+      t->second.record.gpu_tenants = r.gpu_tenants;
+      t->second.record.generation = r.generation;
+    }
     ++stats_.limit_updates;
     reloads.emplace_back(r.key(), r.generation);
     log::Info("limits changed", {{"tenant", r.key()}, {"generation", StrCat(r.generation)}});
   }
   if (reloads.empty()) return;
-  // The regions get the new limits before the processes are told to reload (a tenant holding its region's
-  // lock delays only this pass, and only up to region_wait).
-  KickRegionJobs();
-  region_jobs_.WaitIdle(config_.region_wait);
-  SweepRegionJobs();
+  if (!resized.empty()) {
+    // The regions get the new shares before the processes are told to reload (a tenant holding its region's
+    // lock delays only this pass, and only up to region_wait). A change of tenants only is not in the region.
+    KickRegionJobs();
+    region_jobs_.WaitIdle(config_.region_wait);
+    SweepRegionJobs();
+  }
   for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
 }
 

@@ -413,6 +413,7 @@ TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
   ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  PublishPodResources(agent->Records());
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   auto limits_of = [&](const std::string& pod) {
     hook::Limits l;
@@ -428,6 +429,7 @@ TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
   ASSERT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
   EXPECT_EQ(limits_of("pod-1").devices[0].tenants, 2u);  // counted at Allocate
   EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 1u);  // told at the next pass
+  PublishPodResources(agent->Records());
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 2u);
   EXPECT_EQ(limits_of("pod-0").generation, 2u);
@@ -435,6 +437,7 @@ TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
   // A pod on another GPU is nobody's co-tenant.
   api_.UpsertPod(BoundPod(2, {{1, 50, 1024}}));
   ASSERT_TRUE(Client()->Allocate({{"GPU-1::0"}}).ok());
+  PublishPodResources(agent->Records());
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_EQ(limits_of("pod-2").devices[0].tenants, 1u);
   EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 2u);
@@ -451,6 +454,24 @@ TEST_F(AgentTest, EachContainerIsToldHowManyShareItsGpu) {
   EXPECT_EQ(agent->Records().size(), 2u);
   EXPECT_EQ(limits_of("pod-0").devices[0].tenants, 1u);
   EXPECT_EQ(limits_of("pod-0").generation, 3u);
+}
+
+// A record not yet settled (pod-resources has not confirmed it) is told of its co-tenants only once it is: a
+// record in the middle of a swap is not rewritten.
+TEST_F(AgentTest, AnUnsettledRecordIsToldItsTenantsLater) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{0, 40, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::1"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());  // pod-resources lists nothing yet
+  for (const ContainerRecord& r : agent->Records()) {
+    if (r.pod_name != "pod-0") continue;
+    EXPECT_EQ(r.gpu_tenants, std::vector<uint32_t>{1});
+  }
+  PublishPodResources(agent->Records());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  for (const ContainerRecord& r : agent->Records()) EXPECT_EQ(r.gpu_tenants, std::vector<uint32_t>{2});
 }
 
 // The policy and priority annotations are read as the scheduler reads them: any case, spaces trimmed. A pod
