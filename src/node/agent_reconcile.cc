@@ -187,6 +187,17 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   }
   std::vector<std::pair<std::string, uint64_t>> reloads;
   for (const ContainerRecord& r : changed) {
+    if (!resized.contains(r.key())) {
+      // A change of tenants only: written from the record as it stands now, unless it changed since the
+      // decision (an Allocate of the same container under way, a swap): the next pass decides again.
+      MutexLock lock(&mu_);
+      auto t = tenants_.find(r.key());
+      if (t == tenants_.end() || claims_.contains(r.key())) continue;
+      ContainerRecord now = t->second.record;
+      now.gpu_tenants = r.gpu_tenants;
+      now.generation = r.generation;
+      if (now != r) continue;
+    }
     if (absl::Status s = WriteLimits(r); !s.ok()) {
       log::Error("cannot rewrite a limits file", {{"tenant", r.key()}, {"error", Message(s)}});
       continue;
