@@ -398,7 +398,7 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   for (const std::string& u : *no_uuids) req.uuid_exclude.emplace_back(u);
 
   if (auto it = pod.annotations.find(kAnnotationPriority); it != pod.annotations.end()) {
-    if (std::optional<Priority> p = PriorityFromString(AsciiLower(StripWhitespace(it->second)))) {
+    if (std::optional<Priority> p = PriorityAnnotation(it->second)) {
       req.priority = *p;
     } else {
       return absl::InvalidArgumentError(
@@ -406,7 +406,7 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
     }
   }
   if (auto it = pod.annotations.find(kAnnotationComputePolicy); it != pod.annotations.end()) {
-    if (std::optional<ComputePolicy> p = ComputePolicyFromString(AsciiLower(StripWhitespace(it->second)))) {
+    if (std::optional<ComputePolicy> p = ComputePolicyAnnotation(it->second)) {
       req.compute_policy = *p;
     } else {
       return absl::InvalidArgumentError(StrCat(kAnnotationComputePolicy, " is \"", it->second,
@@ -464,6 +464,14 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
 }
 
 }  // namespace
+
+std::optional<Priority> PriorityAnnotation(std::string_view value) {
+  return PriorityFromString(AsciiLower(StripWhitespace(value)));
+}
+
+std::optional<ComputePolicy> ComputePolicyAnnotation(std::string_view value) {
+  return ComputePolicyFromString(AsciiLower(StripWhitespace(value)));
+}
 
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options) {
   PodRequest req;

@@ -19,6 +19,7 @@
 
 #include <map>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,11 @@ inline constexpr char kAnnotationNumaBind[] = "tessera.dev/numa-bind";
 // kubelet calls the device plugin's Allocate for them, docs/requests.md) and is read as such, not as a count
 // the cores are multiplied by: "gpu-cores: 250" stays 2.5 GPUs with tessera.dev/gpu: 3 added.
 inline constexpr char kAnnotationGpuAdded[] = "tessera.dev/gpu-added";
+
+// The values of tessera.dev/priority and tessera.dev/compute-policy as users write them: any case, blanks
+// around. nullopt when the value is neither word. The scheduler and the node agent read them through these.
+std::optional<Priority> PriorityAnnotation(std::string_view value);
+std::optional<ComputePolicy> ComputePolicyAnnotation(std::string_view value);
 
 // Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no
 // containers.

@@ -136,12 +136,11 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
     if (!known) continue;
     r.numa_node = c.container->numa_node;
     r.cpus = c.container->cpus;
-    // Read as the scheduler's request parser reads them (trimmed, any case): a pod annotated "Elastic" was
-    // placed as elastic and limited as hard.
-    auto word = [&](const char* annotation) { return AsciiLower(StripWhitespace(Annotation(*c.pod, annotation))); };
-    r.compute_policy =
-        core::ComputePolicyFromString(word(core::kAnnotationComputePolicy)).value_or(core::ComputePolicy::kHard);
-    r.priority = core::PriorityFromString(word(core::kAnnotationPriority)).value_or(core::Priority::kLow);
+    // Read as the scheduler reads them (a pod annotated "Elastic" was placed as elastic and limited as hard).
+    r.compute_policy = core::ComputePolicyAnnotation(Annotation(*c.pod, core::kAnnotationComputePolicy))
+                           .value_or(core::ComputePolicy::kHard);
+    r.priority =
+        core::PriorityAnnotation(Annotation(*c.pod, core::kAnnotationPriority)).value_or(core::Priority::kLow);
     r.gpu_tenants = GpuTenantsLocked(r);
     claims_.insert(key);
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());

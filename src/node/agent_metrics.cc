@@ -24,6 +24,11 @@ std::string EscapeLabel(const std::string& s) {
   return out;
 }
 
+// One metric family: its HELP and TYPE lines, then its samples.
+void Family(std::string* out, const char* name, const char* help, const char* type, const std::string& samples) {
+  StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", samples);
+}
+
 }  // namespace
 
 std::string NodeAgent::MetricsText() const {
@@ -79,10 +84,7 @@ std::string NodeAgent::MetricsText() const {
        "Compute a container used on a GPU over the hook's last step, percent of the GPU."},
       {"tessera_container_cores_limit_percent", "Compute share of a container on a GPU, percent of the GPU."},
       {"tessera_container_processes", "Processes of a container registered with the agent."}};
-  for (int i = 0; i < 5; ++i) {
-    StrAppend(&out, "# HELP ", ctr_help[i][0], " ", ctr_help[i][1], "\n# TYPE ", ctr_help[i][0], " gauge\n",
-              ctr_lines[i]);
-  }
+  for (int i = 0; i < 5; ++i) Family(&out, ctr_help[i][0], ctr_help[i][1], "gauge", ctr_lines[i]);
   const char* gpu_help[6][2] = {
       {"tessera_gpu_health", "1 when the GPU is healthy, 0 when not."},
       {"tessera_gpu_memory_used_bytes", "GPU memory held by all Tessera containers on the GPU."},
@@ -90,36 +92,23 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_gpu_cores_used_percent", "Compute used by all Tessera containers on the GPU, percent."},
       {"tessera_gpu_cores_limit_percent", "Sum of the compute shares given on the GPU, percent."},
       {"tessera_gpu_tenants", "Containers sharing the GPU."}};
-  for (int i = 0; i < 6; ++i) {
-    StrAppend(&out, "# HELP ", gpu_help[i][0], " ", gpu_help[i][1], "\n# TYPE ", gpu_help[i][0], " gauge\n");
-    for (const formats::InventoryGpu& g : inventory_.gpus) {
-      const GpuSum s = per_gpu.count(g.info.uuid.value()) ? per_gpu.at(g.info.uuid.value()) : GpuSum{};
-      const std::string labels = StrCat("{gpu=\"", g.info.uuid.value(), "\",index=\"", g.info.index,
-                                        "\",model=\"", EscapeLabel(g.info.model), "\"} ");
-      switch (i) {
-        case 0:
-          StrAppend(&out, gpu_help[i][0], labels, g.info.health == core::GpuHealth::kHealthy ? 1 : 0, "\n");
-          break;
-        case 1:
-          StrAppend(&out, gpu_help[i][0], labels, s.mem_used, "\n");
-          break;
-        case 2:
-          StrAppend(&out, gpu_help[i][0], labels, s.mem_limit, "\n");
-          break;
-        case 3:
-          StrAppend(&out, gpu_help[i][0], labels, s.cores_used, "\n");
-          break;
-        case 4:
-          StrAppend(&out, gpu_help[i][0], labels, s.cores_limit, "\n");
-          break;
-        default:
-          StrAppend(&out, gpu_help[i][0], labels, s.tenants, "\n");
-          break;
-      }
-    }
+  std::string gpu_lines[6];
+  for (const formats::InventoryGpu& g : inventory_.gpus) {
+    auto it = per_gpu.find(g.info.uuid.value());
+    const GpuSum s = it != per_gpu.end() ? it->second : GpuSum{};
+    const std::string labels = StrCat("{gpu=\"", g.info.uuid.value(), "\",index=\"", g.info.index, "\",model=\"",
+                                      EscapeLabel(g.info.model), "\"} ");
+    const std::string values[6] = {StrCat(g.info.health == core::GpuHealth::kHealthy ? 1 : 0),
+                                   StrCat(s.mem_used),
+                                   StrCat(s.mem_limit),
+                                   StrCat(s.cores_used),
+                                   StrCat(s.cores_limit),
+                                   StrCat(s.tenants)};
+    for (int i = 0; i < 6; ++i) StrAppend(&gpu_lines[i], gpu_help[i][0], labels, values[i], "\n");
   }
-  StrAppend(&out, "# HELP tessera_node_tenants Containers with a Tessera allocation on this node.\n",
-            "# TYPE tessera_node_tenants gauge\ntessera_node_tenants ", tenants_.size(), "\n");
+  for (int i = 0; i < 6; ++i) Family(&out, gpu_help[i][0], gpu_help[i][1], "gauge", gpu_lines[i]);
+  Family(&out, "tessera_node_tenants", "Containers with a Tessera allocation on this node.", "gauge",
+         StrCat("tessera_node_tenants ", tenants_.size(), "\n"));
   struct Counter {
     const char* name;
     const char* help;
@@ -140,9 +129,7 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_regions_rebuilt_total", "Regions replaced because a tenant held their lock too long.",
        stats_.regions_rebuilt},
       {"tessera_record_errors_total", "Record files that could not be saved or removed.", stats_.record_errors}};
-  for (const Counter& c : counters) {
-    StrAppend(&out, "# HELP ", c.name, " ", c.help, "\n# TYPE ", c.name, " counter\n", c.name, " ", c.value, "\n");
-  }
+  for (const Counter& c : counters) Family(&out, c.name, c.help, "counter", StrCat(c.name, " ", c.value, "\n"));
   return out;
 }
 

@@ -162,16 +162,14 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     // GPU (tenants=), which tells an elastic tenant alone that the idle compute is its own to take where it
     // cannot see other processes itself (OpenCL; CUDA without NVML). Only settled records (their annotation
     // written, pod-resources agreeing): one in the middle of a swap is told on a later pass.
-    for (const ContainerRecord& r : changed) resized.insert(r.key());
-    std::map<std::string, size_t> at;  // record key -> its position in `changed`
-    for (size_t i = 0; i < changed.size(); ++i) at[changed[i].key()] = i;
+    for (ContainerRecord& r : changed) {
+      resized.insert(r.key());
+      r.gpu_tenants = GpuTenantsLocked(r);  // the same GPUs as its record (SameGpus above)
+    }
     for (const auto& [key, t] : tenants_) {
+      if (resized.contains(key) || !t.record.reported || !t.record.confirmed) continue;
       std::vector<uint32_t> counts = GpuTenantsLocked(t.record);
-      if (auto c = at.find(key); c != at.end()) {
-        changed[c->second].gpu_tenants = std::move(counts);
-        continue;
-      }
-      if (counts == t.record.gpu_tenants || !t.record.reported || !t.record.confirmed) continue;
+      if (counts == t.record.gpu_tenants) continue;
       ContainerRecord r = t.record;
       r.gpu_tenants = std::move(counts);
       r.generation += 1;
@@ -187,7 +185,8 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   }
   std::vector<std::pair<std::string, uint64_t>> reloads;
   for (const ContainerRecord& r : changed) {
-    if (!resized.contains(r.key())) {
+    const bool shares = resized.contains(r.key());
+    if (!shares) {
       // A change of tenants only: written from the record as it stands now, unless it changed since the
       // decision (an Allocate of the same container under way, a swap): the next pass decides again.
       MutexLock lock(&mu_);
@@ -206,7 +205,6 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     MutexLock lock(&mu_);
     auto t = tenants_.find(r.key());
     if (t == tenants_.end()) continue;  // collected meanwhile
-    const bool shares = resized.contains(r.key());
     if (shares) {
       t->second.record = r;
       t->second.limits_pending = true;  // the region's copy of the shares too
