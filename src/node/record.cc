@@ -8,7 +8,10 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <optional>
+#include <stdexcept>
+#include <type_traits>
 
 #include "common/files.h"
 #include "core/strings.h"
@@ -24,14 +27,34 @@ namespace {
 // A record is a few hundred bytes; anything far larger in the records directory is not one.
 constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 
+// A field's value that is not what the format allows (thrown like json's own errors, caught with them).
+struct BadValue : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// An integer, exactly: a whole number within T's range (formats::JsonIntIn). json's get<T> casts silently:
+// 4294967297 read as a uint32_t was 1, and 1.5 was 1.
+template <typename T>
+T Integer(const json& v) {
+  constexpr int64_t lo = std::is_signed_v<T> ? static_cast<int64_t>(std::numeric_limits<T>::min()) : 0;
+  constexpr int64_t hi = sizeof(T) < sizeof(int64_t) ? static_cast<int64_t>(std::numeric_limits<T>::max())
+                                                     : std::numeric_limits<int64_t>::max();
+  const std::optional<int64_t> i = formats::JsonIntIn(v, lo, hi);
+  if (!i) throw BadValue(v.is_number_integer() ? "is out of range" : "must be a whole number");
+  return static_cast<T>(*i);
+}
+
 // Field `key` of `from`: required, or `fallback` when absent. Of the wrong type or out of range it throws,
-// with
-// `*field` naming it.
+// with `*field` naming it.
 template <typename T>
 T Get(const json& from, const char* key, std::string* field, std::optional<T> fallback = std::nullopt) {
   *field = key;
   if (fallback && !from.contains(key)) return *fallback;
-  return from.at(key).get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return Integer<T>(from.at(key));
+  } else {
+    return from.at(key).get<T>();
+  }
 }
 
 }  // namespace
@@ -93,7 +116,11 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
       a.requested = core::MilliGpu(Get<int32_t>(v, "requestedMilliCores", &field, 0));
       r.vgpus.push_back(a);
     }
-    r.gpu_tenants = Get<std::vector<uint32_t>>(j, "gpuTenants", &field, std::vector<uint32_t>{});
+    field = "gpuTenants";
+    if (j.contains("gpuTenants")) {
+      if (!j["gpuTenants"].is_array()) throw BadValue("must be an array");
+      for (const json& n : j["gpuTenants"]) r.gpu_tenants.push_back(Integer<uint32_t>(n));
+    }
     if (!r.gpu_tenants.empty() && r.gpu_tenants.size() != r.vgpus.size()) {
       return absl::InvalidArgumentError(StrCat("gpuTenants has ", r.gpu_tenants.size(), " entries for ",
                                                r.vgpus.size(), " vgpus; give one per vGPU or none"));
@@ -128,6 +155,8 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
     return r;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(StrCat("field ", field, ": ", e.what()));
+  } catch (const BadValue& e) {
+    return absl::InvalidArgumentError(StrCat("field ", field, " ", e.what()));
   }
 }
 

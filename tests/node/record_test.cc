@@ -78,6 +78,13 @@ TEST(RecordTest, DamagedOrEditedFilesAreErrorsThatSayWhat) {
       {with(R"("gpuTenants":[2])", R"("gpuTenants":[2,1])"), "one per vGPU"},
       {with(R"("gpuTenants":[2])", R"("gpuTenants":[0])"), "1..1000"},
       {with(R"("gpuTenants":[2])", R"("gpuTenants":"2")"), "gpuTenants"},
+      // json's own conversion casts silently: these were read as 1, 300 and 1.
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[4294967297])"), "gpuTenants is out of range"},
+      {with(R"("milliCores":300)", R"("milliCores":4294967596)"), "milliCores is out of range"},
+      {with(R"("generation":4)", R"("generation":1.5)"), "generation must be a whole number"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[-1])"), "gpuTenants"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[1.5])"), "gpuTenants"},
+      {with(R"("gpuTenants":[2])", R"("gpuTenants":[1e999])"), ""},
       {"[]", "JSON object"},
       {text.substr(0, text.size() / 2), ""},
       {std::string(100000, '['), ""},
