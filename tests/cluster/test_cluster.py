@@ -72,7 +72,7 @@ def read_limits(path):
             if words and words[0] == "gpu":
                 kv = dict(w.split("=", 1) for w in words[1:])
                 gpus[kv["uuid"]] = {"memory": int(kv["memory"]), "cores": int(kv["cores"]), "policy": kv["policy"],
-                                    "priority": kv["priority"]}
+                                    "priority": kv["priority"], "tenants": int(kv.get("tenants", 0))}
     return gpus
 
 
@@ -307,11 +307,15 @@ def test_high_priority_compresses_and_gives_back(c):
     c.wait_for(compressed, "the low-priority share to be compressed")
     # The running container's limits follow (the node agent rewrites its limits file; the hooks reload it).
     c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 40, "the low pod's limits file to say 40%")
+    # And that it shares its GPU now (tenants=, which lets an elastic tenant alone grow): 2, then 1 again.
+    c.wait_for(lambda: read_limits(limits_file)[uuid]["tenants"] == 2, "the low pod's limits file to say tenants=2")
     assert_not_oversubscribed(c)
     delete(c, "high")
     c.wait_for(lambda: abs(assignment(c.pod("default", "low"))["containers"][0]["vgpus"][0]["cores"] - 80) < 0.11,
                "the share to be given back", 60)
     c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 80, "the low pod's limits file to say 80% again")
+    c.wait_for(lambda: read_limits(limits_file)[uuid]["tenants"] == 1, "the low pod's limits file to say tenants=1",
+               60)
     delete(c, "low", "whole-7")
 
 

@@ -230,7 +230,7 @@ TEST(LimitsTest, TenantsAreWrittenWhenKnownAndBounded) {
   ASSERT_TRUE(ParseLimits(buf, strlen(buf), &back, &error)) << error.text;
   EXPECT_EQ(back.devices[0].tenants, 3u);
   EXPECT_EQ(back.devices[1].tenants, 0u);
-  for (const char* bad : {"0", "1001", "two", "-1"}) {
+  for (const char* bad : {"0", "1001", "two", "-1", "18446744073709551617"}) {
     const std::string text = std::string("tessera-limits 1\ngeneration 1\ngpu index=0 memory=1 cores=50 tenants=") +
                              bad + "\n";
     EXPECT_FALSE(ParseLimits(text.c_str(), text.size(), &back, &error)) << bad;
