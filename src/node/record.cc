@@ -170,7 +170,9 @@ hook::Limits LimitsFor(const ContainerRecord& r) {
     hook::DeviceLimits& d = l.devices[l.device_count++];
     d.tenants = i < r.gpu_tenants.size() ? r.gpu_tenants[i] : 0;
     hook::CopyString(d.uuid, sizeof(d.uuid), v.uuid.value().c_str());
-    d.index = hook::kByUuid;
+    // The GPU's place in the container's list (NVIDIA_VISIBLE_DEVICES order): how a hook finds it on a device
+    // that has no UUID to match (OpenCL without cl_khr_device_uuid).
+    d.index = static_cast<int>(i);
     d.memory_bytes = static_cast<uint64_t>(v.memory.value()) << 20;
     const int percent = static_cast<int>(std::lround(v.cores.value() / 10.0));
     d.cores_percent = static_cast<uint32_t>(std::clamp(percent, 1, 100));

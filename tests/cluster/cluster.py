@@ -199,6 +199,122 @@ def run(argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
 
+def resolve_under(root, path):
+    """`path` as a process chrooted at `root` sees it, as a path on this machine, where `root` shows this
+    machine's / (an overlay of it): each symbolic link met on the way (/var/run -> /run) is read from / and
+    resolved inside `root`; following it from this machine would make the mount point outside. Missing parts
+    are kept."""
+    parts = [p for p in path.split("/") if p]
+    out = []
+    for hops in range(64):
+        if not parts:
+            return os.path.join(root, *out)
+        part = parts.pop(0)
+        if part == "..":
+            out = out[:-1]
+            continue
+        here = os.path.join("/", *out, part)
+        if os.path.islink(here):
+            target = os.readlink(here)
+            parts = [p for p in target.split("/") if p] + parts
+            if target.startswith("/"):
+                out = []
+            continue
+        out.append(part)
+    raise HarnessError(f"too many symbolic links under {root} in {path}")
+
+
+class ContainerProcess:
+    """A process run the way a container runtime would run the container the kubelet asked cri-fake to create:
+    cri-fake runs nothing, so the harness plays the runtime for the tests that need a live tenant. From the
+    CreateContainer record: its own mount namespace with a root of its own (this machine's / under a throwaway
+    overlay, so that mount points can be made without touching the machine), every mount the kubelet asked for
+    bound at its container path (read-only where asked), the record's environment and nothing else, and the
+    process in a cgroup of the pod (kubepods/besteffort/pod<uid>/<container id>, cgroupfs layout), which is how
+    tessera-node tells whose a registering process is. Extra environment stands in for what the NVIDIA container
+    toolkit would add (the driver library, the visible GPUs).
+
+    Lines the process prints are kept (`lines`); its stderr goes to a log in the work directory. Closing its
+    stdin (`stop`) is the tenant's signal to end."""
+
+    def __init__(self, cluster, record, argv, extra_env=None, extra_mounts=()):
+        self.cluster, self.record = cluster, record
+        name = f"{record['pod']}-{record['container']}-{record['attempt']}"
+        self.dir = cluster.path("runtime", name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.cgroup = self._make_cgroup(record)
+        root = os.path.join(self.dir, "root")
+        binds = [(m["host"], m["container"], m["readonly"]) for m in record["mounts"]]
+        binds += [(h, ctr, ro) for h, ctr, ro in extra_mounts]
+        # This machine's directories the tenant's programs live in, in case they are on another file system
+        # than / (the overlay shows / alone).
+        binds += [(d, d, True) for d in sorted({cluster.src, cluster.build})]
+        script = ["set -e", f"echo $$ > {self.cgroup}/cgroup.procs",
+                  f"mount -t tmpfs tmpfs {self.dir}/fs", f"mkdir -p {self.dir}/fs/upper {self.dir}/fs/work {root}",
+                  f"mount -t overlay overlay -o lowerdir=/,upperdir={self.dir}/fs/upper,workdir={self.dir}/fs/work "
+                  f"{root}"]
+        for d in ("proc", "dev", "sys"):
+            script.append(f"mount --rbind /{d} {root}/{d}")
+        for host, ctr, ro in binds:
+            target = resolve_under(root, ctr)
+            make = f"mkdir -p '{target}'" if os.path.isdir(host) else \
+                f"mkdir -p '{os.path.dirname(target)}' && touch '{target}'"
+            script.append(make)
+            script.append(f"mount --bind '{host}' '{target}'")
+            if ro:
+                script.append(f"mount -o remount,bind,ro '{target}'")
+        env = dict(record["env"])
+        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        env.update(extra_env or {})
+        script.append("exec chroot " + root + " /usr/bin/env -i " +
+                      " ".join(f"'{k}={v}'" for k, v in sorted(env.items())) + " " +
+                      " ".join(f"'{a}'" for a in argv))
+        os.makedirs(os.path.join(self.dir, "fs"), exist_ok=True)
+        self.stderr_path = os.path.join(self.dir, "stderr.log")
+        self.lines = []
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                          "\n".join(script)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         preexec_fn=_die_with_parent)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @staticmethod
+    def _make_cgroup(record):
+        for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):  # cgroup v1's pids hierarchy, or v2
+            if os.path.exists(os.path.join(base, "cgroup.procs")):
+                path = os.path.join(base, "kubepods", "besteffort", f"pod{record['podUID']}", record["id"])
+                os.makedirs(path, exist_ok=True)
+                return path
+        raise HarnessError("no cgroup hierarchy to put the container's process in (/sys/fs/cgroup/pids or v2)")
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def stderr(self):
+        with open(self.stderr_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=30):
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        # The pod's cgroup directories, leaf first, once empty.
+        path = self.cgroup
+        while os.path.basename(path) != "kubepods":
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            path = os.path.dirname(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return self.proc.returncode
+
+
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True):
         self.src = os.path.abspath(source_dir)
@@ -527,8 +643,18 @@ class Cluster:
         return argv + ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS),
                        "--verbose"]
 
+    def install_hooks(self):
+        """What the DaemonSet's install-hooks init container does: the hook libraries into the agent's state
+        directory (lib/), from which the agent mounts them into every container with /etc/ld.so.preload."""
+        lib = self.path("tessera", "lib")
+        os.makedirs(lib, exist_ok=True)
+        for name in os.listdir(os.path.join(self.build, "lib")):
+            if name.startswith("libtessera-") and name.endswith(".so"):
+                shutil.copy2(os.path.join(self.build, "lib", name), os.path.join(lib, name))
+
     def start_node_agent(self):
         os.makedirs(self.path("tessera"), exist_ok=True)
+        self.install_hooks()
         before = self.plugin_registrations()
         self._start("tessera-node", self.node_agent_argv())
         self.wait_for_plugin(before)

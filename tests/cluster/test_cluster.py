@@ -18,7 +18,7 @@ import time
 import pytest
 import yaml
 
-from cluster import NODE, Cluster
+from cluster import FAKE_GPUS, NODE, Cluster, ContainerProcess
 
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
@@ -317,6 +317,123 @@ def test_high_priority_compresses_and_gives_back(c):
     c.wait_for(lambda: read_limits(limits_file)[uuid]["tenants"] == 1, "the low pod's limits file to say tenants=1",
                60)
     delete(c, "low", "whole-7")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Live limits followed into a running tenant: the harness runs the container the kubelet asked for (as its runtime
+# would: cluster.ContainerProcess), a real program under the hook library the agent mounted and preloaded. The
+# CUDA tenant runs on the fake driver (one simulated GPU timeline per node), the OpenCL one on PoCL (the CPU as the
+# device: it has no UUID, so the hook finds it by its place in the container's list, docs/hook-abi.md).
+
+def node_gpu_uuids():
+    with open(os.path.join(SOURCE, FAKE_GPUS)) as f:
+        return [g["uuid"] for g in yaml.safe_load(f)["gpus"]]
+
+
+def start_tenant(c, pod, kind):
+    rec, _ = check_started_with_assignment(c, pod)
+    assert any(m["container"] == "/etc/ld.so.preload" for m in rec["mounts"]), rec["mounts"]
+    if kind == "cuda":
+        # What the NVIDIA container toolkit would add: the driver library and the container's GPUs, here the
+        # fake driver presenting this node's GPUs (one shared timeline, its "device node" bound in).
+        device_dir = c.path("fakegpu")
+        os.makedirs(device_dir, exist_ok=True)
+        env = {"LD_LIBRARY_PATH": os.path.join(BUILD, "fakecuda"),
+               "CUDA_VISIBLE_DEVICES": rec["env"]["NVIDIA_VISIBLE_DEVICES"],
+               "FAKECUDA_UUIDS": ",".join(node_gpu_uuids()), "FAKECUDA_STATE": "/run/fakecuda/node.state"}
+        mounts = [(device_dir, "/run/fakecuda", False)]
+        argv = [os.path.join(BUILD, "tests", "cuda_probe"), "dlsym", "init", "ctx", "watch", "2000000", "250"]
+    else:
+        env, mounts = {}, []
+        argv = [os.path.join(BUILD, "tests", "cl_tenant"), "spin", "3600", "--kernel-ms", "4", "--window-ms", "250",
+                "--until-stdin-closes", "--live"]
+    env["TESSERA_HOOK_LOG"] = "info"
+    return ContainerProcess(c, rec, argv, env, mounts)
+
+
+def windows(tenant):
+    """(share, memory limit in force) per window the tenant reported, oldest first."""
+    out = []
+    for line in list(tenant.lines):
+        w = line.split()
+        if w[:1] == ["watch"]:
+            out.append((float(w[1]), int(w[2])))
+        elif w[:1] == ["live"]:
+            kv = dict(x.split("=", 1) for x in w[1:])
+            out.append((float(kv["share"]), int(kv["mem"])))
+    return out
+
+
+def wait_for_windows(c, tenant, after, what, share=None, memory=None, timeout=90):
+    """Three windows in a row, all reported after the first `after`, whose mean share satisfies `share` (a
+    predicate) and whose memory limit equals `memory`. Returns the index where the next check may start."""
+    def check():
+        ws = windows(tenant)
+        for i in range(after, len(ws) - 2):
+            three = ws[i:i + 3]
+            mean = sum(x[0] for x in three) / 3
+            if (share is None or share(mean)) and (memory is None or all(x[1] == memory for x in three)):
+                print(f"{what}: windows {i}-{i + 2}, mean share {mean:.3f}, memory {three[0][1] >> 20} MiB")
+                return i + 3
+        if tenant.proc.poll() is not None:
+            raise AssertionError(f"the tenant ended ({tenant.proc.returncode}): {tenant.stderr()}")
+        return None
+    try:
+        return c.wait_for(check, what, timeout)
+    except Exception as e:
+        raise AssertionError(f"{e}\nthe tenant's last windows: {windows(tenant)[-12:]}\n"
+                             f"its stderr: {tenant.stderr()[-3000:]}") from e
+
+
+@pytest.mark.parametrize("kind", ["cuda", "opencl"])
+def test_live_limits_reach_a_running_tenant(c, kind):
+    mib = 1 << 20
+    c.apply(pod_yaml(f"live-whole-{kind}", {"tessera.dev/gpu": 7}))
+    running(c, f"live-whole-{kind}")
+    low_name = f"live-low-{kind}"
+    c.apply(pod_yaml(low_name, {"tessera.dev/gpu-cores": 80, "tessera.dev/gpu-memory": 4096},
+                     {"tessera.dev/priority": "low"}))
+    low = running(c, low_name)
+    uuid = assignment(low)["containers"][0]["vgpus"][0]["uuid"]
+    limits_file = next(os.path.join(m["host"], "limits") for m in record(c, low)["mounts"]
+                       if m["container"] == "/etc/tessera")
+    tenant = start_tenant(c, low, kind)
+    try:
+        # It runs under what it was given: 4 GiB, about 80% of the device.
+        at = wait_for_windows(c, tenant, 0, "the tenant to run at its 80% with 4 GiB",
+                              share=lambda s: s >= 0.6, memory=4096 * mib)
+        # The agent counts the process as the container's (its cgroup names the pod).
+        c.wait_for(lambda: "registered with the node agent" in tenant.stderr(), "the tenant to register")
+
+        # A resize: the assignment rewritten on the same GPU with more memory, as the scheduler writes it.
+        a = assignment(c.pod("default", low_name))
+        a["containers"][0]["vgpus"][0]["memoryMiB"] = 6144
+        c.kubectl("annotate", "--overwrite", "pod", low_name, f"tessera.dev/assignment={json.dumps(a)}")
+        c.wait_for(lambda: read_limits(limits_file)[uuid]["memory"] == 6144 * mib, "the limits file to say 6 GiB")
+        at = wait_for_windows(c, tenant, at, "the running tenant's memory limit to become 6 GiB",
+                              memory=6144 * mib)
+
+        # A compression: a high-priority pod takes 60 of the GPU, the running tenant drops to 40%.
+        c.apply(pod_yaml(f"live-high-{kind}", {"tessera.dev/gpu-cores": 60, "tessera.dev/gpu-memory": 4096},
+                         {"tessera.dev/priority": "high"}))
+        high = running(c, f"live-high-{kind}", timeout=90)
+        assert assignment(high)["containers"][0]["vgpus"][0]["uuid"] == uuid
+        c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 40, "the limits file to say 40%")
+        at = len(windows(tenant)) + 1  # from the window after the one the rewrite fell in
+        at = wait_for_windows(c, tenant, at, "the running tenant's share to drop to its 40%",
+                              share=lambda s: s <= 0.5, memory=6144 * mib)
+        assert_not_oversubscribed(c)
+
+        # The high-priority pod leaves: the share comes back, and the tenant takes it.
+        delete(c, f"live-high-{kind}")
+        c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 80, "the limits file to say 80% again", 60)
+        at = len(windows(tenant)) + 1
+        wait_for_windows(c, tenant, at, "the running tenant's share to come back to 80%", share=lambda s: s >= 0.6)
+        assert "read limits generation" in tenant.stderr(), tenant.stderr()
+    finally:
+        code = tenant.stop()
+    assert code == 0, f"the tenant exited {code}: {tenant.stderr()[-3000:]}"
+    delete(c, low_name, f"live-whole-{kind}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -217,7 +217,10 @@ TEST(HookTest, SigkillAtRandomPointsLeaksNothingAndDeadlocksNothing) {
     for (int i = 0; i < 4; ++i) {
       probes.push_back(box.Start({i % 2 == 0 ? "dlsym" : "proc12", "init", "ctx", "churn", "30", "6000000"}));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 150));
+    // Each is churning once it has said how its context went (a late one may find the quota full: its
+    // allocations then fail, and it churns on); the kill lands at a random point of the churn.
+    for (auto& p : probes) ASSERT_TRUE(p.WaitForText("ctx ")) << p.buffer;
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
     for (auto& p : probes) kill(p.pid, SIGKILL);
     for (auto& p : probes) EXPECT_TRUE(WIFSIGNALED(p.Finish().status));
   }
@@ -241,6 +244,8 @@ TEST(HookTest, LimitsFileChangesApplyAtRunTime) {
   hook::Error error;
   ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
   box.env["TESSERA_LIMITS_FILE"] = file;
+  box.env["TESSERA_HOOK_LOG"] = "info";
+  box.merge_stderr = true;  // to wait for the hook's "applied limits generation" line
   Probe p =
       box.Start({"proc12", "init", "ctx", "totalmem", "alloc", N(200 * kMiB), "ready", "retryalloc",
                  N(200 * kMiB), "10000", "totalmem", "ready", "retryalloc", N(kMiB), "200", "exit", "0"});
@@ -254,7 +259,7 @@ TEST(HookTest, LimitsFileChangesApplyAtRunTime) {
   limits.generation = 3;
   limits.devices[0].memory_bytes = 64 * kMiB;
   ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  ASSERT_TRUE(p.WaitForText("applied limits generation 3"));
   p.Continue();
   const ProbeResult r = p.Finish();
   ASSERT_TRUE(r.Exited0()) << r.out;

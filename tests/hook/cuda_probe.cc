@@ -11,13 +11,15 @@
 //   init | ctx [ordinal] | alloc N | alloc32 N | pitch W H | managed N | host N | array W H | array32 W H
 //   | array3d W H D | mipmap W H LEVELS | vmm N | async N | pool N | graphalloc N | ctxcreate
 //   | freeall | meminfo | meminfo32 | totalmem | nvml | launch COUNT NS | ex COUNT NS | coop COUNT NS
-//   | graph COUNT NS | spin SECONDS NS | fill STEP | retryalloc N TIMEOUT_MS | churn SECONDS MAXBYTES | ready
-//   | sleep MS | exit CODE
+//   | graph COUNT NS | spin SECONDS NS | watch NS WINDOW_MS | fill STEP | retryalloc N TIMEOUT_MS
+//   | churn SECONDS MAXBYTES | ready | sleep MS | exit CODE
 // "fill STEP" allocates STEP bytes at a time until refused and prints how much it got; "spin" launches
 // kernels of NS nanoseconds back to back for SECONDS and prints the kernel time it completed and the wall
-// time; "churn" allocates and frees random sizes through every path until SECONDS pass (for kill tests);
+// time; "watch" does the same until stdin closes, printing "watch <share> <meminfo total> <rc>" each window;
+// "churn" allocates and frees random sizes through every path until SECONDS pass (for kill tests);
 // "ready" prints "ready" and waits for a line on stdin.
 #include <dlfcn.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +354,41 @@ void Spin(double seconds, uint64_t ns) {
          static_cast<unsigned long long>(NowNs() - start), static_cast<unsigned long long>(kernels));
 }
 
+bool StdinClosed() {
+  pollfd p{0, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  char c;
+  return (p.revents & (POLLHUP | POLLERR)) != 0 || read(0, &c, 1) <= 0;
+}
+
+// A running tenant as a test watches it: kernels of `ns` back to back (as Spin) until stdin closes, and per
+// window of `window_ms` one line "watch <kernel time / wall time> <cuMemGetInfo total>", so that the test sees
+// the share and the memory limit in force change while the process runs.
+void Watch(uint64_t ns, uint64_t window_ms) {
+  CUfunction f = Kernel();
+  auto launch = CU(cuLaunchKernel, cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000);
+  auto sync = CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000);
+  auto info = CU(cuMemGetInfo_v2, cuMemGetInfo, PFN_cuMemGetInfo_v3020, 3020);
+  uint64_t value = ns;
+  void* params[] = {&value};
+  const uint64_t window = window_ms * 1000000ull;
+  while (!StdinClosed()) {
+    const uint64_t start = NowNs();
+    uint64_t kernels = 0;
+    while (NowNs() - start < window) {
+      if (launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) Die("launch failed");
+      ++kernels;
+      if (kernels % 2 == 0) sync();
+    }
+    sync();
+    size_t free_bytes = 0;
+    size_t total = 0;
+    const CUresult r = info(&free_bytes, &total);
+    printf("watch %.4f %zu %d\n", static_cast<double>(kernels * ns) / static_cast<double>(NowNs() - start), total,
+           r);
+  }
+}
+
 void Churn(double seconds, uint64_t max_bytes) {
   static const char* kPaths[] = {"alloc", "managed", "vmm", "async", "pool", "graphalloc"};
   const uint64_t end = NowNs() + static_cast<uint64_t>(seconds * 1e9);
@@ -480,6 +517,9 @@ int main(int argc, char** argv) {
     } else if (strcmp(op, "spin") == 0) {
       const double seconds = atof(argv[++i]);
       Spin(seconds, Arg(argv, &i, argc));
+    } else if (strcmp(op, "watch") == 0) {
+      const uint64_t ns = Arg(argv, &i, argc);
+      Watch(ns, Arg(argv, &i, argc));
     } else if (strcmp(op, "fill") == 0) {
       const uint64_t step = Arg(argv, &i, argc);
       uint64_t got = 0;

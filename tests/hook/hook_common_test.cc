@@ -210,6 +210,28 @@ TEST(LimitsTest, RoundTripAndClearErrors) {
   EXPECT_FALSE(ParseLimits(future, strlen(future), &back, &error));
 }
 
+// The agent's lines name a GPU by UUID and by its place in the container's list: the place applies only to a
+// device with no UUID of its own (docs/hook-abi.md), never to another GPU that happens to sit there.
+TEST(LimitsTest, AnIndexBesideAUuidAppliesOnlyToADeviceWithoutOne) {
+  Limits l;
+  l.generation = 1;
+  l.device_count = 1;
+  CopyString(l.devices[0].uuid, sizeof(l.devices[0].uuid), "GPU-aaaa");
+  l.devices[0].index = 0;
+  l.devices[0].memory_bytes = 1ull << 30;
+  char buf[1024];
+  ASSERT_GT(FormatLimits(l, buf, sizeof(buf)), 0u);
+  EXPECT_NE(std::string(buf).find("uuid=GPU-aaaa index=0"), std::string::npos) << buf;
+  Limits back;
+  Error error;
+  ASSERT_TRUE(ParseLimits(buf, strlen(buf), &back, &error)) << error.text;
+  EXPECT_NE(FindDeviceLimits(back, "GPU-aaaa", 5), nullptr) << "by its UUID, wherever it sits";
+  EXPECT_EQ(FindDeviceLimits(back, "GPU-bbbb", 0), nullptr) << "another GPU at that place is not it";
+  EXPECT_NE(FindDeviceLimits(back, nullptr, 0), nullptr) << "a device without a UUID at that place is it";
+  EXPECT_NE(FindDeviceLimits(back, "", 0), nullptr);
+  EXPECT_EQ(FindDeviceLimits(back, nullptr, 1), nullptr);
+}
+
 // tenants= (the agent's count of the GPU's containers) is written only when known, read back, and bounded.
 TEST(LimitsTest, TenantsAreWrittenWhenKnownAndBounded) {
   Limits l;

@@ -73,6 +73,22 @@ struct Probe {
       buffer.append(chunk, static_cast<size_t>(n));
     }
   }
+  // Reads until a line containing `text` arrived (after what earlier calls found) or the child ended. False
+  // when it ended first. With HookSandbox::merge_stderr, the hook's own lines are there too.
+  bool WaitForText(const std::string& text) {
+    for (;;) {
+      const size_t at = buffer.find(text, seen);
+      const size_t eol = at == std::string::npos ? at : buffer.find('\n', at);
+      if (eol != std::string::npos) {
+        seen = eol + 1;
+        return true;
+      }
+      char chunk[4096];
+      const ssize_t n = read(out, chunk, sizeof(chunk));
+      if (n <= 0) return false;
+      buffer.append(chunk, static_cast<size_t>(n));
+    }
+  }
   void Continue() {
     if (write(in, "\n", 1) != 1) {
       // the child is gone; Finish() reports it
@@ -119,6 +135,9 @@ class HookSandbox {
   HookSandbox(const HookSandbox&) = delete;
   HookSandbox& operator=(const HookSandbox&) = delete;
 
+  // Started probes write their stderr (the hook's lines) into their stdout, for Probe::WaitForText.
+  bool merge_stderr = false;
+
   static std::string HookLibrary() { return std::string(TESSERA_BINARY_DIR) + "/lib/libtessera-cuda.so"; }
   static std::string ProbePath() { return std::string(TESSERA_BINARY_DIR) + "/tests/cuda_probe"; }
   const std::string& dir() const { return dir_; }
@@ -144,6 +163,7 @@ class HookSandbox {
     if (pid == 0) {
       dup2(in[0], 0);
       dup2(out[1], 1);
+      if (merge_stderr) dup2(out[1], 2);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }

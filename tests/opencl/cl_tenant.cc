@@ -15,6 +15,8 @@
 //                                        share=<0..1>`, and `share=` over the whole run after the first 0.5
 //                                        s.
 //                                        --until-stdin-closes stops early when stdin closes.
+//                                        --live also prints each window as it ends: `live window=<start_ms>
+//                                        share=<0..1> mem=<CL_DEVICE_GLOBAL_MEM_SIZE now>`.
 //                                        --ext fetches clEnqueueNDRangeKernel through
 //                                        clGetExtensionFunctionAddressForPlatform.
 //
@@ -254,7 +256,7 @@ bool StdinClosed() {
   return read(0, buf, sizeof(buf)) <= 0;
 }
 
-int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, bool until_stdin) {
+int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, bool until_stdin, bool live) {
   if (cpu >= 0) {
     // Every tenant on one CPU: PoCL's CPU device is then one device that the tenants contend for.
     cpu_set_t set;
@@ -335,6 +337,7 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
     }
   };
   uint64_t polled = 0;
+  uint64_t printed = 0;  // --live: windows printed so far
   while (MonotonicNs() < stop) {
     if (until_stdin && ++polled % 8 == 0 && StdinClosed()) {
       stop = MonotonicNs();
@@ -344,6 +347,18 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
     if (inflight.size() >= 3) {
       account(inflight.front());
       inflight.pop_front();
+    }
+    // --live: a window is printed once the kernels accounted end a whole window after it (the ones in flight
+    // then start after it), with the device memory the runtime reports now.
+    while (live && printed < busy.size() && begin + (printed + 2) * window <= last_end) {
+      cl_ulong mem = 0;
+      clGetDeviceInfo(s.cl.device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, nullptr);
+      std::printf("live window=%llu share=%.4f mem=%llu\n",
+                  static_cast<unsigned long long>((begin + printed * window) / 1000000),
+                  static_cast<double>(busy[printed]) / static_cast<double>(window),
+                  static_cast<unsigned long long>(mem));
+      std::fflush(stdout);
+      ++printed;
     }
   }
   while (!inflight.empty()) {
@@ -370,7 +385,7 @@ int Usage() {
   std::fprintf(
       stderr,
       "usage: cl_tenant info | fill <MiB> | lifecycle <MiB> | hold <MiB> | try <MiB> |\n"
-      "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext] [--until-stdin-closes]\n");
+      "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext] [--until-stdin-closes] [--live]\n");
   return 2;
 }
 
@@ -397,6 +412,7 @@ int main(int argc, char** argv) {
     double window_ms = 250;
     bool ext = false;
     bool until_stdin = false;
+    bool live = false;
     for (int i = 3; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--kernel-ms" && i + 1 < argc) {
@@ -409,12 +425,14 @@ int main(int argc, char** argv) {
         ext = true;
       } else if (a == "--until-stdin-closes") {
         until_stdin = true;
+      } else if (a == "--live") {
+        live = true;
       } else {
         return Usage();
       }
     }
     if (kernel_ms <= 0 || window_ms <= 0) return Usage();
-    return Spin(arg, kernel_ms, cpu, window_ms, ext, until_stdin);
+    return Spin(arg, kernel_ms, cpu, window_ms, ext, until_stdin, live);
   }
   return Usage();
 }

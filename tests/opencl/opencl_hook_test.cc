@@ -248,6 +248,38 @@ TEST_F(OpenClHookTest, LimitsFileNamesTheDeviceByIndex) {
   EXPECT_EQ(r.Get("global_mem_size"), std::to_string(24u << 20)) << r.output;
 }
 
+// The node agent's line names the node's GPU by UUID and its place in the container's list. PoCL's device has no
+// UUID: at that place, it is that GPU, limited by the line and accounted under its UUID in the region (where the
+// agent keeps the container's quota for it).
+TEST_F(OpenClHookTest, ADeviceWithoutAUuidIsTheGpuTheAgentsLineNamesAtItsPlace) {
+  hook::Limits limits;
+  limits.generation = 1;
+  limits.device_count = 1;
+  hook::CopyString(limits.devices[0].uuid, sizeof(limits.devices[0].uuid), "GPU-92276658-1e27-41c0-8a6a-63ec24ede6a4");
+  limits.devices[0].index = 0;
+  limits.devices[0].memory_bytes = 24ull << 20;
+  hook::Error error;
+  const std::string file = dir_.File("limits");
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  const std::string region = dir_.File("r");
+  Report r = RunTenant({"fill", "4"}, {{"TESSERA_LIMITS_FILE", file}, {"TESSERA_REGION", region}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.Get("allocated"), "6") << "4 MiB buffers up to the 24 MiB limit\n" << r.output;
+  hook::SharedRegion shared;
+  ASSERT_TRUE(shared.Open(region.c_str(), &error)) << error.text;
+  EXPECT_GE(shared.FindDevice("GPU-92276658-1e27-41c0-8a6a-63ec24ede6a4"), 0) << "the quota is the GPU's";
+  EXPECT_LT(shared.FindDevice("opencl-0"), 0);
+  shared.Close();
+
+  // At another place the line is not this device's: a CPU device the file does not name is left alone.
+  limits.devices[0].index = 1;
+  limits.generation = 2;
+  ASSERT_TRUE(hook::WriteLimitsFile(file.c_str(), limits, &error)) << error.text;
+  Report other = RunTenant({"info"}, {{"TESSERA_LIMITS_FILE", file}, {"TESSERA_REGION", dir_.File("r2")}});
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.Get("global_mem_size"), std::to_string(24u << 20)) << other.output;
+}
+
 // --- Compute shares (the seed's Figure 2) -----------------------------------------------------------------
 
 struct TenantSpec {
@@ -369,12 +401,14 @@ TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityO
   const std::string cpu = SharedCpu();
   Tenant a;
   ASSERT_TRUE(a.Start({"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
-                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}}));
+                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")},
+                       {"TESSERA_HOOK_LOG", "info"}}));
   ASSERT_NE(a.ReadLineStartingWith("iters="), "");
-  usleep(1500000);
-  // B arrives: the agent compresses A (generation 2) and B starts.
+  usleep(1500000);  // A alone for a while: the window its share before B is measured over
+  // B arrives: the agent compresses A (generation 2) and B starts once A says it applied it.
   const double b_arrives = NowMs();
   WriteLimits(a_limits, 2, 30, hook::Priority::kLow);
+  ASSERT_NE(a.ReadLineContaining("applied limits generation 2"), "");
   Tenant b;
   ASSERT_TRUE(b.Start({"spin", "2.5", "--cpu", cpu, "--kernel-ms", "5"},
                       {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));
@@ -385,7 +419,7 @@ TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityO
   ASSERT_EQ(rb.exit_code, 0) << rb.output;
   const double a_begin = ra.Number("begin_ms");
   const double a_before = MeanShare(ra, a_begin + 500, b_arrives - 250);
-  // The rewrite is picked up within 250 ms; B's first second includes its own start-up.
+  // A applied the rewrite before B started; B's first 250 ms include its own start-up.
   const double a_after = MeanShare(ra, rb.Number("begin_ms") + 250, rb.Number("begin_ms") + 2250);
   const double b_share = rb.Number("share");
   std::printf("A before B: %.4f (target 0.40); A with B: %.4f (target 0.30); B: %.4f (target 0.70)\n",
@@ -407,12 +441,14 @@ TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
   const std::string cpu = SharedCpu();
   Tenant a;
   ASSERT_TRUE(a.Start({"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
-                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}}));
+                      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")},
+                       {"TESSERA_HOOK_LOG", "info"}}));
   ASSERT_NE(a.ReadLineStartingWith("iters="), "");
-  usleep(1500000);
-  // B arrives: the agent counts two containers on the device and tells A.
-  WriteLimits(a_limits, 2, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/2);
+  usleep(1500000);  // A alone, growing: the window its share alone is measured over
+  // B arrives: the agent counts two containers on the device and tells A; B starts once A applied it.
   const double b_arrives = NowMs();
+  WriteLimits(a_limits, 2, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/2);
+  ASSERT_NE(a.ReadLineContaining("applied limits generation 2"), "");
   Tenant b;
   ASSERT_TRUE(b.Start({"spin", "2", "--cpu", cpu, "--kernel-ms", "5"},
                       {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));

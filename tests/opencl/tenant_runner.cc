@@ -112,6 +112,7 @@ bool Tenant::Start(const std::vector<std::string>& args, const std::map<std::str
   if (pid < 0) return false;
   if (pid == 0) {
     dup2(out[1], 1);
+    dup2(out[1], 2);  // the hook's lines too (ReadLineContaining)
     dup2(in[0], 0);
     close(out[0]);
     close(out[1]);
@@ -128,14 +129,18 @@ bool Tenant::Start(const std::vector<std::string>& args, const std::map<std::str
   return true;
 }
 
-std::string Tenant::ReadLineStartingWith(const std::string& prefix) {
+std::string Tenant::ReadLineStartingWith(const std::string& prefix) { return ReadLine(prefix, false); }
+
+std::string Tenant::ReadLineContaining(const std::string& text) { return ReadLine(text, true); }
+
+std::string Tenant::ReadLine(const std::string& prefix, bool contains) {
   for (;;) {
     size_t eol;
     while ((eol = buffer_.find('\n')) != std::string::npos) {
       std::string line = buffer_.substr(0, eol);
       consumed_ += buffer_.substr(0, eol + 1);
       buffer_.erase(0, eol + 1);
-      if (line.rfind(prefix, 0) == 0) return line;
+      if (contains ? line.find(prefix) != std::string::npos : line.rfind(prefix, 0) == 0) return line;
     }
     char chunk[4096];
     const ssize_t n = read(out_fd_, chunk, sizeof(chunk));

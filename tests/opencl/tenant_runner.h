@@ -6,7 +6,8 @@
 //   tessera::cltest::Report r = t.Wait();
 //   double share = r.Number("share");
 //
-// The child gets this process's environment without any TESSERA_* variable, plus the given ones; PoCL's
+// The child gets this process's environment without any TESSERA_* variable, plus the given ones, and writes its
+// stderr into the same pipe as its stdout (the report ignores lines that are not key=value); PoCL's
 // kernel cache is shared by every tenant (POCL_CACHE_DIR) so that a kernel is compiled once.
 // Thread-safety: a Tenant is used by one thread.
 #ifndef TESSERA_TESTS_OPENCL_TENANT_RUNNER_H_
@@ -53,6 +54,9 @@ class Tenant {
              bool preload = true);
   // Reads stdout until a line starting with `prefix` (or EOF); returns that line ("" at EOF).
   std::string ReadLineStartingWith(const std::string& prefix);
+  // Reads stdout (where the child's stderr goes too: the hook's lines, with TESSERA_HOOK_LOG=info) until a
+  // line containing `text` (or EOF); returns that line ("" at EOF).
+  std::string ReadLineContaining(const std::string& text);
   // Closes the child's stdin (a `hold` tenant then releases and exits).
   void CloseStdin();
   // Waits for the child; returns its report (with whatever was read before).
@@ -60,6 +64,8 @@ class Tenant {
   pid_t pid() const { return pid_; }
 
  private:
+  std::string ReadLine(const std::string& prefix, bool contains);
+
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int in_fd_ = -1;

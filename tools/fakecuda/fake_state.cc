@@ -40,6 +40,26 @@ void Initialize(State* s) {
     snprintf(g.name, sizeof(g.name), "Tessera Fake GPU %d", i);
     g.total_bytes = memory;
   }
+  // FAKECUDA_UUIDS=GPU-a,GPU-b: these GPUs, in this order (what a container sees of a node's GPUs: the ones
+  // NVIDIA_VISIBLE_DEVICES names, with their own UUIDs). Overrides FAKECUDA_GPUS.
+  if (const char* list = getenv("FAKECUDA_UUIDS"); list != nullptr && list[0] != 0) {
+    int count = 0;
+    for (const char* p = list; *p != 0 && count < kMaxGpus;) {
+      const char* end = strchr(p, ',');
+      const size_t len = end != nullptr ? static_cast<size_t>(end - p) : strlen(p);
+      if (len > 0 && len < sizeof(s->gpus[count].uuid)) {
+        Gpu& g = s->gpus[count];
+        memset(g.uuid, 0, sizeof(g.uuid));
+        memcpy(g.uuid, p, len);
+        snprintf(g.name, sizeof(g.name), "Tessera Fake GPU %d", count);
+        g.total_bytes = memory;
+        ++count;
+      }
+      if (end == nullptr) break;
+      p = end + 1;
+    }
+    if (count > 0) s->gpu_count = static_cast<uint32_t>(count);
+  }
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);

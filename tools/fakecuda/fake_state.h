@@ -6,8 +6,9 @@
 // are computed from the same timeline.
 //
 // Configuration (read by the process that creates the state file): FAKECUDA_GPUS (default 1, at most 8),
-// FAKECUDA_MEMORY (per GPU; default 16GiB), FAKECUDA_CONTEXT_BYTES (device memory a context takes; default
-// 64MiB). CUDA_VISIBLE_DEVICES is honoured by the fake driver (indices or UUID prefixes), not by the fake NVML,
+// FAKECUDA_UUIDS (comma-separated "GPU-..." UUIDs: these GPUs in this order, instead of FAKECUDA_GPUS made-up
+// ones; a node's GPUs as its agent published them), FAKECUDA_MEMORY (per GPU; default 16GiB),
+// FAKECUDA_CONTEXT_BYTES (device memory a context takes; default 64MiB). CUDA_VISIBLE_DEVICES is honoured by the fake driver (indices or UUID prefixes), not by the fake NVML,
 // as with the real ones.
 //
 // Thread-safety: the state is guarded by a robust process-shared mutex (a SIGKILLed process leaves no lock).

@@ -441,8 +441,12 @@ const DeviceLimits* FindDeviceLimits(const Limits& limits, const char* uuid, int
     }
   }
   if (index >= 0) {
+    // A line naming a UUID applies by its index only to a device that has no UUID to match (an OpenCL device
+    // without cl_khr_device_uuid): a device with another UUID is another GPU.
+    const bool device_has_uuid = uuid != nullptr && uuid[0] != 0;
     for (int i = 0; i < limits.device_count; ++i) {
-      if (limits.devices[i].index == index && limits.devices[i].uuid[0] == 0) return &limits.devices[i];
+      const DeviceLimits& d = limits.devices[i];
+      if (d.index == index && (d.uuid[0] == 0 || !device_has_uuid)) return &d;
     }
   }
   for (int i = 0; i < limits.device_count; ++i) {

@@ -83,8 +83,9 @@ bool ReadLimitsFile(const char* path, Limits* out, Error* error);
 // the container starts) need not wait for the disk.
 bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool durable = true);
 
-// The entry that applies to a GPU: the one with this UUID, else the one with this index, else kAnyDevice.
-// `uuid` may be null or empty and `index` negative when unknown. Null when none applies.
+// The entry that applies to a GPU: the one with this UUID, else the one with this index (a line that also names
+// a UUID only when the device has none: `uuid` null or empty), else kAnyDevice. `index` is negative when
+// unknown. Null when none applies.
 const DeviceLimits* FindDeviceLimits(const Limits& limits, const char* uuid, int index);
 
 // Limits from environment variables, read through `lookup` (getenv in the hooks, a map in tests):

@@ -163,8 +163,14 @@ void RunLimiterLoop(const LimiterLoop& loop) {
     if (now - last_reload >= 250000000ull) {
       last_reload = now;
       pthread_mutex_lock(loop.devices_mutex);
-      if (PollSessionLimits(loop.session)) loop.limits_changed();
+      const bool changed = PollSessionLimits(loop.session);
+      if (changed) loop.limits_changed();
       pthread_mutex_unlock(loop.devices_mutex);
+      // The line tests wait for (TESSERA_HOOK_LOG=info): the new limits are in force from here on.
+      if (changed) {
+        LogLine(LogLevel::kInfo, "applied limits generation %llu",
+                static_cast<unsigned long long>(loop.session->limits.generation));
+      }
       if (loop.each_quarter != nullptr) loop.each_quarter(now);
     }
     if (now - last_reclaim >= 1000000000ull) {

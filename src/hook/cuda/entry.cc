@@ -435,12 +435,6 @@ bool EveryMs(uint64_t now) {
   return busy;
 }
 
-void LimitsChanged() {
-  ApplyLimitsLocked();
-  LogLine(LogLevel::kInfo, "applied limits generation %llu",
-          static_cast<unsigned long long>(g_state.session.limits.generation));
-}
-
 // About four times a second: what the driver holds that no call announced.
 void EveryQuarter(uint64_t) {
   TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
@@ -459,7 +453,7 @@ void* LimiterThread(void*) {
   loop.session = &g_state.session;
   loop.devices_mutex = &g_devices_mutex;
   loop.each_ms = &EveryMs;
-  loop.limits_changed = &LimitsChanged;
+  loop.limits_changed = &ApplyLimitsLocked;
   loop.each_quarter = &EveryQuarter;
   hook::RunLimiterLoop(loop);
 }

@@ -83,7 +83,8 @@ void ApplyLimitsLocked() {
   const int n = g_state.device_count.load();
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
-    const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.uuid, i);
+    const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.named ? d.uuid : nullptr, i);
+    if (!d.named && l != nullptr && l->uuid[0] != 0) l = nullptr;  // another device's line (NameAndAttachLocked)
     if (l == nullptr) {
       d.has_limits = false;
       continue;
@@ -91,6 +92,47 @@ void ApplyLimitsLocked() {
     d.limits = *l;
     if (d.region_index >= 0) g_state.session.region.SetDeviceLimits(d.region_index, *l, now);
     d.has_limits = true;
+  }
+}
+
+// Device `i` of `count` enumerated: names a device that has no UUID, and gives it its region entry. A device
+// without a UUID whose place in the list has a limits line naming a UUID no enumerated device carries is that
+// GPU (a vendor's GPU without cl_khr_device_uuid: the agent's line for it names the node's UUID and its place
+// in the container's list): it takes the UUID, so its quota in the region is the one the agent keeps. Otherwise
+// it is "opencl-<i>". Under g_init_mutex.
+void NameAndAttachLocked(int i, int count) {
+  HookDevice& d = g_state.devices[i];
+  const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.named ? d.uuid : nullptr, i);
+  if (!d.named) {
+    bool carried = false;
+    for (int j = 0; j < count && l != nullptr && l->uuid[0] != 0; ++j) {
+      carried = carried || (g_state.devices[j].named && strcmp(g_state.devices[j].uuid, l->uuid) == 0);
+    }
+    if (l != nullptr && l->uuid[0] != 0 && !carried) {
+      hook::CopyString(d.uuid, sizeof(d.uuid), l->uuid);
+      d.named = true;
+    } else {
+      if (l != nullptr && l->uuid[0] != 0) l = nullptr;  // that line is another device's
+      snprintf(d.uuid, sizeof(d.uuid), "opencl-%d", i);
+    }
+  }
+  cl_device_type type = 0;
+  g_cl.clGetDeviceInfo(d.id, CL_DEVICE_TYPE, sizeof(type), &type, nullptr);
+  if (l == nullptr && g_state.session.limits_from_file && (type & CL_DEVICE_TYPE_CPU) != 0) {
+    // A CPU device the limits file does not name is not a GPU of this container: left untouched.
+    LogLine(LogLevel::kDebug, "OpenCL device %d is a CPU not in the limits file: not accounted", i);
+    return;
+  }
+  Error error;
+  d.region_index = g_state.session.region.FindOrAddDevice(d.uuid, &error);
+  if (d.region_index < 0) {
+    hook::WriteStderrLine("%s", error.text);
+  } else {
+    d.shared = g_state.session.region.device(d.region_index);
+  }
+  if (l == nullptr) {
+    hook::WriteStderrLine("OpenCL device %d (%s) is not in the limits file %s: its use is refused", i, d.uuid,
+                          g_state.session.limits_path);
   }
 }
 
@@ -118,31 +160,12 @@ void SetUpDevicesLocked() {
       if (HasExtension(d.id, "cl_khr_device_uuid") &&
           g_cl.clGetDeviceInfo(d.id, CL_DEVICE_UUID_KHR, sizeof(uuid), uuid, nullptr) == CL_SUCCESS) {
         FormatUuid(uuid, d.uuid, sizeof(d.uuid));
-      } else {
-        snprintf(d.uuid, sizeof(d.uuid), "opencl-%d", count);
-      }
-      const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.uuid, count);
-      cl_device_type type = 0;
-      g_cl.clGetDeviceInfo(d.id, CL_DEVICE_TYPE, sizeof(type), &type, nullptr);
-      if (l == nullptr && g_state.session.limits_from_file && (type & CL_DEVICE_TYPE_CPU) != 0) {
-        // A CPU device the limits file does not name is not a GPU of this container: left untouched.
-        LogLine(LogLevel::kDebug, "OpenCL device %d is a CPU not in the limits file: not accounted", count);
-      } else {
-        Error error;
-        d.region_index = g_state.session.region.FindOrAddDevice(d.uuid, &error);
-        if (d.region_index < 0) {
-          hook::WriteStderrLine("%s", error.text);
-        } else {
-          d.shared = g_state.session.region.device(d.region_index);
-        }
-        if (l == nullptr) {
-          hook::WriteStderrLine("OpenCL device %d (%s) is not in the limits file %s: its use is refused",
-                                count, d.uuid, g_state.session.limits_path);
-        }
+        d.named = true;
       }
       ++count;
     }
   }
+  for (int i = 0; i < count; ++i) NameAndAttachLocked(i, count);
   pthread_mutex_lock(&g_devices_mutex);
   g_state.device_count.store(count, std::memory_order_release);
   ApplyLimitsLocked();

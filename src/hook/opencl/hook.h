@@ -52,7 +52,10 @@ enum class Mode : int {
 // the limits file).
 struct HookDevice {
   cl_device_id id = nullptr;
-  char uuid[hook::kUuidSize] = {0};  // "GPU-..." from cl_khr_device_uuid, else "opencl-<index>"
+  // "GPU-..." from cl_khr_device_uuid; else the UUID of the limits line that names its index; else
+  // "opencl-<index>". `named` is false for the last (the name matches no line: look it up by index).
+  char uuid[hook::kUuidSize] = {0};
+  bool named = false;
   bool has_limits = false;           // false: a device the limits file does not name (its use is refused)
   int region_index = -1;
   hook::DeviceLimits limits;
