@@ -45,6 +45,8 @@ struct Options {
   std::string tls_key;
   std::string default_memory = "proportional";
   std::string gpushare_unit = "GiB";
+  std::string hami_names;
+  std::string hami_no_core_limit = "elastic";
   int threads = 16;
   bool verbose = false;
 };
@@ -76,6 +78,14 @@ int Run(const Options& o) {
     cache_options.parse.gpushare_memory_unit = core::MiB(1);
   } else if (o.gpushare_unit != "GiB") {
     return Fail("--gpushare-memory-unit must be GiB or MiB");
+  }
+  if (absl::Status s = core::ParseHamiNames(o.hami_names, &cache_options.parse.hami); !s.ok()) {
+    return Fail(StrCat("--hami-resource-names: ", Message(s)));
+  }
+  if (o.hami_no_core_limit == "proportional") {
+    cache_options.parse.hami_no_core_limit = core::NoCoreLimit::kProportional;
+  } else if (o.hami_no_core_limit != "elastic") {
+    return Fail("--hami-no-core-limit must be elastic (HAMi's meaning kept) or proportional (Tessera's)");
   }
   scheduler::ClusterCache cache(cache_options);
   if (!o.cluster_file.empty() && (!o.kubeconfig.empty() || o.in_cluster)) {
@@ -234,6 +244,13 @@ int main(int argc, char** argv) {
                  "Memory of a vGPU that asks for none: proportional (to its cores) or whole")
       ->capture_default_str();
   app.add_option("--gpushare-memory-unit", o.gpushare_unit, "Unit of aliyun.com/gpu-mem: GiB or MiB")
+      ->capture_default_str();
+  app.add_option("--hami-resource-names", o.hami_names,
+                 "HAMi's resource names where its chart renamed them: gpu=NAME,cores=NAME,memory=NAME,"
+                 "memory-percentage=NAME,priority=NAME (any of them; the rest keep nvidia.com/* names)");
+  app.add_option("--hami-no-core-limit", o.hami_no_core_limit,
+                 "A HAMi or Volcano request without gpucores (or 0): elastic (HAMi's meaning: idle compute may "
+                 "be used) or proportional (Tessera's: a hard share in proportion to memory)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");

@@ -82,6 +82,21 @@ int Cluster::ModelId(std::string_view model) const {
   return it == model_index_.end() ? -1 : it->second;
 }
 
+std::vector<int> Cluster::ModelIds(std::string_view model, bool substring) const {
+  std::vector<int> out;
+  if (!substring) {
+    if (const int id = ModelId(model); id >= 0) out.push_back(id);
+    return out;
+  }
+  const std::string word = AsciiLower(model);
+  for (int id = 0; id < model_count(); ++id) {
+    if (!word.empty() && AsciiLower(models_[static_cast<size_t>(id)]).find(word) != std::string::npos) {
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
 int Cluster::NodeIndex(const NodeName& name) const {
   auto it = node_index_.find(name.value());
   return it == node_index_.end() ? -1 : it->second;

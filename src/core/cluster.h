@@ -159,6 +159,9 @@ class Cluster {
 
   // Cluster-wide GPU model ids, so that placement compares integers, not strings. -1: no such model here.
   int ModelId(std::string_view model) const;
+  // The ids of the models a name matches: exactly (ModelId), or with `substring` every model containing it,
+  // in any case (HAMi's use-gputype: "a100" matches "NVIDIA A100-SXM4-80GB").
+  std::vector<int> ModelIds(std::string_view model, bool substring) const;
   const std::string& ModelName(int id) const { return models_[static_cast<size_t>(id)]; }
   int model_count() const { return static_cast<int>(models_.size()); }
 

@@ -26,7 +26,7 @@ enum class GpuHealth { kHealthy, kUnhealthy };
 struct GpuInfo {
   GpuUuid uuid;
   int index = 0;       // the NVML index on its node, 0..n-1
-  std::string model;   // e.g. "A100-SXM4-80GB", "T4"; compared exactly
+  std::string model;   // e.g. "A100-SXM4-80GB", "T4"; compared exactly (HAMi's use-gputype: by substring)
   MiB memory{0};       // total device memory
   int numa_node = -1;  // -1 when unknown
   GpuHealth health = GpuHealth::kHealthy;

@@ -58,6 +58,10 @@ struct PodRequest {
   // Constraints (pod annotations). Empty include lists mean "any".
   std::vector<std::string> model_include;
   std::vector<std::string> model_exclude;
+  // HAMi's use-gputype / nouse-gputype: a model matches when it contains the word, in any case ("A100" matches
+  // "NVIDIA A100-SXM4-80GB"). Tessera's own annotations match the model name exactly.
+  bool model_include_substring = false;
+  bool model_exclude_substring = false;
   std::vector<GpuUuid> uuid_include;
   std::vector<GpuUuid> uuid_exclude;
   Priority priority = Priority::kLow;

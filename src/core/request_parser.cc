@@ -35,31 +35,36 @@ namespace {
 enum class Unit { kCount, kPercent, kMiB, kGpuManagerCore, kGpuManager256MiB, kGpushareMemory };
 
 struct KnownResource {
-  const char* name;
+  std::string name;
   ResourceFamily family;
-  enum Role { kGpu, kCores, kMemory, kMemoryPercent } role;
+  enum Role { kGpu, kCores, kMemory, kMemoryPercent, kPriority } role;
   Unit unit;
 };
 
-constexpr std::array<KnownResource, 15> kKnown = {{
-    {kResourceGpu, ResourceFamily::kTessera, KnownResource::kGpu, Unit::kCount},
-    {kResourceCores, ResourceFamily::kTessera, KnownResource::kCores, Unit::kPercent},
-    {kResourceMemory, ResourceFamily::kTessera, KnownResource::kMemory, Unit::kMiB},
-    {kResourceMemoryPercent, ResourceFamily::kTessera, KnownResource::kMemoryPercent, Unit::kPercent},
-    {"nvidia.com/gpu", ResourceFamily::kHami, KnownResource::kGpu, Unit::kCount},
-    {"nvidia.com/gpucores", ResourceFamily::kHami, KnownResource::kCores, Unit::kPercent},
-    {"nvidia.com/gpumem", ResourceFamily::kHami, KnownResource::kMemory, Unit::kMiB},
-    {"nvidia.com/gpumem-percentage", ResourceFamily::kHami, KnownResource::kMemoryPercent, Unit::kPercent},
-    {"tencent.com/vcuda-core", ResourceFamily::kGpuManager, KnownResource::kCores, Unit::kGpuManagerCore},
-    {"tencent.com/vcuda-memory", ResourceFamily::kGpuManager, KnownResource::kMemory,
-     Unit::kGpuManager256MiB},
-    {"aliyun.com/gpu-mem", ResourceFamily::kGpushare, KnownResource::kMemory, Unit::kGpushareMemory},
-    {"volcano.sh/vgpu-number", ResourceFamily::kVolcano, KnownResource::kGpu, Unit::kCount},
-    {"volcano.sh/vgpu-cores", ResourceFamily::kVolcano, KnownResource::kCores, Unit::kPercent},
-    {"volcano.sh/vgpu-memory", ResourceFamily::kVolcano, KnownResource::kMemory, Unit::kMiB},
-    {"volcano.sh/vgpu-memory-percentage", ResourceFamily::kVolcano, KnownResource::kMemoryPercent,
-     Unit::kPercent},
-}};
+// Every resource name read, HAMi's as the options name them.
+std::vector<KnownResource> Known(const ParseOptions& o) {
+  return {
+      {kResourceGpu, ResourceFamily::kTessera, KnownResource::kGpu, Unit::kCount},
+      {kResourceCores, ResourceFamily::kTessera, KnownResource::kCores, Unit::kPercent},
+      {kResourceMemory, ResourceFamily::kTessera, KnownResource::kMemory, Unit::kMiB},
+      {kResourceMemoryPercent, ResourceFamily::kTessera, KnownResource::kMemoryPercent, Unit::kPercent},
+      {o.hami.gpu, ResourceFamily::kHami, KnownResource::kGpu, Unit::kCount},
+      {o.hami.cores, ResourceFamily::kHami, KnownResource::kCores, Unit::kPercent},
+      {o.hami.memory, ResourceFamily::kHami, KnownResource::kMemory, Unit::kMiB},
+      {o.hami.memory_percent, ResourceFamily::kHami, KnownResource::kMemoryPercent, Unit::kPercent},
+      {o.hami.priority, ResourceFamily::kHami, KnownResource::kPriority, Unit::kCount},
+      {"tencent.com/vcuda-core", ResourceFamily::kGpuManager, KnownResource::kCores, Unit::kGpuManagerCore},
+      {"tencent.com/vcuda-memory", ResourceFamily::kGpuManager, KnownResource::kMemory,
+       Unit::kGpuManager256MiB},
+      {"aliyun.com/gpu-mem", ResourceFamily::kGpushare, KnownResource::kMemory, Unit::kGpushareMemory},
+      {kGpushareCount, ResourceFamily::kGpushare, KnownResource::kGpu, Unit::kCount},
+      {"volcano.sh/vgpu-number", ResourceFamily::kVolcano, KnownResource::kGpu, Unit::kCount},
+      {"volcano.sh/vgpu-cores", ResourceFamily::kVolcano, KnownResource::kCores, Unit::kPercent},
+      {"volcano.sh/vgpu-memory", ResourceFamily::kVolcano, KnownResource::kMemory, Unit::kMiB},
+      {"volcano.sh/vgpu-memory-percentage", ResourceFamily::kVolcano, KnownResource::kMemoryPercent,
+       Unit::kPercent},
+  };
+}
 
 // One GPU resource as the user wrote it.
 struct Field {
@@ -74,6 +79,8 @@ struct Ask {
   std::optional<Field> cores;           // percent per vGPU; above 100 without gpu: the "2.5 GPUs" form
   std::optional<Field> memory;          // MiB per vGPU
   std::optional<Field> memory_percent;  // percent of the GPU's memory per vGPU
+  std::optional<Field> priority;        // HAMi's task priority: 0 high, else low
+  bool no_core_limit = false;           // HAMi or Volcano with gpucores left out or 0
 };
 
 std::string In(const std::string& container) {
@@ -131,30 +138,33 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
 }
 
 // Reads the GPU resources of a container and translates other systems' names into an Ask in Tessera's terms.
-absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options) {
+// `gpushare_count` is the pod's aliyun.com/gpu-count label.
+absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options,
+                            std::optional<int64_t> gpushare_count = {}) {
   Ask raw;
   std::set<ResourceFamily> families;
-  std::array<std::optional<Field>, kKnown.size()> values;
-  for (size_t i = 0; i < kKnown.size(); ++i) {
-    absl::StatusOr<std::optional<Field>> f = ReadField(c, kKnown[i]);
+  const std::vector<KnownResource> known = Known(options);
+  std::vector<std::optional<Field>> values(known.size());
+  for (size_t i = 0; i < known.size(); ++i) {
+    absl::StatusOr<std::optional<Field>> f = ReadField(c, known[i]);
     if (!f.ok()) return f.status();
     values[i] = *f;
-    if (*f) families.insert(kKnown[i].family);
+    if (*f) families.insert(known[i].family);
   }
   if (families.empty()) return raw;
   if (families.size() > 1) {
     std::vector<std::string> names;
-    for (size_t i = 0; i < kKnown.size(); ++i) {
+    for (size_t i = 0; i < known.size(); ++i) {
       if (values[i]) names.push_back(values[i]->name);
     }
     return Invalid(c.name, StrCat("mixes the GPU resources of different systems (", StrJoin(names, ", "),
                                   "); use one system's names, preferably tessera.dev/*"));
   }
   raw.family = *families.begin();
-  for (size_t i = 0; i < kKnown.size(); ++i) {
+  for (size_t i = 0; i < known.size(); ++i) {
     if (!values[i]) continue;
     Field f = *values[i];
-    switch (kKnown[i].unit) {
+    switch (known[i].unit) {
       case Unit::kGpuManagerCore:
         // gpu-manager: 100 per GPU. A multiple of 100 is that many whole GPUs; below 100, a share of one.
         if (f.value >= 100) {
@@ -182,9 +192,12 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
       default:
         break;
     }
-    switch (kKnown[i].role) {
+    switch (known[i].role) {
       case KnownResource::kGpu:
         raw.gpu = f;
+        break;
+      case KnownResource::kPriority:
+        raw.priority = f;
         break;
       case KnownResource::kCores:
         if (!raw.cores) raw.cores = f;
@@ -197,14 +210,36 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options)
         break;
     }
   }
+  if (raw.priority && !raw.gpu && !raw.cores && !raw.memory && !raw.memory_percent) {
+    // The task priority alone asks for no GPU: there is nothing for it to rank.
+    raw.family = ResourceFamily::kNone;
+    raw.priority.reset();
+    return raw;
+  }
   switch (raw.family) {
     case ResourceFamily::kHami:
     case ResourceFamily::kVolcano:
       // HAMi (and Volcano's vGPU, built on it): gpucores 0 means "no core limit"; memory left out means the
       // whole memory of the GPU.
       if (raw.cores && raw.cores->value == 0) raw.cores.reset();
+      raw.no_core_limit = !raw.cores && !(raw.gpu && raw.gpu->value == 0);
       if (!raw.memory && !raw.memory_percent && !(raw.gpu && raw.gpu->value == 0)) {
         raw.memory_percent = Field{"(whole memory, as HAMi gives)", 100};
+      }
+      break;
+    case ResourceFamily::kGpushare:
+      // ACK's multi-GPU share: aliyun.com/gpu-count GPUs (a pod label, or the resource), the memory split evenly
+      // over them; the count alone is that many whole GPUs.
+      if (!raw.gpu && gpushare_count) raw.gpu = Field{StrCat(kGpushareCount, " (label)"), *gpushare_count};
+      if (raw.gpu && raw.memory && raw.gpu->value > 1) {
+        if (raw.memory->value % raw.gpu->value != 0) {
+          return Invalid(c.name, StrCat("aliyun.com/gpu-mem is ", raw.memory->value, " MiB in all over ",
+                                        raw.gpu->value, " GPUs (", raw.gpu->name,
+                                        "), not a whole number of MiB each; ask for a multiple of ",
+                                        raw.gpu->value, " MiB, or write tessera.dev/gpu: ", raw.gpu->value,
+                                        " and tessera.dev/gpu-memory: <MiB per GPU>"));
+        }
+        raw.memory->value /= raw.gpu->value;
       }
       break;
     case ResourceFamily::kGpuManager:
@@ -369,16 +404,16 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   }
   std::string models_key, no_models_key, uuids_key, no_uuids_key;
   absl::StatusOr<std::vector<std::string>> models =
-      ReadList(pod, kAnnotationModel, "nvidia.com/use-gputype", &models_key);
+      ReadList(pod, kAnnotationModel, kHamiUseGpuType, &models_key);
   if (!models.ok()) return models.status();
   absl::StatusOr<std::vector<std::string>> no_models =
-      ReadList(pod, kAnnotationModelExclude, "nvidia.com/nouse-gputype", &no_models_key);
+      ReadList(pod, kAnnotationModelExclude, kHamiNoUseGpuType, &no_models_key);
   if (!no_models.ok()) return no_models.status();
   absl::StatusOr<std::vector<std::string>> uuids =
-      ReadList(pod, kAnnotationUuid, "nvidia.com/use-gpuuuid", &uuids_key);
+      ReadList(pod, kAnnotationUuid, kHamiUseGpuUuid, &uuids_key);
   if (!uuids.ok()) return uuids.status();
   absl::StatusOr<std::vector<std::string>> no_uuids =
-      ReadList(pod, kAnnotationUuidExclude, "nvidia.com/nouse-gpuuuid", &no_uuids_key);
+      ReadList(pod, kAnnotationUuidExclude, kHamiNoUseGpuUuid, &no_uuids_key);
   if (!no_uuids.ok()) return no_uuids.status();
   for (const std::string& m : *models) {
     if (std::find(no_models->begin(), no_models->end(), m) != no_models->end()) {
@@ -394,6 +429,8 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   }
   req.model_include = *models;
   req.model_exclude = *no_models;
+  req.model_include_substring = models_key == kHamiUseGpuType;
+  req.model_exclude_substring = no_models_key == kHamiNoUseGpuType;
   for (const std::string& u : *uuids) req.uuid_include.emplace_back(u);
   for (const std::string& u : *no_uuids) req.uuid_exclude.emplace_back(u);
 
@@ -414,15 +451,17 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
                                                "may be used up to a ceiling)"));
     }
   }
-  if (auto it = pod.annotations.find(kAnnotationNumaBind); it != pod.annotations.end()) {
-    std::string v = AsciiLower(StripWhitespace(it->second));
+  auto numa = pod.annotations.find(kAnnotationNumaBind);
+  if (numa == pod.annotations.end()) numa = pod.annotations.find(kHamiNumaBind);  // HAMi's name for it
+  if (numa != pod.annotations.end()) {
+    std::string v = AsciiLower(StripWhitespace(numa->second));
     if (v == "true") {
       req.numa_bind = true;
     } else if (v == "false") {
       req.numa_bind = false;
     } else {
       return absl::InvalidArgumentError(
-          StrCat(kAnnotationNumaBind, " is \"", it->second, "\"; write true or false"));
+          StrCat(numa->first, " is \"", numa->second, "\"; write true or false"));
     }
   }
   return absl::OkStatus();
@@ -488,6 +527,10 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
                      "move the GPU resources to a container under spec.containers");
     }
   }
+  absl::StatusOr<std::optional<int64_t>> gpushare_count = GpushareCountLabel(pod);
+  if (!gpushare_count.ok()) return gpushare_count.status();
+  std::optional<Field> hami_priority;  // the first container's, which every other must agree with
+  bool no_core_limit = false;
   std::set<std::string> gpu_added;
   if (auto it = pod.annotations.find(kAnnotationGpuAdded); it != pod.annotations.end()) {
     for (std::string& name : SplitList(it->second)) gpu_added.insert(std::move(name));
@@ -496,8 +539,17 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
     if (!names.insert(c.name).second) {
       return absl::InvalidArgumentError(StrCat("two containers are named \"", c.name, "\""));
     }
-    absl::StatusOr<Ask> ask = ReadAsk(c, options);
+    absl::StatusOr<Ask> ask = ReadAsk(c, options, *gpushare_count);
     if (!ask.ok()) return ask.status();
+    if (ask->priority) {
+      if (hami_priority && (hami_priority->value == 0) != (ask->priority->value == 0)) {
+        return Invalid(c.name, StrCat(ask->priority->name, " is ", ask->priority->value, " here but ",
+                                      hami_priority->value, " in another container; a pod has one priority: ",
+                                      "give every container the same, or annotate the pod ", kAnnotationPriority));
+      }
+      hami_priority = ask->priority;
+    }
+    no_core_limit = no_core_limit || ask->no_core_limit;
     std::optional<Field> added;
     if (gpu_added.contains(c.name) && ask->family == ResourceFamily::kTessera && ask->gpu &&
         (ask->cores || ask->memory || ask->memory_percent)) {
@@ -534,6 +586,21 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
   }
   absl::Status annotations = ReadAnnotations(pod, req);
   if (!annotations.ok()) return annotations;
+  // What HAMi's names say beyond the resources (the admission webhook writes them as annotations; a pod that
+  // reaches the extender untranslated means the same).
+  if (hami_priority) {
+    const Priority p = hami_priority->value == 0 ? Priority::kHigh : Priority::kLow;
+    if (pod.annotations.contains(kAnnotationPriority) && req.priority != p) {
+      return absl::InvalidArgumentError(StrCat(hami_priority->name, " is ", hami_priority->value, " (",
+                                               ToString(p), ") but the pod's ", kAnnotationPriority, " says ",
+                                               ToString(req.priority), "; keep one of them"));
+    }
+    req.priority = p;
+  }
+  if (no_core_limit && options.hami_no_core_limit == NoCoreLimit::kElastic && !req.containers.empty() &&
+      !pod.annotations.contains(kAnnotationComputePolicy)) {
+    req.compute_policy = ComputePolicy::kElastic;
+  }
   absl::StatusOr<int64_t> cpu = HostResource(pod, "cpu", /*memory=*/false);
   if (!cpu.ok()) return cpu.status();
   absl::StatusOr<int64_t> mem = HostResource(pod, "memory", /*memory=*/true);
@@ -556,30 +623,108 @@ absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limit
   return std::optional<int64_t>(static_cast<int64_t>(vgpus->size()));
 }
 
-absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,
-                                                               const ParseOptions& options) {
+absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList& resources,
+                                                              const ParseOptions& options,
+                                                              std::optional<int64_t> gpushare_count) {
   ContainerSpec c;
   c.name = "container";
   c.limits = resources;
-  absl::StatusOr<Ask> ask = ReadAsk(c, options);
+  absl::StatusOr<Ask> ask = ReadAsk(c, options, gpushare_count);
   if (!ask.ok()) return ask.status();
+  const std::vector<KnownResource> known = Known(options);
+  auto gpu_resource = [&known](const std::string& name) {
+    return std::any_of(known.begin(), known.end(), [&name](const KnownResource& k) {
+      return name == k.name && k.family != ResourceFamily::kTessera;
+    });
+  };
   if (ask->family == ResourceFamily::kNone || ask->family == ResourceFamily::kTessera) {
-    return std::optional<ResourceList>();
+    // A lone task priority asks for nothing, but no node advertises it: it goes, or the pod waits forever.
+    if (ask->family == ResourceFamily::kNone && resources.contains(options.hami.priority)) {
+      Translation t;
+      for (const auto& [name, value] : resources) {
+        if (name != options.hami.priority) t.resources[name] = value;
+      }
+      return std::optional<Translation>(std::move(t));
+    }
+    return std::optional<Translation>();
   }
   // Validate as Tessera would, so that a translated request never parses differently from the original.
   absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
   if (!vgpus.ok()) return vgpus.status();
-  ResourceList out;
+  Translation t;
+  t.family = ask->family;
   for (const auto& [name, value] : resources) {
-    bool gpu_resource = std::any_of(kKnown.begin(), kKnown.end(),
-                                    [&name = name](const KnownResource& k) { return name == k.name; });
-    if (!gpu_resource) out[name] = value;
+    if (!gpu_resource(name)) t.resources[name] = value;
   }
-  if (ask->gpu) out[kResourceGpu] = StrCat(ask->gpu->value);
-  if (ask->cores) out[kResourceCores] = StrCat(ask->cores->value);
-  if (ask->memory) out[kResourceMemory] = StrCat(ask->memory->value);
-  if (ask->memory_percent) out[kResourceMemoryPercent] = StrCat(ask->memory_percent->value);
-  return std::optional<ResourceList>(std::move(out));
+  if (ask->gpu) t.resources[kResourceGpu] = StrCat(ask->gpu->value);
+  if (ask->cores) t.resources[kResourceCores] = StrCat(ask->cores->value);
+  if (ask->memory) t.resources[kResourceMemory] = StrCat(ask->memory->value);
+  if (ask->memory_percent) t.resources[kResourceMemoryPercent] = StrCat(ask->memory_percent->value);
+  t.elastic = ask->no_core_limit && !vgpus->empty() && options.hami_no_core_limit == NoCoreLimit::kElastic;
+  if (ask->priority) t.priority = ask->priority->value == 0 ? Priority::kHigh : Priority::kLow;
+  return std::optional<Translation>(std::move(t));
+}
+
+absl::StatusOr<std::optional<int64_t>> GpushareCountLabel(const PodSpec& pod) {
+  const std::string* text = nullptr;
+  if (auto it = pod.labels.find(kGpushareCount); it != pod.labels.end()) {
+    text = &it->second;
+  } else if (auto a = pod.annotations.find(kGpushareCount); a != pod.annotations.end()) {
+    text = &a->second;
+  }
+  if (text == nullptr) return std::optional<int64_t>();
+  const std::string_view v = StripWhitespace(*text);
+  bool digits = !v.empty() && v.size() <= 3;
+  for (char ch : v) digits = digits && ch >= '0' && ch <= '9';
+  const int64_t n = digits ? std::stoll(std::string(v)) : 0;
+  if (n < 1 || n > kMaxGpusPerNode) {
+    return absl::InvalidArgumentError(StrCat(kGpushareCount, " is \"", *text, "\"; write the number of GPUs, 1 to ",
+                                             kMaxGpusPerNode));
+  }
+  return std::optional<int64_t>(n);
+}
+
+std::vector<std::string> MigrationWarnings(const PodSpec& pod) {
+  std::vector<std::string> out;
+  for (const char* key : {"hami.io/node-scheduler-policy", "hami.io/gpu-scheduler-policy"}) {
+    if (auto it = pod.annotations.find(key); it != pod.annotations.end()) {
+      out.push_back(StrCat(key, "=", it->second, " is ignored: Tessera places every pod by the cluster's policy ",
+                           "(tessera-scheduler --policy), which packs shares and spreads nothing by choice"));
+    }
+  }
+  if (auto it = pod.annotations.find("nvidia.com/vgpu-mode"); it != pod.annotations.end()) {
+    if (AsciiLower(StripWhitespace(it->second)) == "mig") {
+      out.push_back("nvidia.com/vgpu-mode=mig is ignored: Tessera does not partition GPUs with MIG; the pod gets "
+                    "a share enforced by Tessera's hook library, as in HAMi's hami-core mode");
+    }
+  }
+  return out;
+}
+
+absl::Status ParseHamiNames(std::string_view text, HamiNames* names) {
+  for (std::string_view part : StrSplit(text, ',')) {
+    part = StripWhitespace(part);
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    const std::string_view key = eq == std::string_view::npos ? part : part.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? "" : StripWhitespace(part.substr(eq + 1));
+    std::string* slot = key == "gpu"                 ? &names->gpu
+                        : key == "cores"             ? &names->cores
+                        : key == "memory"            ? &names->memory
+                        : key == "memory-percentage" ? &names->memory_percent
+                        : key == "priority"          ? &names->priority
+                                                     : nullptr;
+    if (slot == nullptr) {
+      return absl::InvalidArgumentError(StrCat("unknown HAMi resource \"", key,
+                                               "\"; name gpu, cores, memory, memory-percentage or priority"));
+    }
+    if (value.empty() || value.find('/') == std::string_view::npos || value.starts_with("tessera.dev/")) {
+      return absl::InvalidArgumentError(StrCat("HAMi's ", key, " resource \"", value,
+                                               "\" is not an extended resource name of another system (domain/name)"));
+    }
+    *slot = std::string(value);
+  }
+  return absl::OkStatus();
 }
 
 MilliGpu PodRequest::TotalCores() const {

@@ -2,9 +2,9 @@
 // Tessera's own names and in those of the systems users migrate from:
 //
 //   tessera.dev/gpu, gpu-cores, gpu-memory, gpu-memory-percentage          (Tessera)
-//   nvidia.com/gpu, gpucores, gpumem, gpumem-percentage                    (HAMi, and the NVIDIA plugin)
+//   nvidia.com/gpu, gpucores, gpumem, gpumem-percentage, priority          (HAMi, and the NVIDIA plugin)
 //   tencent.com/vcuda-core, vcuda-memory (x 256 MiB)                       (tkestack gpu-manager)
-//   aliyun.com/gpu-mem (GiB by default)                                    (Aliyun gpushare)
+//   aliyun.com/gpu-mem (GiB by default), gpu-count                         (Aliyun gpushare)
 //   volcano.sh/vgpu-number, vgpu-cores, vgpu-memory, vgpu-memory-percentage (Volcano)
 //
 // Every refusal says what is wrong and what to write instead.
@@ -44,15 +44,38 @@ struct PodSpec {
   std::string name;
   std::string uid;
   std::map<std::string, std::string> annotations;
+  std::map<std::string, std::string> labels;
   std::vector<ContainerSpec> containers;
   std::vector<ContainerSpec> init_containers;
+};
+
+// HAMi's resource names, which its chart lets operators rename (resourceName, resourceCores, resourceMem,
+// resourceMemPercentage, resourcePriority): Tessera accepts the names the cluster used.
+struct HamiNames {
+  std::string gpu = "nvidia.com/gpu";
+  std::string cores = "nvidia.com/gpucores";
+  std::string memory = "nvidia.com/gpumem";
+  std::string memory_percent = "nvidia.com/gpumem-percentage";
+  std::string priority = "nvidia.com/priority";
+};
+
+// What a HAMi or Volcano request without a core limit (gpucores left out, or 0) means.
+enum class NoCoreLimit {
+  kElastic,       // HAMi's meaning kept: a share in proportion to memory, and idle compute up to the ceiling
+  kProportional,  // Tessera's native rule: a hard share in proportion to memory
 };
 
 struct ParseOptions {
   // The unit of aliyun.com/gpu-mem: gpushare's device plugin counts GiB unless started with
   // --memory-unit=MiB.
   MiB gpushare_memory_unit{1024};
+  HamiNames hami;
+  NoCoreLimit hami_no_core_limit = NoCoreLimit::kElastic;
 };
+
+// Parses "gpu=NAME,cores=NAME,memory=NAME,memory-percentage=NAME,priority=NAME" (any subset) onto `names`:
+// tessera-scheduler's --hami-resource-names.
+absl::Status ParseHamiNames(std::string_view text, HamiNames* names);
 
 // Resource names and annotation keys (docs/requests.md).
 inline constexpr char kResourceGpu[] = "tessera.dev/gpu";
@@ -90,11 +113,40 @@ absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limit
 enum class ResourceFamily { kNone, kTessera, kHami, kGpuManager, kGpushare, kVolcano };
 const char* ToString(ResourceFamily f);
 
+// A container's GPU resources in Tessera's names, and what of the original request the resources cannot carry:
+// the pod's annotations must (the webhook adds them).
+struct Translation {
+  ResourceList resources;
+  ResourceFamily family = ResourceFamily::kNone;
+  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic.
+  bool elastic = false;
+  // HAMi's task priority resource (0 high, anything else low), removed from the resources.
+  std::optional<Priority> priority;
+};
+
 // Rewrites a container's GPU resources written for another system into Tessera's names, with the same meaning
 // (what the mutating admission webhook patches in). Other resources are kept. Returns nullopt when the
-// container already uses Tessera's names or no GPU at all.
-absl::StatusOr<std::optional<ResourceList>> TranslateToTessera(const ResourceList& resources,
-                                                               const ParseOptions& options = {});
+// container already uses Tessera's names or no GPU at all. `gpushare_count` is the pod's aliyun.com/gpu-count
+// label, when it has one (gpushare's memory is then split evenly over that many GPUs).
+absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList& resources,
+                                                              const ParseOptions& options = {},
+                                                              std::optional<int64_t> gpushare_count = {});
+
+// The pod's aliyun.com/gpu-count label (ACK: a gpushare pod's memory over that many GPUs); nullopt without it,
+// an error when it is not a whole number from 1 to the most GPUs a node has.
+absl::StatusOr<std::optional<int64_t>> GpushareCountLabel(const PodSpec& pod);
+
+// HAMi annotations Tessera reads but cannot honour, or honours differently: one line each for the user (the
+// admission webhook returns them as warnings). Empty when there is nothing to say.
+std::vector<std::string> MigrationWarnings(const PodSpec& pod);
+
+// Annotation keys read as Tessera's (HAMi's names for them).
+inline constexpr char kHamiUseGpuType[] = "nvidia.com/use-gputype";
+inline constexpr char kHamiNoUseGpuType[] = "nvidia.com/nouse-gputype";
+inline constexpr char kHamiUseGpuUuid[] = "nvidia.com/use-gpuuuid";
+inline constexpr char kHamiNoUseGpuUuid[] = "nvidia.com/nouse-gpuuuid";
+inline constexpr char kHamiNumaBind[] = "nvidia.com/numa-bind";
+inline constexpr char kGpushareCount[] = "aliyun.com/gpu-count";
 
 }  // namespace tessera::core
 

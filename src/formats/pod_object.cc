@@ -111,6 +111,15 @@ absl::StatusOr<PodObject> ParsePodObject(const json& pod) {
       out.spec.annotations[it.key()] = it->get<std::string>();
     }
   }
+  // Of the labels, placement reads one: gpushare's GPU count (ACK writes it as a pod label).
+  absl::StatusOr<const json*> labels = Object(m, "labels", "metadata");
+  if (!labels.ok()) return labels.status();
+  if (*labels != nullptr) {
+    if (auto it = (*labels)->find(core::kGpushareCount); it != (*labels)->end()) {
+      if (!it->is_string()) return WrongType(StrCat("metadata.labels[\"", it.key(), "\"]"), "a string", *it);
+      out.spec.labels[it.key()] = it->get<std::string>();
+    }
+  }
   auto deletion = m.find("deletionTimestamp");
   out.deleting = deletion != m.end() && !deletion->is_null();
 

@@ -1,5 +1,8 @@
 #include "scheduler/admission.h"
 
+#include <map>
+#include <optional>
+
 #include "core/strings.h"
 #include "formats/bounded_json.h"
 #include "formats/pod_object.h"
@@ -80,6 +83,21 @@ Response Refuse(const Review& review, std::string message) {
                         {"status", {{"code", 422}, {"reason", "Invalid"}, {"message", std::move(message)}}}});
 }
 
+// A key as one token of a JSON pointer (RFC 6901): "~" is "~0", "/" is "~1".
+std::string JsonPointerToken(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 Response Malformed(std::string_view what) {
   return {400, formats::DumpJson(json{{"error", StrCat("admission: ", what)}})};
 }
@@ -100,6 +118,12 @@ Response Admission::Mutate(std::string_view body) const {
   json patch = json::array();
   bool gpu = false;
   std::vector<std::string> gpu_added;
+  std::vector<std::string> warnings = core::MigrationWarnings(pod->spec);
+  bool elastic = false;                       // a HAMi request without a core limit (NoCoreLimit::kElastic)
+  std::optional<core::Priority> priority;     // HAMi's task priority resource
+  std::string priority_from;                  // the container it came from, for messages
+  absl::StatusOr<std::optional<int64_t>> gpushare_count = core::GpushareCountLabel(pod->spec);
+  if (!gpushare_count.ok()) return Refuse(*review, Message(gpushare_count.status()));
   // Found, not copied: the spec is the sender's, and a copy walks it recursively.
   static const json kNoSpec = json::object();
   auto spec_it = review->object->find("spec");
@@ -114,12 +138,23 @@ Response Admission::Mutate(std::string_view body) const {
       std::array<core::ResourceList, 2> lists = {parsed[i].limits, parsed[i].requests};
       std::array<bool, 2> changed = {false, false};
       for (size_t k = 0; k < lists.size(); ++k) {
-        absl::StatusOr<std::optional<core::ResourceList>> translated =
-            core::TranslateToTessera(lists[k], options_.parse);
+        absl::StatusOr<std::optional<core::Translation>> translated =
+            core::TranslateToTessera(lists[k], options_.parse, *gpushare_count);
         if (!translated.ok()) return Refuse(*review, StrCat("container ", parsed[i].name, ": ",
                                                             Message(translated.status())));
         if (translated->has_value()) {
-          lists[k] = **std::move(translated);
+          core::Translation& t = **translated;
+          elastic = elastic || (app && t.elastic);
+          if (t.priority && app) {
+            if (priority && *priority != *t.priority) {
+              return Refuse(*review, StrCat("containers ", priority_from, " and ", parsed[i].name, " give ",
+                                            options_.parse.hami.priority, " different values; a pod has one ",
+                                            "priority: give every container the same"));
+            }
+            priority = t.priority;
+            priority_from = parsed[i].name;
+          }
+          lists[k] = std::move(t.resources);
           changed[k] = true;
         }
         for (const auto& [name, value] : lists[k]) {
@@ -154,25 +189,47 @@ Response Admission::Mutate(std::string_view body) const {
       }
     }
   }
-  if (!gpu_added.empty()) {
+  // What the translated resources cannot say goes into annotations, as the user would have written them.
+  std::map<std::string, std::string> annotations;
+  if (!gpu_added.empty()) annotations[core::kAnnotationGpuAdded] = StrJoin(gpu_added, ",");
+  const auto& present = pod->spec.annotations;
+  if (elastic && !present.contains(core::kAnnotationComputePolicy)) {
+    annotations[core::kAnnotationComputePolicy] = "elastic";
+    warnings.push_back(StrCat(options_.parse.hami.cores, " is left out or 0 (no core limit): the pod is ",
+                              core::kAnnotationComputePolicy, ": elastic, a share in proportion to its memory ",
+                              "that grows into idle compute (tessera-scheduler --hami-no-core-limit)"));
+  }
+  if (priority) {
+    auto it = present.find(core::kAnnotationPriority);
+    if (it != present.end() && core::PriorityAnnotation(it->second) != priority) {
+      return Refuse(*review, StrCat(options_.parse.hami.priority, " of container ", priority_from, " says ",
+                                    core::ToString(*priority), " but the pod's ", core::kAnnotationPriority,
+                                    " says ", it->second, "; keep one of them"));
+    }
+    if (it == present.end()) annotations[core::kAnnotationPriority] = core::ToString(*priority);
+  }
+  if (!annotations.empty()) {
     auto metadata = review->object->find("metadata");  // found, not copied (see spec above)
     const bool has_annotations = metadata != review->object->end() && metadata->is_object() &&
                                  metadata->contains("annotations") && (*metadata)["annotations"].is_object();
     if (!has_annotations) {
-      patch.push_back({{"op", "add"},
-                       {"path", "/metadata/annotations"},
-                       {"value", {{core::kAnnotationGpuAdded, StrJoin(gpu_added, ",")}}}});
+      json value = json::object();
+      for (const auto& [key, v] : annotations) value[key] = v;
+      patch.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", std::move(value)}});
     } else {
-      // "~1" is "/" in a JSON pointer (RFC 6901).
-      patch.push_back({{"op", "add"},
-                       {"path", "/metadata/annotations/tessera.dev~1gpu-added"},
-                       {"value", StrJoin(gpu_added, ",")}});
+      for (const auto& [key, v] : annotations) {
+        // "~1" is "/" in a JSON pointer (RFC 6901).
+        patch.push_back({{"op", "add"},
+                         {"path", StrCat("/metadata/annotations/", JsonPointerToken(key))},
+                         {"value", v}});
+      }
     }
   }
   if (gpu && !options_.scheduler_name.empty() && pod->scheduler_name != options_.scheduler_name) {
     patch.push_back({{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options_.scheduler_name}});
   }
   json response = {{"allowed", true}};
+  if (!warnings.empty()) response["warnings"] = warnings;  // kubectl prints them (admission.k8s.io/v1)
   if (!patch.empty()) {
     response["patchType"] = "JSONPatch";
     response["patch"] = Base64(formats::DumpJson(patch));

@@ -231,6 +231,33 @@ def test_request_form_reaches_allocate(c, name, limits, annotations, expected):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Migration that keeps HAMi's meaning (docs/migration.md), through the real API server, scheduler and kubelet.
+
+def test_hami_pod_keeps_its_meaning(c):
+    # No gpucores (HAMi: no core limit), task priority 0 (high), a GPU type by a word in any case, NUMA binding,
+    # and a per-pod policy Tessera cannot honour (a warning kubectl prints).
+    manifest = yaml.safe_load(pod_yaml("hami-meaning", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000,
+                                                        "nvidia.com/priority": 0},
+                                       {"nvidia.com/use-gputype": "v100", "nvidia.com/numa-bind": "true",
+                                        "hami.io/gpu-scheduler-policy": "spread"}))
+    r = c.apply(yaml.safe_dump(manifest))
+    assert "hami.io/gpu-scheduler-policy=spread is ignored" in r.stderr, r.stderr
+    assert "compute-policy: elastic" in r.stderr, r.stderr
+    pod = running(c, "hami-meaning")
+    ann = pod["metadata"]["annotations"]
+    assert ann.get("tessera.dev/compute-policy") == "elastic", ann
+    assert ann.get("tessera.dev/priority") == "high", ann
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    # (The API server writes quantities in canonical form: 3000 is "3k".)
+    assert "nvidia.com/priority" not in limits and limits.get("tessera.dev/gpu-memory") in ("3000", "3k"), limits
+    rec, vgpus = check_started_with_assignment(c, pod)
+    got = read_limits(next(os.path.join(m["host"], "limits") for m in rec["mounts"] if m["container"] == "/etc/tessera"))
+    assert [(g["policy"], g["priority"]) for g in got.values()] == [("elastic", "high")], got
+    assert "numaNode" in assignment(pod)["containers"][0]
+    delete(c, "hami-meaning")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Defect 4: pods for other schedulers keep what they were written with.
 
 def test_pod_of_another_scheduler_is_left_untouched(c):

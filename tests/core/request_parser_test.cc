@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/cluster.h"
+#include "core/strings.h"
 #include "test_util.h"
 
 namespace tessera::core {
@@ -274,18 +276,178 @@ TEST(ForeignNamesTest, TranslationMeansTheSame) {
       {{"volcano.sh/vgpu-number", "1"}, {"volcano.sh/vgpu-memory-percentage", "40"}},
   };
   for (const ResourceList& original : cases) {
-    absl::StatusOr<std::optional<ResourceList>> t = TranslateToTessera(original);
+    absl::StatusOr<std::optional<Translation>> t = TranslateToTessera(original);
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE(t->has_value());
-    for (const auto& [name, value] : **t) {
+    for (const auto& [name, value] : (*t)->resources) {
       EXPECT_TRUE(name.starts_with("tessera.dev/") || name == "cpu" || name == "memory") << name;
     }
-    EXPECT_EQ(VGpus(original), VGpus(**t)) << StrJoin(std::vector<std::string>{original.begin()->first}, "");
+    EXPECT_EQ(VGpus(original), VGpus((*t)->resources))
+        << StrJoin(std::vector<std::string>{original.begin()->first}, "");
   }
   // Already Tessera's names, or no GPU: nothing to translate.
   EXPECT_FALSE(TranslateToTessera({{"tessera.dev/gpu", "1"}})->has_value());
   EXPECT_FALSE(TranslateToTessera({{"cpu", "1"}})->has_value());
   EXPECT_FALSE(TranslateToTessera({{"tencent.com/vcuda-core", "150"}}).ok());
+}
+
+// --- migration that keeps HAMi's meaning (docs/migration.md) ------------------------------------------------
+
+// HAMi: gpucores left out (or 0) is "no core limit". Kept as an elastic share (by default), or Tessera's hard
+// proportional share with --hami-no-core-limit=proportional; a stated core limit stays hard.
+TEST(MigrationTest, HamiWithoutCoreLimitIsElasticUnlessTheOperatorSaysOtherwise) {
+  for (const ResourceList& no_limit : std::vector<ResourceList>{
+           {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}},
+           {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem", "4000"}},
+           {{"volcano.sh/vgpu-number", "1"}, {"volcano.sh/vgpu-memory", "4000"}}}) {
+    absl::StatusOr<PodRequest> r = ParsePodRequest(Pod(no_limit));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->compute_policy, ComputePolicy::kElastic);
+    absl::StatusOr<std::optional<Translation>> t = TranslateToTessera(no_limit);
+    ASSERT_TRUE(t.ok() && t->has_value());
+    EXPECT_TRUE((*t)->elastic);
+    ParseOptions native;
+    native.hami_no_core_limit = NoCoreLimit::kProportional;
+    r = ParsePodRequest(Pod(no_limit), native);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->compute_policy, ComputePolicy::kHard);
+    EXPECT_FALSE((*TranslateToTessera(no_limit, native))->elastic);
+  }
+  absl::StatusOr<PodRequest> limited =
+      ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}}));
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->compute_policy, ComputePolicy::kHard);
+  // The pod's own policy wins.
+  absl::StatusOr<PodRequest> own = ParsePodRequest(
+      Pod({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}}, {{"tessera.dev/compute-policy", "hard"}}));
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->compute_policy, ComputePolicy::kHard);
+  // Tessera's own names keep Tessera's rule.
+  absl::StatusOr<PodRequest> native = ParsePodRequest(Pod({{"tessera.dev/gpu-memory", "4000"}}));
+  ASSERT_TRUE(native.ok());
+  EXPECT_EQ(native->compute_policy, ComputePolicy::kHard);
+}
+
+// HAMi's nvidia.com/priority: 0 is high, anything else low (HAMi's documentation); it asks for no GPU itself and
+// never stays in the resources (no node advertises it).
+TEST(MigrationTest, HamiTaskPriorityIsThePodsPriority) {
+  absl::StatusOr<PodRequest> r =
+      ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/priority", "0"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->priority, Priority::kHigh);
+  r = ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/priority", "1"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->priority, Priority::kLow);
+  absl::StatusOr<std::optional<Translation>> t =
+      TranslateToTessera({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/priority", "0"}});
+  ASSERT_TRUE(t.ok() && t->has_value());
+  EXPECT_EQ((*t)->priority, Priority::kHigh);
+  EXPECT_FALSE((*t)->resources.contains("nvidia.com/priority"));
+  // Alone it asks for nothing, and still goes.
+  t = TranslateToTessera({{"nvidia.com/priority", "0"}, {"cpu", "1"}});
+  ASSERT_TRUE(t.ok() && t->has_value());
+  EXPECT_EQ((*t)->resources, (ResourceList{{"cpu", "1"}}));
+  // Disagreeing with the pod's annotation: refused, naming both.
+  EXPECT_THAT(Error(Pod({{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "0"}}, {{"tessera.dev/priority", "low"}})),
+              HasSubstr("keep one of them"));
+}
+
+// HAMi's use-gputype / nouse-gputype match a model by case-insensitive substring (its own example is
+// "Tesla V100-PCIE-32GB"; users write "A100"); Tessera's annotations match exactly.
+TEST(MigrationTest, HamiGpuTypeIsASubstringTesseraModelIsExact) {
+  Cluster cluster;
+  for (const char* model : {"NVIDIA A100-SXM4-80GB", "Tesla V100-PCIE-32GB", "NVIDIA H100 80GB HBM3"}) {
+    NodeInfo n;
+    n.name = NodeName(StrCat("node-", model));
+    GpuInfo g;
+    g.uuid = GpuUuid(StrCat("GPU-", model));
+    g.model = model;
+    g.memory = MiB(32768);
+    n.gpus.push_back(g);
+    ASSERT_TRUE(cluster.AddNode(n).ok());
+  }
+  absl::StatusOr<PodRequest> hami =
+      ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/use-gputype", "a100,V100"}}));
+  ASSERT_TRUE(hami.ok());
+  EXPECT_TRUE(hami->model_include_substring);
+  std::vector<int> ids;
+  for (const std::string& m : hami->model_include) {
+    for (int id : cluster.ModelIds(m, hami->model_include_substring)) ids.push_back(id);
+  }
+  EXPECT_EQ(ids.size(), 2u);
+  absl::StatusOr<PodRequest> own =
+      ParsePodRequest(Pod({{"tessera.dev/gpu", "1"}}, {{"tessera.dev/gpu-model", "A100"}}));
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(own->model_include_substring);
+  EXPECT_TRUE(cluster.ModelIds("A100", false).empty());
+  EXPECT_EQ(cluster.ModelIds("NVIDIA A100-SXM4-80GB", false).size(), 1u);
+  EXPECT_TRUE(cluster.ModelIds("", true).empty()) << "an empty word matches nothing";
+}
+
+TEST(MigrationTest, HamiNumaBindIsTesseras) {
+  absl::StatusOr<PodRequest> r = ParsePodRequest(Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/numa-bind", "true"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->numa_bind);
+  EXPECT_THAT(Error(Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/numa-bind", "yes"}})),
+              HasSubstr("nvidia.com/numa-bind is \"yes\"; write true or false"));
+}
+
+// HAMi's chart renames its resources; Tessera reads the names the cluster used.
+TEST(MigrationTest, HamiResourceNamesAreConfigurable) {
+  ParseOptions o;
+  ASSERT_TRUE(ParseHamiNames("gpu=example.com/vgpu, memory=example.com/vgpu-mem", &o.hami).ok());
+  absl::StatusOr<PodRequest> r =
+      ParsePodRequest(Pod({{"example.com/vgpu", "1"}, {"example.com/vgpu-mem", "3000"}}), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 1u);
+  EXPECT_EQ(r->containers[0].vgpus[0].memory.value, 3000);
+  absl::StatusOr<std::optional<Translation>> t =
+      TranslateToTessera({{"example.com/vgpu", "1"}, {"example.com/vgpu-mem", "3000"}}, o);
+  ASSERT_TRUE(t.ok() && t->has_value());
+  EXPECT_EQ((*t)->resources, (ResourceList{{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-memory", "3000"}}));
+  // Renamed away, the old name is no GPU resource any more.
+  EXPECT_FALSE(ParsePodRequest(Pod({{"nvidia.com/gpumem", "3000"}}), o)->wants_gpu());
+  HamiNames names;
+  EXPECT_THAT(std::string(ParseHamiNames("gpus=x.io/g", &names).message()), HasSubstr("unknown HAMi resource"));
+  EXPECT_THAT(std::string(ParseHamiNames("gpu=vgpu", &names).message()), HasSubstr("domain/name"));
+  EXPECT_THAT(std::string(ParseHamiNames("gpu=tessera.dev/gpu", &names).message()), HasSubstr("another system"));
+}
+
+// ACK's multi-GPU gpushare: aliyun.com/gpu-count GPUs (a pod label, or the resource), gpu-mem split evenly.
+TEST(MigrationTest, GpushareCountSplitsTheMemory) {
+  PodSpec labelled = Pod({{"aliyun.com/gpu-mem", "8"}});
+  labelled.labels["aliyun.com/gpu-count"] = "4";
+  absl::StatusOr<PodRequest> r = ParsePodRequest(labelled);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers[0].vgpus.size(), 4u);
+  EXPECT_EQ(r->containers[0].vgpus[0].memory.value, 2048);
+  EXPECT_EQ(VGpus({{"aliyun.com/gpu-count", "2"}, {"aliyun.com/gpu-mem", "8"}}),
+            (std::vector<VGpuDemand>{{MilliGpu(0), {MemorySpec::Kind::kMiB, 4096}},
+                                     {MilliGpu(0), {MemorySpec::Kind::kMiB, 4096}}}));
+  absl::StatusOr<std::optional<Translation>> t =
+      TranslateToTessera({{"aliyun.com/gpu-mem", "8"}}, {}, std::optional<int64_t>(4));
+  ASSERT_TRUE(t.ok() && t->has_value());
+  EXPECT_EQ((*t)->resources, (ResourceList{{"tessera.dev/gpu", "4"}, {"tessera.dev/gpu-memory", "2048"}}));
+  ParseOptions mib;
+  mib.gpushare_memory_unit = MiB(1);
+  PodSpec odd = Pod({{"aliyun.com/gpu-mem", "1001"}});
+  odd.labels["aliyun.com/gpu-count"] = "2";
+  EXPECT_THAT(Error(odd, mib), HasSubstr("not a whole number of MiB each"));
+  PodSpec bad = Pod({{"aliyun.com/gpu-mem", "8"}});
+  bad.labels["aliyun.com/gpu-count"] = "two";
+  EXPECT_THAT(Error(bad), HasSubstr("write the number of GPUs"));
+}
+
+TEST(MigrationTest, WarningsNameWhatIsIgnored) {
+  PodSpec pod = Pod({{"nvidia.com/gpu", "1"}}, {{"hami.io/gpu-scheduler-policy", "spread"},
+                                                 {"hami.io/node-scheduler-policy", "binpack"},
+                                                 {"nvidia.com/vgpu-mode", "mig"}});
+  std::vector<std::string> w = MigrationWarnings(pod);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_THAT(w[0], HasSubstr("hami.io/node-scheduler-policy=binpack is ignored"));
+  EXPECT_THAT(w[1], HasSubstr("hami.io/gpu-scheduler-policy=spread is ignored"));
+  EXPECT_THAT(w[2], HasSubstr("MIG"));
+  EXPECT_TRUE(MigrationWarnings(Pod({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/vgpu-mode", "hami-core"}})).empty());
 }
 
 }  // namespace

@@ -121,6 +121,75 @@ TEST(AdmissionTest, MutateTranslatesHamiAndSetsTheScheduler) {
   EXPECT_EQ(patched["spec"]["schedulerName"], "tessera-scheduler");
 }
 
+// docs/migration.md line by line: what a HAMi (or gpushare) pod means after the webhook is what it meant before,
+// and what cannot be kept is said in the response's warnings (kubectl prints them).
+TEST(AdmissionTest, MigrationKeepsTheMeaningAndWarnsWhatIsIgnored) {
+  Admission admission({"tessera-scheduler", {}});
+  struct Case {
+    const char* what;
+    json limits;
+    json annotations;
+    json labels;
+  };
+  const std::vector<Case> cases = {
+      {"no core limit: elastic", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}}, json::object(),
+       json::object()},
+      {"cores 0: elastic", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0"}, {"nvidia.com/gpumem", "4000"}},
+       json::object(), json::object()},
+      {"task priority 0: high",
+       {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/priority", "0"}},
+       json::object(), json::object()},
+      {"gpu type by a word", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}},
+       {{"nvidia.com/use-gputype", "a100"}, {"nvidia.com/numa-bind", "true"}}, json::object()},
+      {"gpushare over 4 GPUs", {{"aliyun.com/gpu-mem", "8"}}, json::object(), {{"aliyun.com/gpu-count", "4"}}},
+  };
+  for (const Case& c : cases) {
+    json pod = Defaulted(PodWith(c.limits));
+    if (!c.annotations.empty()) pod["metadata"]["annotations"] = c.annotations;
+    if (!c.labels.empty()) pod["metadata"]["labels"] = c.labels;
+    const core::PodRequest before = Parsed(pod);
+    json after = Mutated(admission, pod);
+    for (const auto& [name, value] : after["spec"]["containers"][0]["resources"]["limits"].items()) {
+      EXPECT_TRUE(name.starts_with("tessera.dev/")) << c.what << ": " << name << " left in the limits";
+    }
+    core::PodRequest translated = Parsed(after);
+    EXPECT_EQ(translated.containers, before.containers) << c.what;
+    EXPECT_EQ(translated.compute_policy, before.compute_policy) << c.what;
+    EXPECT_EQ(translated.priority, before.priority) << c.what;
+    EXPECT_EQ(translated.numa_bind, before.numa_bind) << c.what;
+    EXPECT_EQ(translated.model_include_substring, before.model_include_substring) << c.what;
+  }
+  // What each case means, stated once: the webhook wrote it down as annotations the node agent reads.
+  json elastic = Mutated(admission, Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}})));
+  EXPECT_EQ(elastic["metadata"]["annotations"]["tessera.dev/compute-policy"], "elastic");
+  json high = Mutated(admission, Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "0"}})));
+  EXPECT_EQ(high["metadata"]["annotations"]["tessera.dev/priority"], "high");
+  // Tessera's own rule on the operator's word.
+  core::ParseOptions native;
+  native.hami_no_core_limit = core::NoCoreLimit::kProportional;
+  json hard = Mutated(Admission({"tessera-scheduler", native}),
+                      Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}})));
+  EXPECT_FALSE(hard["metadata"].contains("annotations") &&
+               hard["metadata"]["annotations"].contains("tessera.dev/compute-policy"));
+
+  // Warnings: the per-pod policies and MIG are not kept; the elastic translation is said.
+  json pod = Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}}));
+  pod["metadata"]["annotations"] = {{"hami.io/gpu-scheduler-policy", "spread"}, {"nvidia.com/vgpu-mode", "mig"}};
+  json out = json::parse(admission.Mutate(Review(pod)).body);
+  ASSERT_TRUE(out["response"].contains("warnings")) << out.dump();
+  std::string all;
+  for (const json& w : out["response"]["warnings"]) all += w.get<std::string>() + "\n";
+  EXPECT_THAT(all, HasSubstr("hami.io/gpu-scheduler-policy=spread is ignored"));
+  EXPECT_THAT(all, HasSubstr("MIG"));
+  EXPECT_THAT(all, HasSubstr("tessera.dev/compute-policy: elastic"));
+  // A priority that disagrees with the pod's own: refused, naming both.
+  json conflict = Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "0"}}));
+  conflict["metadata"]["annotations"] = {{"tessera.dev/priority", "low"}};
+  out = json::parse(admission.Mutate(Review(conflict)).body);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr("keep one of them"));
+}
+
 TEST(AdmissionTest, MutateLeavesOtherPodsAndOtherSchedulersAlone) {
   Admission admission({"tessera-scheduler", {}});
   json out = json::parse(admission.Mutate(Review(PodWith({{"cpu", "1"}}))).body);

@@ -109,6 +109,25 @@ TEST_F(ExtenderTest, FilterWithNodeListAnswersTheFittingNodeObjects) {
   EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("15360"));
 }
 
+// HAMi's use-gputype names a model by a word of it, in any case (docs/migration.md); Tessera's gpu-model is the
+// model's exact name.
+TEST_F(ExtenderTest, HamiGpuTypeMatchesAWordOfTheModelTesseraModelTheWholeName) {
+  json hami = Pod("h", "u1", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}},
+                  {{"nvidia.com/use-gputype", "a100"}});
+  EXPECT_THAT(Filter(hami, {"t4-a", "a100"})["NodeNames"].get<std::vector<std::string>>(), ElementsAre("a100"));
+  json excluded = Pod("x", "u2", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}},
+                      {{"nvidia.com/nouse-gputype", "A100"}});
+  EXPECT_THAT(Filter(excluded, {"t4-a", "a100"})["NodeNames"].get<std::vector<std::string>>(),
+              ElementsAre("t4-a"));
+  json exact = Pod("t", "u3", Share(30, 1024), {{"tessera.dev/gpu-model", "A100"}});
+  json out = Filter(exact, {"t4-a", "a100"});
+  EXPECT_TRUE(out["NodeNames"].empty());
+  EXPECT_THAT(out["FailedAndUnresolvableNodes"]["a100"].get<std::string>(), HasSubstr("allows only A100"));
+  out = Filter(Pod("w", "u4", Share(30, 1024), {{"nvidia.com/use-gputype", "v100"}}), {"t4-a", "a100"});
+  EXPECT_THAT(out["FailedAndUnresolvableNodes"]["a100"].get<std::string>(),
+              HasSubstr("allows only models containing v100"));
+}
+
 TEST_F(ExtenderTest, FieldNamesAreReadCaseInsensitivelyAsGoDoes) {
   json pod = Pod("p", "u1", Share(30, 1024));
   Response r = extender_.Filter(json{{"pod", pod}, {"nodenames", {"t4-a"}}}.dump());

@@ -21,12 +21,10 @@ CompiledRequest::CompiledRequest(const Cluster& cluster, const PodRequest& reque
   if (!request.model_include.empty() || !request.model_exclude.empty()) {
     allowed_models_.assign(static_cast<size_t>(cluster.model_count()), request.model_include.empty() ? 1 : 0);
     for (const std::string& m : request.model_include) {
-      int id = cluster.ModelId(m);
-      if (id >= 0) allowed_models_[static_cast<size_t>(id)] = 1;
+      for (int id : cluster.ModelIds(m, request.model_include_substring)) allowed_models_[static_cast<size_t>(id)] = 1;
     }
     for (const std::string& m : request.model_exclude) {
-      int id = cluster.ModelId(m);
-      if (id >= 0) allowed_models_[static_cast<size_t>(id)] = 0;
+      for (int id : cluster.ModelIds(m, request.model_exclude_substring)) allowed_models_[static_cast<size_t>(id)] = 0;
     }
   }
   quota_left_.resize(static_cast<size_t>(cluster.model_count()));

@@ -513,9 +513,12 @@ Explanation Placer::Explain(const Cluster& cluster, const NodeState& node, const
     case RejectCode::kModel: {
       std::vector<std::string> models;
       for (int m : node.model_ids()) models.push_back(cluster.ModelName(m));
-      std::string allowed = request.model_include.empty()
-                                ? StrCat("excludes ", StrJoin(request.model_exclude, ", "))
-                                : StrCat("allows only ", StrJoin(request.model_include, ", "));
+      std::string allowed =
+          request.model_include.empty()
+              ? StrCat("excludes ", request.model_exclude_substring ? "models containing " : "",
+                       StrJoin(request.model_exclude, ", "))
+              : StrCat("allows only ", request.model_include_substring ? "models containing " : "",
+                       StrJoin(request.model_include, ", "));
       return {StrCat(who, "has ", StrJoin(models, ", "), " GPUs; the pod ", allowed), true};
     }
     case RejectCode::kUuid:

@@ -89,8 +89,9 @@ PolicyContext MakePolicyContext(const Cluster& cluster, std::span<const PodReque
     if (p.model_include.empty()) continue;
     std::vector<int> present;
     for (const std::string& m : p.model_include) {
-      const int id = cluster.ModelId(m);
-      if (id >= 0 && supply[static_cast<size_t>(id)] > 0) present.push_back(id);
+      for (int id : cluster.ModelIds(m, p.model_include_substring)) {
+        if (supply[static_cast<size_t>(id)] > 0) present.push_back(id);
+      }
     }
     double pod_gpus = 0;
     for (const ContainerRequest& cr : p.containers) {
