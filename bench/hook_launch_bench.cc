@@ -4,6 +4,14 @@
 // on zero-length kernels, and prints the medians, the difference and the ratio, measured in the same run.
 //
 //   build/bench/hook_launch_bench [launches-per-child]      (run from anywhere; finds build/ by its own path)
+//   build/bench/hook_launch_bench --quick                   # CI: 3 rounds of 20,000 launches, the check
+//
+// Target: under 50 ns added per launch; the full run exits 1 when it is missed.
+// Check, in every mode (exit 1 on a wrong answer; quick mode judges no time): the hook is loaded and
+// throttles. One more pair of children launches 100 kernels of 2 ms each (after 25 to warm up), unhooked and
+// under a 25% limit, and measures the GPU time launched over the wall time they took: the hooked one must
+// stay under 40%, its share plus 15 points (a machine slower than expected only lowers it; measured: 26%;
+// without the limiter's waits it is 100%, with launches paced only when sampled 48%).
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +34,14 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// In the child: median ns per launch over batches of 1000.
-int Child(long launches) {
+constexpr uint64_t kThrottleKernelNs = 2000000;  // the throttle check's kernels: 2 ms each
+constexpr long kThrottleKernels = 100;
+constexpr int kThrottleCores = 25;  // its limit, %
+
+// In the child: median ns per launch over batches of 1000 ("launch"), or the GPU time launched over the wall
+// time taken for `launches` kernels of kThrottleKernelNs ("throttle").
+int Child(const char* mode, long launches) {
+  const bool throttle = strcmp(mode, "throttle") == 0;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (lib == nullptr) return 2;
   auto proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"));
@@ -44,6 +58,7 @@ int Child(long launches) {
   auto load = reinterpret_cast<PFN_cuModuleLoadData_v2000>(get("cuModuleLoadData", 2000));
   auto fn = reinterpret_cast<PFN_cuModuleGetFunction_v2000>(get("cuModuleGetFunction", 2000));
   auto launch = reinterpret_cast<PFN_cuLaunchKernel_v4000>(get("cuLaunchKernel", 12000));
+  auto sync = reinterpret_cast<PFN_cuCtxSynchronize_v2000>(get("cuCtxSynchronize", 2000));
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   CUmodule mod = nullptr;
@@ -51,6 +66,21 @@ int Child(long launches) {
   if (init(0) != CUDA_SUCCESS || dev_get(&dev, 0) != CUDA_SUCCESS || retain(&ctx, dev) != CUDA_SUCCESS ||
       set(ctx) != CUDA_SUCCESS || load(&mod, "fake") != CUDA_SUCCESS || fn(&f, mod, "spin") != CUDA_SUCCESS) {
     return 3;
+  }
+  if (throttle) {
+    uint64_t ns = kThrottleKernelNs;
+    void* spin[] = {&ns};
+    for (int i = 0; i < 25; ++i)
+      launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, spin, nullptr);  // the limiter learns
+    if (sync() != CUDA_SUCCESS) return 3;
+    const uint64_t t0 = NowNs();
+    for (long i = 0; i < launches; ++i) {
+      if (launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, spin, nullptr) != CUDA_SUCCESS) return 3;
+    }
+    if (sync() != CUDA_SUCCESS) return 3;
+    printf("%.4f\n", static_cast<double>(launches) * static_cast<double>(kThrottleKernelNs) /
+                         static_cast<double>(NowNs() - t0));
+    return 0;
   }
   uint64_t zero = 0;
   void* params[] = {&zero};
@@ -67,7 +97,11 @@ int Child(long launches) {
   return 0;
 }
 
-double RunChild(const std::string& self, const std::string& build, bool hooked, long launches) {
+// Runs this program as a child in `mode` ("launch" or "throttle"); with `cores` > 0, under the hook at that
+// limit. Returns the number it prints, or -1 when it fails.
+double RunChild(const std::string& self, const std::string& build, const char* mode, int cores,
+                long launches) {
+  const bool hooked = cores > 0;
   int out[2];
   if (pipe(out) != 0) return -1;
   const pid_t pid = fork();
@@ -79,12 +113,12 @@ double RunChild(const std::string& self, const std::string& build, bool hooked, 
     setenv("TESSERA_BENCH_CHILD", "1", 1);
     if (hooked) {
       setenv("LD_PRELOAD", (build + "/lib/libtessera-cuda.so").c_str(), 1);
-      setenv("TESSERA_GPU_CORES", "90", 1);
+      setenv("TESSERA_GPU_CORES", std::to_string(cores).c_str(), 1);
       setenv("TESSERA_GPU_MEMORY_LIMIT", "4GiB", 1);
       const std::string region = "/tmp/hook-bench-" + std::to_string(getppid()) + ".region";
       setenv("TESSERA_REGION", region.c_str(), 1);
     }
-    execl(self.c_str(), self.c_str(), std::to_string(launches).c_str(), static_cast<char*>(nullptr));
+    execl(self.c_str(), self.c_str(), mode, std::to_string(launches).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
@@ -99,8 +133,28 @@ double RunChild(const std::string& self, const std::string& build, bool hooked, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const long launches = argc > 1 ? atol(argv[1]) : 200000;
-  if (getenv("TESSERA_BENCH_CHILD") != nullptr) return Child(launches);
+  if (getenv("TESSERA_BENCH_CHILD") != nullptr) return argc > 2 ? Child(argv[1], atol(argv[2])) : 2;
+  bool quick = false;
+  long launches = 200000;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf(
+          "hook_launch_bench [launches-per-child]: ns that libtessera-cuda.so adds per cuLaunchKernel on\n"
+          "  the fake driver (90%% limit, fast path), median of 5 rounds, each unhooked then hooked "
+          "(default\n"
+          "  200000 launches per child). Target: under 50 ns added; the full run exits 1 when it is missed.\n"
+          "hook_launch_bench --quick: CI mode, 3 rounds of 20000 launches; times are printed, never judged.\n"
+          "Every run checks that the hook throttles (exit 1 if not): 100 kernels of 2 ms under a 25%% limit\n"
+          "must keep the GPU busy less than 40%% of the wall time (unhooked: about 100%%).\n");
+      return 0;
+    }
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+      launches = 20000;
+    } else {
+      launches = atol(argv[i]);
+    }
+  }
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 2;
   std::string build = self;
@@ -108,9 +162,10 @@ int main(int argc, char** argv) {
   build = build.substr(0, build.rfind('/'));  // build
   std::vector<double> plain;
   std::vector<double> hooked;
-  for (int round = 0; round < 5; ++round) {
-    plain.push_back(RunChild(self, build, false, launches));
-    hooked.push_back(RunChild(self, build, true, launches));
+  const int rounds = quick ? 3 : 5;
+  for (int round = 0; round < rounds; ++round) {
+    plain.push_back(RunChild(self, build, "launch", 0, launches));
+    hooked.push_back(RunChild(self, build, "launch", 90, launches));
   }
   std::sort(plain.begin(), plain.end());
   std::sort(hooked.begin(), hooked.end());
@@ -120,10 +175,41 @@ int main(int argc, char** argv) {
     fprintf(stderr, "hook_launch_bench: a child failed (is build/fakecuda built?)\n");
     return 1;
   }
-  printf("cuLaunchKernel on the fake driver, median of 5 runs of the per-1000-launch medians:\n");
+  printf("cuLaunchKernel on the fake driver, median of %d runs of the per-1000-launch medians:\n", rounds);
   printf("  unhooked        %8.1f ns/launch\n", p);
   printf("  hooked (90%%)    %8.1f ns/launch\n", h);
-  printf("  added           %8.1f ns/launch (target < 50)\n", h - p);
+  if (quick) {
+    printf("  added           %8.1f ns/launch (quick mode: not judged)\n", h - p);
+  } else {
+    printf("  added           %8.1f ns/launch (target < 50: %s)\n", h - p, h - p < 50 ? "met" : "MISSED");
+  }
   printf("  ratio           %8.2f\n", h / p);
-  return 0;
+
+  // The hook must throttle: GPU time over wall time of 2 ms kernels, unhooked and under a 25% limit.
+  const double busy_plain = RunChild(self, build, "throttle", 0, kThrottleKernels);
+  const double busy_hooked = RunChild(self, build, "throttle", kThrottleCores, kThrottleKernels);
+  if (busy_plain <= 0 || busy_hooked <= 0) {
+    fprintf(stderr, "hook_launch_bench: a throttle child failed\n");
+    return 1;
+  }
+  for (const char* suffix : {".state", ".region"}) {  // the children's fake GPU and shared region
+    unlink(("/tmp/hook-bench-" + std::to_string(getpid()) + suffix).c_str());
+  }
+  const bool throttles = busy_hooked < (kThrottleCores + 15) / 100.0;
+  printf("%ld kernels of 2 ms, GPU busy over wall time: unhooked %.1f%%, hooked at %d%% %.1f%% (%s)\n",
+         kThrottleKernels, 100 * busy_plain, kThrottleCores, 100 * busy_hooked,
+         throttles ? "held to its share" : "NOT held to its share");
+  int status = 0;
+  if (!throttles) {
+    fprintf(stderr,
+            "hook_launch_bench: FAILED: under a %d%% limit the kernels kept the GPU %.1f%% busy (at most "
+            "%d%% expected): the hook does not hold it to its share\n",
+            kThrottleCores, 100 * busy_hooked, kThrottleCores + 15);
+    status = 1;
+  }
+  if (!quick && h - p >= 50) {
+    fprintf(stderr, "hook_launch_bench: target missed: %.1f ns added per launch, target < 50\n", h - p);
+    status = 1;
+  }
+  return status;
 }

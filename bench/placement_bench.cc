@@ -2,9 +2,15 @@
 //
 //   build/bin/placement_bench                 # the default: 5,000 nodes x 8 GPUs, half full
 //   build/bin/placement_bench --nodes=1000    # another size
+//   build/bin/placement_bench --quick         # CI: 200 nodes, 10 ms per benchmark, the checks below
 //
 // Targets (issue "Foundation and placement core"): one pod's filter and score over 5,000 nodes x 8 GPUs, half
-// full, under 2 ms on one core; each tree operation in microseconds.
+// full, under 2 ms on one core (the full run exits 1 when missed); each tree operation in microseconds.
+//
+// Checks, in every mode (exit 1 on a wrong answer; quick mode judges no time): the baseline and the Placer
+// agree on which nodes fit the timed pod; every policy's placement of the timed pods lands on GPUs with room;
+// the evaluation cache changes no decision over a sequence of pods; Gaia's Link finds a subset as near as the
+// exhaustive search's, and Fragment the best-fitting GPU.
 //
 // Baselines, measured in the same run:
 //   - filter and score: the way HAMi's and gpushare's extenders do it, recomputing every node's per-GPU use
@@ -20,11 +26,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/cluster.h"
 #include "core/cost_tree.h"
+#include "core/placement/evaluation_cache.h"
 #include "core/placement/placer.h"
 #include "core/strings.h"
 #include "core/topology.h"
@@ -37,6 +46,9 @@ using namespace tessera::core;  // NOLINT: a benchmark of the core
 int g_nodes = 5000;
 constexpr int kGpusPerNode = 8;
 constexpr int64_t kGpuMiB = 81920;
+// The timed share request: 30% of a GPU and 8 GiB.
+constexpr int kShareCores = 300;
+constexpr int64_t kShareMiB = 8192;
 
 // The two-socket 8-GPU box of tests/testdata/topo/two-socket-8gpu.txt: PIX pairs, PHB quads, SYS across.
 LinkMatrix EightGpuTopology() {
@@ -121,13 +133,13 @@ World& TheWorld() {
   return *world;
 }
 
-PodRequest ShareRequest() {
+PodRequest ShareRequest(int cores = kShareCores, int64_t memory = kShareMiB) {
   PodRequest r;
   r.uid = PodUid("bench");
   r.name = "bench";
   VGpuDemand d;
-  d.cores = MilliGpu(300);
-  d.memory = {MemorySpec::Kind::kMiB, 8192};
+  d.cores = MilliGpu(cores);
+  d.memory = {MemorySpec::Kind::kMiB, memory};
   r.containers.push_back({"main", {d}});
   return r;
 }
@@ -170,30 +182,35 @@ void PlaceBench(benchmark::State& state, const std::string& policy_name, const P
   state.counters["nodes"] = static_cast<double>(w.cluster.node_count());
 }
 
+// The baseline's filter for one node: rebuild its per-device use from its pods, then look for a GPU with
+// room.
+bool NaiveFits(const NaiveNode& node, int need_cores, int64_t need_mem, int64_t* used_cores) {
+  std::map<std::string, std::pair<int, int64_t>> use;
+  for (const std::string& u : node.uuids) use[u] = {0, 0};
+  for (const NaivePod& p : node.pods) {
+    auto& d = use[p.uuid];
+    d.first += p.cores;
+    d.second += p.memory;
+  }
+  bool fits = false;
+  *used_cores = 0;
+  for (const auto& [uuid, d] : use) {
+    *used_cores += d.first;
+    if (1000 - d.first >= need_cores && kGpuMiB - d.second >= need_mem) fits = true;
+  }
+  return fits;
+}
+
 // The baseline: per call, rebuild each node's per-device use from its pods, then filter and binpack-score.
 void NaiveBench(benchmark::State& state) {
   World& w = TheWorld();
-  const int need_cores = 300;
-  const int64_t need_mem = 8192;
   for (auto _ : state) {
     const NaiveNode* best = nullptr;
     double best_score = -1;
     for (const NaiveNode& node : w.naive) {
-      std::map<std::string, std::pair<int, int64_t>> use;
-      for (const std::string& u : node.uuids) use[u] = {0, 0};
-      for (const NaivePod& p : node.pods) {
-        auto& d = use[p.uuid];
-        d.first += p.cores;
-        d.second += p.memory;
-      }
-      bool fits = false;
       int64_t used_cores = 0;
-      for (const auto& [uuid, d] : use) {
-        used_cores += d.first;
-        if (1000 - d.first >= need_cores && kGpuMiB - d.second >= need_mem) fits = true;
-      }
-      if (!fits) continue;
-      const double score = static_cast<double>(used_cores + need_cores) / (1000.0 * kGpusPerNode);
+      if (!NaiveFits(node, kShareCores, kShareMiB, &used_cores)) continue;
+      const double score = static_cast<double>(used_cores + kShareCores) / (1000.0 * kGpusPerNode);
       if (score > best_score) {
         best_score = score;
         best = &node;
@@ -237,31 +254,195 @@ void TreeLink(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(Tree().tree.ScheduleLink(Tree().free, GpuMask::All(8), m, rng));
 }
-// Baseline: every m-subset of the free GPUs, the one whose farthest pair is nearest.
+// Baseline: every m-subset of the wholly free GPUs, the one whose farthest pair is nearest. Returns its cost
+// (that of its farthest pair) and the subset.
+std::pair<int, uint32_t> ExhaustiveBest(const LinkMatrix& links, const std::vector<MilliGpu>& free, int m) {
+  int best_cost = 1 << 30;
+  uint32_t best = 0;
+  for (uint32_t s = 0; s < (1u << 8); ++s) {
+    if (std::popcount(s) != m) continue;
+    bool ok = true;
+    int worst = 0;
+    for (int a = 0; a < 8 && ok; ++a) {
+      if (!(s >> a & 1U)) continue;
+      if (free[static_cast<size_t>(a)] < kWholeGpu) ok = false;
+      for (int b = a + 1; b < 8 && ok; ++b) {
+        if (s >> b & 1U) worst = std::max(worst, links.at(a, b).Cost());
+      }
+    }
+    if (ok && worst < best_cost) {
+      best_cost = worst;
+      best = s;
+    }
+  }
+  return {best_cost, best};
+}
 void ExhaustiveLink(benchmark::State& state) {
   const int m = static_cast<int>(state.range(0));
   const LinkMatrix links = EightGpuTopology();
-  for (auto _ : state) {
-    int best_cost = 1 << 30;
-    uint32_t best = 0;
-    for (uint32_t s = 0; s < (1u << 8); ++s) {
-      if (std::popcount(s) != m) continue;
-      bool ok = true;
-      int worst = 0;
-      for (int a = 0; a < 8 && ok; ++a) {
-        if (!(s >> a & 1U)) continue;
-        if (Tree().free[static_cast<size_t>(a)] < kWholeGpu) ok = false;
-        for (int b = a + 1; b < 8 && ok; ++b) {
-          if (s >> b & 1U) worst = std::max(worst, links.at(a, b).Cost());
+  for (auto _ : state) benchmark::DoNotOptimize(ExhaustiveBest(links, Tree().free, m));
+}
+
+// --- Checks: the answers of the timed code -------------------------------------------------------------
+
+class Checks {
+ public:
+  void Expect(bool ok, const std::string& what) {
+    std::printf("  %-6s %s\n", ok ? "ok" : "FAILED", what.c_str());
+    if (!ok) ++failures_;
+  }
+  int failures() const { return failures_; }
+
+ private:
+  int failures_ = 0;
+};
+
+// The baseline and the Placer answer the same question: the nodes that can take a share. For the timed share
+// (30% + 8 GiB) and for larger ones, which only some nodes can take.
+void CheckFilterAgrees(Checks& checks) {
+  World& w = TheWorld();
+  std::unique_ptr<Policy> policy = *MakePolicy("binpack");
+  Placer placer(*policy);
+  Rng rng(1);
+  const std::pair<int, int64_t> demands[] = {
+      {kShareCores, kShareMiB}, {750, 8192}, {400, 65536}, {950, 40960}};
+  int disagree = 0;
+  bool discriminates = false;
+  std::string counts;
+  for (const auto& [cores, memory] : demands) {
+    const PodRequest share = ShareRequest(cores, memory);
+    int fits = 0;
+    for (size_t i = 0; i < w.naive.size(); ++i) {
+      int64_t used = 0;
+      const bool naive = NaiveFits(w.naive[i], cores, memory, &used);
+      const bool placer_fits = placer.Evaluate(w.cluster, w.cluster.nodes()[i], share, rng).fits();
+      if (naive != placer_fits) ++disagree;
+      if (placer_fits) ++fits;
+    }
+    if (fits > 0 && fits < static_cast<int>(w.naive.size())) discriminates = true;
+    counts += StrCat(counts.empty() ? "" : ", ", cores / 10, "% + ", memory, " MiB: ", fits);
+  }
+  checks.Expect(disagree == 0 && discriminates,
+                StrCat("baseline and Placer agree on which of ", w.naive.size(), " nodes fit (", counts,
+                       "); ", disagree, " disagree", discriminates ? "" : "; no demand tells nodes apart"));
+}
+
+// Each timed placement lands on GPUs that have the room it takes, with what was asked.
+void CheckPlacements(Checks& checks, const PolicyContext& context) {
+  World& w = TheWorld();
+  const struct {
+    const char* policy;
+    PodRequest request;
+  } cases[] = {{"binpack", ShareRequest()}, {"gaia", ShareRequest()},  {"tessera", ShareRequest()},
+               {"fgd", ShareRequest()},     {"gaia", WholeRequest(2)}, {"gaia", WholeRequest(4)}};
+  for (const auto& c : cases) {
+    std::unique_ptr<Policy> policy = *MakePolicy(c.policy, context);
+    Placer placer(*policy);
+    Rng rng(1);
+    absl::StatusOr<Placement> p = placer.Place(w.cluster, c.request, rng);
+    const size_t want = c.request.containers[0].vgpus.size();
+    const bool whole = c.request.containers[0].vgpus[0].cores == kWholeGpu;
+    std::string problem;
+    if (!p.ok()) {
+      problem = std::string(p.status().message());
+    } else if (p->containers.size() != 1 || p->containers[0].vgpus.size() != want) {
+      problem = "wrong number of GPUs";
+    } else if (const NodeState* node = w.cluster.FindNode(p->node); node == nullptr) {
+      problem = "unknown node";
+    } else {
+      GpuMask seen;
+      for (const VGpuAssignment& v : p->containers[0].vgpus) {
+        const bool right =
+            whole ? v.cores == kWholeGpu : v.cores == MilliGpu(kShareCores) && v.memory == MiB(kShareMiB);
+        if (v.gpu_index < 0 || v.gpu_index >= node->gpu_count() || seen.Has(v.gpu_index)) {
+          problem = StrCat("GPU ", v.gpu_index, " is not a distinct GPU of the node");
+        } else if (!right) {
+          problem = StrCat("GPU ", v.gpu_index, " holds ", v.cores.value(), " and ", v.memory.value(),
+                           " MiB, not what was asked");
+        } else if (node->free_cores(v.gpu_index) < v.cores || node->free_memory(v.gpu_index) < v.memory) {
+          problem = StrCat("GPU ", v.gpu_index, " has ", node->free_cores(v.gpu_index).value(), " and ",
+                           node->free_memory(v.gpu_index).value(), " MiB free, less than it was given");
         }
-      }
-      if (ok && worst < best_cost) {
-        best_cost = worst;
-        best = s;
+        if (v.gpu_index >= 0 && v.gpu_index < node->gpu_count()) seen.Add(v.gpu_index);
       }
     }
-    benchmark::DoNotOptimize(best);
+    checks.Expect(problem.empty(), StrCat(c.policy, " places ", c.request.containers[0].vgpus.size(),
+                                          whole ? " whole GPU(s)" : " share", " on GPUs with room",
+                                          problem.empty() ? "" : ": " + problem));
   }
+}
+
+// The evaluation cache changes no decision: the same pods placed one after another, with and without it.
+void CheckCacheChangesNothing(Checks& checks, const PolicyContext& context, int pods) {
+  World& w = TheWorld();
+  std::vector<PodRequest> workload = Workload();
+  workload.resize(std::min(workload.size(), static_cast<size_t>(pods)));
+  std::vector<uint32_t> rank(static_cast<size_t>(w.cluster.node_count()));
+  for (size_t i = 0; i < rank.size(); ++i) rank[i] = static_cast<uint32_t>((i * 7919) % rank.size());
+  // The policies the cache serves: the deterministic ones (binpack and gaia break ties at random, unkept).
+  for (const char* name : {"tessera", "fgd", "bestfit", "dotprod"}) {
+    Cluster with = w.cluster;
+    Cluster without = w.cluster;
+    std::unique_ptr<Policy> a = *MakePolicy(name, context);
+    std::unique_ptr<Policy> b = *MakePolicy(name, context);
+    Placer pa(*a);
+    Placer pb(*b);
+    EvaluationCache cache;
+    Rng ra(3);
+    Rng rb(3);
+    int placed = 0;
+    std::string problem = a->deterministic() ? "" : ": not deterministic, so never cached";
+    for (const PodRequest& pod : workload) {
+      if (!problem.empty()) break;
+      absl::StatusOr<Placement> x = pa.Place(with, pod, ra, {}, rank, &cache);
+      absl::StatusOr<Placement> y = pb.Place(without, pod, rb, {}, rank);
+      if (x.ok() != y.ok() || (x.ok() && *x != *y)) {
+        problem = StrCat(": pod ", pod.uid.value(), " goes to ", x.ok() ? x->node.value() : "nowhere",
+                         " with the cache and to ", y.ok() ? y->node.value() : "nowhere", " without");
+        break;
+      }
+      if (!x.ok()) continue;
+      if (!with.Commit(pod, *x).ok() || !without.Commit(pod, *y).ok()) {
+        problem = StrCat(": the placement of ", pod.uid.value(), " cannot be committed");
+        break;
+      }
+      ++placed;
+    }
+    checks.Expect(problem.empty() && placed > 0,
+                  StrCat(name, ": the evaluation cache changes none of ", workload.size(), " decisions (",
+                         placed, " placed)", problem));
+  }
+}
+
+// Gaia's tree operations against what they promise (the paper's algorithms 2 and 4).
+void CheckTree(Checks& checks) {
+  const TreeWorld& t = Tree();
+  const LinkMatrix links = EightGpuTopology();
+  for (int m : {2, 4}) {
+    Rng rng(1);
+    std::optional<GpuMask> got = t.tree.ScheduleLink(t.free, GpuMask::All(8), m, rng);
+    const int best_cost = ExhaustiveBest(links, t.free, m).first;
+    bool whole = got.has_value() && got->Count() == m;
+    for (int g = 0; whole && g < 8; ++g) {
+      if (got->Has(g) && t.free[static_cast<size_t>(g)] != kWholeGpu) whole = false;
+    }
+    const int cost = got.has_value() ? t.tree.CostOf(*got) : -1;
+    checks.Expect(whole && cost == best_cost,
+                  StrCat("Gaia Link of ", m, " GPUs: ", m, " wholly free GPUs at link cost ", cost,
+                         "; exhaustive best ", best_cost));
+  }
+  // Fragment: the fragment GPU (partly used) with the least free share that still holds 30%.
+  int want = -1;
+  for (int g = 0; g < 8; ++g) {
+    const MilliGpu f = t.free[static_cast<size_t>(g)];
+    if (f >= MilliGpu(kShareCores) && f < kWholeGpu && (want < 0 || f < t.free[static_cast<size_t>(want)])) {
+      want = g;
+    }
+  }
+  Rng rng(1);
+  const std::optional<int> got = t.tree.ScheduleFragment(t.free, GpuMask::All(8), MilliGpu(kShareCores), rng);
+  checks.Expect(got.has_value() && *got == want,
+                StrCat("Gaia Fragment of 30%: GPU ", got.value_or(-1), "; best fit GPU ", want));
 }
 
 // Collects each benchmark's mean real time (ns per iteration) while printing the usual table.
@@ -302,18 +483,44 @@ class Collector : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   using namespace tessera::bench;  // NOLINT
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--nodes=", 8) == 0) g_nodes = std::max(1, std::atoi(argv[i] + 8));
+  bool quick = false;
+  bool nodes_given = false;
+  bool min_time_given = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+      continue;
+    }
+    if (std::strncmp(argv[i], "--nodes=", 8) == 0) {
+      g_nodes = std::max(1, std::atoi(argv[i] + 8));
+      nodes_given = true;
+    }
+    if (std::strncmp(argv[i], "--benchmark_min_time", 20) == 0) min_time_given = true;
     if (std::strcmp(argv[i], "--help") == 0) {
       std::printf(
           "placement_bench: time one pod's filter and score over a cluster, and each Gaia tree operation,\n"
           "each next to a baseline measured in the same run.\n"
           "  --nodes=N     cluster size (default 5000 nodes of 8 GPUs, half full)\n"
-          "  any Google Benchmark flag, e.g. --benchmark_filter=Place --benchmark_min_time=2\n");
+          "  --quick       CI mode: 200 nodes (unless --nodes), 10 ms per benchmark; times are printed,\n"
+          "                never judged\n"
+          "  any Google Benchmark flag, e.g. --benchmark_filter=Place --benchmark_min_time=2\n"
+          "Every run checks the answers (exit 1 on a wrong one): the baseline and the Placer find the same\n"
+          "nodes fit a share (four sizes); each policy's placement of the timed pods is on GPUs with room;\n"
+          "the evaluation cache changes no decision over 200 pods (tessera, fgd, bestfit, dotprod); Gaia's\n"
+          "Link is as near as an exhaustive search, Fragment picks the best-fitting GPU.\n"
+          "The full run (not --quick) also exits 1 when its target is missed: filter+score of one pod\n"
+          "under 2 ms.\n");
       return 0;
     }
+    args.push_back(argv[i]);
   }
-  benchmark::Initialize(&argc, argv);
+  static char quick_min_time[] = "--benchmark_min_time=0.01";
+  if (quick && !nodes_given) g_nodes = 200;
+  if (quick && !min_time_given) args.push_back(quick_min_time);
+  int args_count = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&args_count, args.data());
   std::printf("Building a cluster of %d nodes x %d GPUs...\n", g_nodes, kGpusPerNode);
   const double utilization = TheWorld().utilization;
   std::printf("%d nodes, %d GPUs, %.0f%% of GPU compute in use\n\n", g_nodes, g_nodes * kGpusPerNode,
@@ -379,5 +586,27 @@ int main(int argc, char** argv) {
     if (collector.ns(op) > 0) std::printf("  %-40s %.2f us\n", op, collector.ns(op) / 1e3);
   }
   benchmark::Shutdown();
-  return 0;
+
+  std::printf("\nChecks:\n");
+  Checks checks;
+  const tessera::core::PolicyContext context =
+      tessera::core::MakePolicyContext(TheWorld().cluster, Workload());
+  CheckFilterAgrees(checks);
+  CheckPlacements(checks, context);
+  CheckCacheChangesNothing(checks, context, 200);
+  CheckTree(checks);
+  int status = 0;
+  if (checks.failures() > 0) {
+    std::fprintf(stderr, "placement_bench: %d check(s) FAILED: a wrong answer, whatever the times\n",
+                 checks.failures());
+    status = 1;
+  }
+  if (quick) {
+    std::printf("quick mode: times printed, not judged against the target\n");
+  } else if (place > 0 && place >= 2e6) {
+    std::fprintf(stderr, "placement_bench: target missed: filter+score %.3f ms, target < 2 ms\n",
+                 place / 1e6);
+    status = 1;
+  }
+  return status;
 }

@@ -38,13 +38,25 @@ HELD_OUT lists the variants kept out of the design: written down before the poli
 end (`--seen` runs the others).
 
 Prints, per variant, unallocated GPU % at 100% and 130% arrived, mean ± standard error over the seeds, for both
-policies, and exits non-zero when tessera is not below fgd on any of them.
+policies, and the margin (fgd - tessera, mean ± standard error of the per-seed difference: the seeds pair the
+runs); names the variants where the margin is within two standard errors (a tie, not a win); and exits
+non-zero when tessera is not below fgd on any of them, when a variant is not what it claims (the checks of
+--quick, below), or when a run shows an impossible answer (bench/quality.py: a policy below the LP bound, more
+unallocated at 130% than at 100%).
 
     ./scripts/build && bench/variants.py [--traces DIR] [--seeds 42-51] [--only cpu-heavy,odd-shares] [--seen] [--bound]
     bench/variants.py --policies none    # only the LP bound and the online floor of each variant
+    bench/variants.py --quick            # CI: the variants of examples/sim (in the repository), a few seconds
 
-Needs ../shared/traces/alibaba-gpu-v2023 (or --traces). About 2 s per run on a quiet core: 30 variants x 2
-policies x 10 seeds, some 20 minutes on 2 cores.
+--quick derives every variant from the bundled example instead of the trace and checks that each is what it
+claims (the generators reach their targets: shares' and multi-GPU pods' part of the GPU asked, the pods' CPU;
+halved and split clusters keep their GPUs; constraints name the cluster's models; only the pods meant to change
+do), then runs tessera and fgd on five of them (seeds 42-43, with the bounds) and checks the answers as
+bench/quality.py does. Exit 1 on any failure; who wins on the example is printed, not judged. A share target
+the example cannot reach (its whole 1-GPU pods run out) is noted, not failed; on the trace it fails.
+
+Needs ../shared/traces/alibaba-gpu-v2023 (or --traces), except --quick. About 2 s per run on a quiet core: 30
+variants x 2 policies x 10 seeds, some 20 minutes on 2 cores.
 """
 import argparse
 import csv
@@ -58,6 +70,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESSERA = os.environ.get("TESSERA_BIN", os.path.join(ROOT, "build", "bin", "tessera"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from quality import check_run, margin_se  # noqa: E402  (bench/quality.py)
 
 
 def read(path):
@@ -183,11 +197,16 @@ HELD_OUT = {"host-rich", "memory-heavy", "more-cpu-pods", "split-nodes", "constr
             "spec-traced-25", "spec-capacity-15", "cpu-only-200", "gpushare60", "multigpu35"}
 
 
-def variants(traces):
+def trace_files(traces):
+    """The trace's GPU nodes, all nodes, default pods, and the gpuspec33 pods (the model sets it uses)."""
+    return (read(os.path.join(traces, "openb_node_list_gpu_node.csv")),
+            read(os.path.join(traces, "openb_node_list_all_node.csv")),
+            read(os.path.join(traces, "openb_pod_list_default.csv")),
+            read(os.path.join(traces, "openb_pod_list_gpuspec33.csv")))
+
+
+def variants(gpu_nodes, all_nodes, pods, spec_rows):
     """Yields (name, nodes rows, pods rows); randomness is seeded, so the variants are the same every run."""
-    gpu_nodes = read(os.path.join(traces, "openb_node_list_gpu_node.csv"))
-    all_nodes = read(os.path.join(traces, "openb_node_list_all_node.csv"))
-    pods = read(os.path.join(traces, "openb_pod_list_default.csv"))
     rng = random.Random(2023)
 
     yield "all-nodes", all_nodes, pods
@@ -247,7 +266,6 @@ def variants(traces):
     # GPU-model constraints on 5-35% of the GPU pods. "traced": the model sets the shared gpuspec33 file uses,
     # as often as it uses them (T4, G2, P100, the V100s, G3: models from 8 to 52 cores and 32 to 256 GiB per
     # GPU). "capacity": one model, drawn in proportion to its GPUs (mostly G2, the CPU-poorest per GPU).
-    spec_rows = read(os.path.join(traces, "openb_pod_list_gpuspec33.csv"))
     traced = [p["gpu_spec"] for p in spec_rows if p["gpu_spec"]]
     by_capacity = [n["model"] for n in gpu_nodes for _ in range(int(n["gpu"]))]
     for f in (5, 15, 25, 35):
@@ -268,6 +286,112 @@ def variants(traces):
         yield f"gpushare{f}", gpu_nodes, with_shares(pods, f / 100, random.Random(300 + f))
     for f in (10, 35):
         yield f"multigpu{f}", gpu_nodes, with_multi_gpu(pods, f / 100, random.Random(400 + f))
+
+
+def largest_ask(pods, nodes):
+    """The most GPU one pod asks, in % of the cluster's GPUs (quality.check_run's slack)."""
+    return max(int(p["num_gpu"]) * int(p["gpu_milli"]) for p in pods) / (10 * sum(int(n["gpu"]) for n in nodes))
+
+
+def check_variant(name, nodes, pods, base_nodes, base_pods, spec_rows, notes):
+    """What the variant claims about itself, against the cluster and pods it was derived from: a list of
+    problems. A target the source cannot reach (too few pods to convert) goes to `notes` instead."""
+    problems = []
+
+    def gpus(rows):
+        return sum(int(n["gpu"]) for n in rows)
+
+    def asked(rows):
+        return sum(int(p["num_gpu"]) * int(p["gpu_milli"]) for p in rows)
+
+    def cpu(rows):
+        return sum(int(r["cpu_milli"]) for r in rows)
+
+    models = {n["model"] for n in nodes}
+    for p in pods:
+        if int(p["num_gpu"]) > 0 and not 1 <= int(p["gpu_milli"]) <= 1000:
+            problems.append(f"pod {p['name']} asks {p['gpu_milli']} thousandths of a GPU")
+            break
+    for p in pods:
+        if p["gpu_spec"] and not set(p["gpu_spec"].split("|")) & models:
+            problems.append(f"pod {p['name']} is bound to {p['gpu_spec']}, no model of the cluster")
+            break
+    changed = [p for p, b in zip(pods, base_pods) if p != b]
+    if name == "half-cluster" and len(nodes) != (len(base_nodes) + 1) // 2:
+        problems.append(f"{len(nodes)} nodes of {len(base_nodes)}")
+    if name == "split-nodes" and (gpus(nodes) != gpus(base_nodes) or any(int(n["gpu"]) == 8 for n in nodes)):
+        problems.append(f"{gpus(nodes)} GPUs of {gpus(base_nodes)}, or an 8-GPU node left whole")
+    if name == "odd-shares" and any(int(b["num_gpu"]) != 1 or int(b["gpu_milli"]) >= 1000 or
+                                    not 50 <= int(p["gpu_milli"]) <= 950 for p, b in zip(pods, base_pods) if p != b):
+        problems.append("a pod other than a share changed, or a share left 50-950")
+    if name in ("more-whole", "big-pods", "constrained") and not changed:
+        problems.append("no pod changed")
+    if name.startswith("spec-"):
+        allowed = ({p["gpu_spec"] for p in spec_rows if p["gpu_spec"]} if name.startswith("spec-traced")
+                   else {n["model"] for n in base_nodes})
+        if any(int(p["num_gpu"]) == 0 or p["gpu_spec"] not in allowed for p in changed) or not changed:
+            problems.append("a pod without GPU was bound to a model, or to a set the source does not use")
+    if name.startswith("gpushare"):
+        target = int(name[len("gpushare"):]) / 100
+        got = share_of_gpu(pods)
+        exhausted = not any(int(p["num_gpu"]) == 1 and int(p["gpu_milli"]) == 1000 for p in pods)
+        if got < target and exhausted:
+            notes.append(f"{name}: shares hold {got:.3f} of the GPU asked: every whole 1-GPU pod is a share, the "
+                         f"source cannot reach {target}")
+        elif abs(got - target) > 1000 / asked(pods) + 1e-9:
+            problems.append(f"shares hold {got:.3f} of the GPU asked, not {target}")
+    if name.startswith("multigpu"):
+        target = int(name[len("multigpu"):]) / 100
+        got = sum(int(p["num_gpu"]) * int(p["gpu_milli"]) for p in pods if int(p["num_gpu"]) > 1) / asked(pods)
+        if got < target or len(pods) < len(base_pods):
+            problems.append(f"multi-GPU pods hold {got:.3f} of the GPU asked, below {target}")
+    if name.startswith("cpu-only-") or name.startswith("cpu-scaled-"):
+        target = int(name.rsplit("-", 1)[1]) / 100
+        got = cpu(pods) / cpu(nodes)
+        step = max(int(p["cpu_milli"]) for p in base_pods if int(p["num_gpu"]) == 0) / cpu(nodes)
+        if abs(got - target) > (step if name.startswith("cpu-only-") else 0.01):
+            problems.append(f"the pods ask {got:.3f} of the cluster's CPU, not {target}")
+        if name.startswith("cpu-only-") and any(int(p["num_gpu"]) > 0 for p in pods[len(base_pods):]):
+            problems.append("a GPU pod was added")
+    return problems
+
+
+def quick():
+    """CI: every variant of the bundled example checked against its claim; five of them run and checked."""
+    ex = os.path.join(ROOT, "examples", "sim")
+    base_nodes, base_pods = read(os.path.join(ex, "nodes.csv")), read(os.path.join(ex, "pods.csv"))
+    # The example has no CPU-only nodes, and its own pods' model sets stand for gpuspec33's.
+    files = (base_nodes, base_nodes, base_pods, base_pods)
+    run = {"half-cluster", "split-nodes", "spec-traced-25", "gpushare50", "multigpu35"}
+    problems = []
+    notes = []
+    count = 0
+    print("| variant (of examples/sim) | GPUs | pods | fgd - tessera @100% | @130% |")
+    print("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, nodes, pods in variants(*files):
+            count += 1
+            problems += [f"{name}: {p}"
+                         for p in check_variant(name, nodes, pods, base_nodes, base_pods, base_pods, notes)]
+            if name not in run:
+                continue
+            nodes_csv, pods_csv = os.path.join(tmp, "nodes.csv"), os.path.join(tmp, "pods.csv")
+            write(nodes_csv, nodes)
+            write(pods_csv, pods)
+            cmd = [TESSERA, "simulate", "--nodes", nodes_csv, "--pods", pods_csv, "--policies", "tessera,fgd",
+                   "--seeds", "42-43", "--json", "--bound"]
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            problems += check_run(out, name, largest_ask(pods, nodes))
+            cells = ["{:+.2f} ± {:.2f}".format(*margin_se(out["policies"]["fgd"], out["policies"]["tessera"], key))
+                     for key in ("unallocated_pct_at_100", "unallocated_pct_at_130")]
+            print(f"| {name} | {out['gpu_count']} | {out['pod_count']} | {cells[0]} | {cells[1]} |", flush=True)
+    for n in notes:
+        print(f"note: {n}")
+    for p in problems:
+        print(f"FAILED: {p}")
+    print(f"{count} variants of examples/sim what they claim, {len(run)} run with possible answers "
+          f"(margins printed, not judged): {'yes' if not problems else 'NO'}")
+    return 1 if problems else 0
 
 
 def stats(result, key):
@@ -291,9 +415,13 @@ def main():
                     help="first is judged against the second; 'none' prints only the bounds")
     ap.add_argument("--bound", action="store_true",
                     help="also the LP bound and the online floor at 100%% (tessera simulate --bound)")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI: the variants of examples/sim, checked against their claims; five run (see above)")
     args = ap.parse_args()
     if not os.path.exists(TESSERA):
         sys.exit(f"{TESSERA} is missing: run ./scripts/build first")
+    if args.quick:
+        return quick()
     if not os.path.isdir(args.traces):
         sys.exit(f"{args.traces} is missing: give the trace folder with --traces")
     only_bound = args.policies == "none"
@@ -311,12 +439,19 @@ def main():
               + (" LP bound @100% | online floor @100% |" if args.bound else ""))
         print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.bound else ""))
     lost = []
+    ties = []
+    impossible = []
+    files = trace_files(args.traces)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, nodes, pods in variants(args.traces):
+        for name, nodes, pods in variants(*files):
             if wanted and name not in wanted:
                 continue
             if args.seen and name in HELD_OUT:
                 continue
+            short = []  # on the trace, every target is within reach: falling short is a wrong variant
+            impossible += [f"{name}: {p}"
+                           for p in check_variant(name, nodes, pods, files[0], files[2], files[3], short)]
+            impossible += [f"{name}: {p}" for p in short]
             print(f"{name} ...", file=sys.stderr, flush=True)
             nodes_csv, pods_csv = os.path.join(tmp, "nodes.csv"), os.path.join(tmp, "pods.csv")
             write(nodes_csv, nodes)
@@ -328,6 +463,7 @@ def main():
             if args.bound:
                 cmd += ["--bound"]
             out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            impossible += check_run(out, name, largest_ask(pods, nodes))
             gpus = sum(int(n["gpu"]) for n in nodes)
             label = f"{name} (held out)" if name in HELD_OUT else name
             bound_cells = ""
@@ -345,13 +481,20 @@ def main():
                 cells += [f"{t[0]:.2f} ± {t[1]:.2f}", f"{f[0]:.2f} ± {f[1]:.2f}"]
                 if not t[0] < f[0]:
                     lost.append(f"{name} @{key[-3:]}")
+                margin, err = margin_se(result[base], result[ours], key)
+                if not margin > 2 * err:
+                    ties.append(f"{name} @{key[-3:]} ({margin:+.2f} ± {err:.2f})")
             print(f"| {label} | {gpus} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |{bound_cells}",
                   flush=True)
+    for m in impossible:
+        print(f"FAILED: {m}")
     if only_bound:
-        return 0
+        return 1 if impossible else 0
     print(f"\n{ours} below {base} at 100% and 130% on every variant (seeds {args.seeds}): "
           f"{'yes' if not lost else 'NO: ' + ', '.join(lost)}")
-    return 1 if lost else 0
+    print(f"margin ({base} - {ours}, paired by seed) within two standard errors, a tie rather than a win: "
+          f"{', '.join(ties) if ties else 'none'}")
+    return 1 if lost or impossible else 0
 
 
 if __name__ == "__main__":
