@@ -12,7 +12,7 @@ namespace tessera::cli {
 struct PlaceOptions {
   std::string cluster_file;  // empty: the bundled example cluster
   std::string pods_file;     // empty: the bundled example pods
-  std::string policy = "gaia";
+  std::string policy = "tessera";  // the scheduler's default too
   uint64_t seed = 42;
 };
 int RunPlace(const PlaceOptions& options);

@@ -55,7 +55,10 @@ TEST(TesseraCliTest, PlaceRunsTheBundledExample) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Cluster: bundled example"));
   EXPECT_THAT(r.output, HasSubstr("research/train-4gpu"));
-  EXPECT_THAT(r.output, HasSubstr("compressed default/notebook/jupyter on t4-box GPU1 from 20% to 10%"));
+  // The scheduler's policy (tessera) is the default: the 90% high-priority pod takes the T4 with the most free
+  // share, and its one low-priority tenant gives D = 90 - 60 = 30 (SharedGPU's equations, Q = 0, R = 30).
+  EXPECT_THAT(r.output, HasSubstr("Policy:  tessera"));
+  EXPECT_THAT(r.output, HasSubstr("compressed default/chat-infer-3/server on t4-box GPU3 from 40% to 10%"));
   EXPECT_THAT(r.output, HasSubstr("namespace research holds 6.5 of its 6.5 A100-SXM4-80GB GPUs (quota)"));
   EXPECT_THAT(r.output, HasSubstr("the pod allows only H100-SXM5-80GB"));
   EXPECT_THAT(r.output, HasSubstr("GPU use:"));
