@@ -46,6 +46,7 @@ struct Options {
   std::string default_memory = "proportional";
   std::string gpushare_unit = "GiB";
   int threads = 16;
+  bool gpu_metrics = true;
   bool verbose = false;
 };
 
@@ -137,6 +138,10 @@ int Run(const Options& o) {
     });
   }
   server.SetReadiness([&] { return backend == nullptr || backend->Ready(); });
+  // Standalone, this process is the only one that binds; on a cluster, the Lease's holder (always, without
+  // leader election).
+  server.SetLeader([&] { return backend == nullptr || backend->IsLeader(); });
+  server.SetGpuMetrics(o.gpu_metrics);
 
   // Block the stop signals here so that every thread inherits the mask; the main thread waits for them.
   sigset_t signals;
@@ -236,6 +241,10 @@ int main(int argc, char** argv) {
   app.add_option("--gpushare-memory-unit", o.gpushare_unit, "Unit of aliyun.com/gpu-mem: GiB or MiB")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")->capture_default_str();
+  app.add_flag(
+         "--gpu-metrics,!--no-gpu-metrics", o.gpu_metrics,
+         "Per-GPU and per-node series on /metrics (one per GPU of the cluster and family; docs/metrics.md)")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
   try {
     app.parse(argc, argv);

@@ -87,8 +87,27 @@ Response Malformed(std::string_view what) {
 }  // namespace
 
 Response Admission::Mutate(std::string_view body) const {
+  Decision decision = Decision::kAllowed;
+  Response r = DoMutate(body, &decision);
+  counts_[static_cast<size_t>(Verb::kMutate)][static_cast<size_t>(decision)].fetch_add(
+      1, std::memory_order_relaxed);
+  return r;
+}
+
+Response Admission::Validate(std::string_view body) const {
+  Decision decision = Decision::kAllowed;
+  Response r = DoValidate(body, &decision);
+  counts_[static_cast<size_t>(Verb::kValidate)][static_cast<size_t>(decision)].fetch_add(
+      1, std::memory_order_relaxed);
+  return r;
+}
+
+Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   absl::StatusOr<Review> review = ParseReview(body);
-  if (!review.ok()) return Malformed(Message(review.status()));
+  if (!review.ok()) {
+    *decision = Decision::kError;
+    return Malformed(Message(review.status()));
+  }
   if (review->object == nullptr) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
   // A pod that cannot be read is the validating webhook's (and the API server's) to refuse.
@@ -116,8 +135,10 @@ Response Admission::Mutate(std::string_view body) const {
       for (size_t k = 0; k < lists.size(); ++k) {
         absl::StatusOr<std::optional<core::ResourceList>> translated =
             core::TranslateToTessera(lists[k], options_.parse);
-        if (!translated.ok()) return Refuse(*review, StrCat("container ", parsed[i].name, ": ",
-                                                            Message(translated.status())));
+        if (!translated.ok()) {
+          *decision = Decision::kDenied;
+          return Refuse(*review, StrCat("container ", parsed[i].name, ": ", Message(translated.status())));
+        }
         if (translated->has_value()) {
           lists[k] = **std::move(translated);
           changed[k] = true;
@@ -174,6 +195,7 @@ Response Admission::Mutate(std::string_view body) const {
   }
   json response = {{"allowed", true}};
   if (!patch.empty()) {
+    *decision = Decision::kPatched;
     response["patchType"] = "JSONPatch";
     response["patch"] = Base64(formats::DumpJson(patch));
   }
@@ -185,14 +207,18 @@ bool Admission::ForUs(const formats::PodObject& pod) const {
          pod.scheduler_name == options_.scheduler_name;
 }
 
-Response Admission::Validate(std::string_view body) const {
+Response Admission::DoValidate(std::string_view body, Decision* decision) const {
   absl::StatusOr<Review> review = ParseReview(body);
-  if (!review.ok()) return Malformed(Message(review.status()));
+  if (!review.ok()) {
+    *decision = Decision::kError;
+    return Malformed(Message(review.status()));
+  }
   if (review->object == nullptr || (review->operation != "CREATE" && !review->operation.empty())) {
     return Reply(*review, {{"allowed", true}});
   }
   absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
   if (!pod.ok()) {
+    *decision = Decision::kDenied;
     return Reply(*review,
                  {{"allowed", false},
                   {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", Message(pod.status())}}}});
@@ -200,6 +226,7 @@ Response Admission::Validate(std::string_view body) const {
   if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod->spec, options_.parse);
   if (!request.ok()) {
+    *decision = Decision::kDenied;
     return Reply(*review,
                  {{"allowed", false},
                   {"status",
