@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import yaml
@@ -62,7 +63,9 @@ def free_port():
 def http(url, body=None, context=None, timeout=10):
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+    # Loopback only: never through an HTTP proxy the environment may name.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    with opener.open(req, timeout=timeout) as r:
         return r.read().decode()
 
 
