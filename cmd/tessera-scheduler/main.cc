@@ -48,6 +48,7 @@ struct Options {
   std::string hami_names;
   std::string hami_no_core_limit = "elastic";
   int threads = 16;
+  bool gpu_metrics = true;
   bool verbose = false;
 };
 
@@ -147,6 +148,10 @@ int Run(const Options& o) {
     });
   }
   server.SetReadiness([&] { return backend == nullptr || backend->Ready(); });
+  // Standalone, this process is the only one that binds; on a cluster, the Lease's holder (always, without
+  // leader election).
+  server.SetLeader([&] { return backend == nullptr || backend->IsLeader(); });
+  server.SetGpuMetrics(o.gpu_metrics);
 
   // Block the stop signals here so that every thread inherits the mask; the main thread waits for them.
   sigset_t signals;
@@ -253,6 +258,10 @@ int main(int argc, char** argv) {
                  "be used) or proportional (Tessera's: a hard share in proportion to memory)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")->capture_default_str();
+  app.add_flag(
+         "--gpu-metrics,!--no-gpu-metrics", o.gpu_metrics,
+         "Per-GPU and per-node series on /metrics (one per GPU of the cluster and family; docs/metrics.md)")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
   try {
     app.parse(argc, argv);

@@ -1,33 +1,17 @@
 // NodeAgent: the Prometheus text exposition (docs/node-agent.md, "Metrics").
-#include <filesystem>
-
+#include "common/exposition.h"
 #include "common/log.h"
 #include "core/strings.h"
 #include "node/agent.h"
 
 namespace tessera::node {
 
-namespace fs = std::filesystem;
-
 namespace {
 
-std::string EscapeLabel(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-// One metric family: its HELP and TYPE lines, then its samples.
-void Family(std::string* out, const char* name, const char* help, const char* type, const std::string& samples) {
-  StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", samples);
-}
+using exposition::AppendFamily;
+using exposition::AppendSample;
+using exposition::FormatValue;
+using exposition::LabelSet;
 
 }  // namespace
 
@@ -42,14 +26,27 @@ std::string NodeAgent::MetricsText() const {
     double cores_used = 0, cores_limit = 0;
     int tenants = 0;
   };
+  // The labels follow dcgm-exporter's, so that its series and these join: gpu (the index), UUID, Hostname
+  // (the node); a container's series add namespace, pod and container. The model is `model`, not dcgm's
+  // modelName: promtool's lint refuses camelCase label names (docs/metrics.md).
+  const std::string& node = config_.node_name;
+  std::map<std::string, const formats::InventoryGpu*> gpu_of;
+  for (const formats::InventoryGpu& g : inventory_.gpus) gpu_of[g.info.uuid.value()] = &g;
   std::map<std::string, GpuSum> per_gpu;
   std::string ctr_lines[5];
   for (const auto& [key, t] : tenants_) {
     const ContainerRecord& r = t.record;
     for (const core::VGpuAssignment& v : r.vgpus) {
-      const std::string labels =
-          StrCat("namespace=\"", EscapeLabel(r.ns), "\",pod=\"", EscapeLabel(r.pod_name), "\",container=\"",
-                 EscapeLabel(r.container), "\",gpu=\"", v.uuid.value(), "\"");
+      auto g = gpu_of.find(v.uuid.value());
+      const std::string index = StrCat(g != gpu_of.end() ? g->second->info.index : v.gpu_index);
+      const std::string model = g != gpu_of.end() ? g->second->info.model : "";
+      const std::string labels = LabelSet({{"gpu", index},
+                                           {"UUID", v.uuid.value()},
+                                           {"Hostname", node},
+                                           {"model", model},
+                                           {"namespace", r.ns},
+                                           {"pod", r.pod_name},
+                                           {"container", r.container}});
       const uint64_t limit = static_cast<uint64_t>(v.memory.value()) << 20;
       uint64_t used = 0;
       double cores_used = 0;
@@ -62,20 +59,20 @@ std::string NodeAgent::MetricsText() const {
         }
       }
       const double cores_limit = v.cores.value() / 10.0;
-      StrAppend(&ctr_lines[0], "tessera_container_memory_used_bytes{", labels, "} ", used, "\n");
-      StrAppend(&ctr_lines[1], "tessera_container_memory_limit_bytes{", labels, "} ", limit, "\n");
-      StrAppend(&ctr_lines[2], "tessera_container_cores_used_percent{", labels, "} ", cores_used, "\n");
-      StrAppend(&ctr_lines[3], "tessera_container_cores_limit_percent{", labels, "} ", cores_limit, "\n");
-      GpuSum& g = per_gpu[v.uuid.value()];
-      g.mem_used += used;
-      g.mem_limit += limit;
-      g.cores_used += cores_used;
-      g.cores_limit += cores_limit;
-      g.tenants += 1;
+      AppendSample(&ctr_lines[0], "tessera_container_memory_used_bytes", labels, FormatValue(used));
+      AppendSample(&ctr_lines[1], "tessera_container_memory_limit_bytes", labels, FormatValue(limit));
+      AppendSample(&ctr_lines[2], "tessera_container_cores_used_percent", labels, FormatValue(cores_used));
+      AppendSample(&ctr_lines[3], "tessera_container_cores_limit_percent", labels, FormatValue(cores_limit));
+      GpuSum& sum = per_gpu[v.uuid.value()];
+      sum.mem_used += used;
+      sum.mem_limit += limit;
+      sum.cores_used += cores_used;
+      sum.cores_limit += cores_limit;
+      sum.tenants += 1;
     }
-    StrAppend(&ctr_lines[4], "tessera_container_processes{namespace=\"", EscapeLabel(r.ns), "\",pod=\"",
-              EscapeLabel(r.pod_name), "\",container=\"", EscapeLabel(r.container), "\"} ", procs_of[key],
-              "\n");
+    AppendSample(&ctr_lines[4], "tessera_container_processes",
+                 {{"Hostname", node}, {"namespace", r.ns}, {"pod", r.pod_name}, {"container", r.container}},
+                 procs_of[key]);
   }
   const char* ctr_help[5][2] = {
       {"tessera_container_memory_used_bytes", "GPU memory a container holds on a GPU (its shared region)."},
@@ -84,31 +81,38 @@ std::string NodeAgent::MetricsText() const {
        "Compute a container used on a GPU over the hook's last step, percent of the GPU."},
       {"tessera_container_cores_limit_percent", "Compute share of a container on a GPU, percent of the GPU."},
       {"tessera_container_processes", "Processes of a container registered with the agent."}};
-  for (int i = 0; i < 5; ++i) Family(&out, ctr_help[i][0], ctr_help[i][1], "gauge", ctr_lines[i]);
-  const char* gpu_help[6][2] = {
+  for (int i = 0; i < 5; ++i) AppendFamily(&out, ctr_help[i][0], ctr_help[i][1], "gauge", ctr_lines[i]);
+  constexpr int kGpuFamilies = 7;
+  const char* gpu_help[kGpuFamilies][2] = {
       {"tessera_gpu_health", "1 when the GPU is healthy, 0 when not."},
+      {"tessera_gpu_memory_total_bytes", "Memory of the GPU."},
       {"tessera_gpu_memory_used_bytes", "GPU memory held by all Tessera containers on the GPU."},
       {"tessera_gpu_memory_limit_bytes", "Sum of the memory limits of the containers on the GPU."},
       {"tessera_gpu_cores_used_percent", "Compute used by all Tessera containers on the GPU, percent."},
       {"tessera_gpu_cores_limit_percent", "Sum of the compute shares given on the GPU, percent."},
       {"tessera_gpu_tenants", "Containers sharing the GPU."}};
-  std::string gpu_lines[6];
+  std::string gpu_lines[kGpuFamilies];
   for (const formats::InventoryGpu& g : inventory_.gpus) {
     auto it = per_gpu.find(g.info.uuid.value());
     const GpuSum s = it != per_gpu.end() ? it->second : GpuSum{};
-    const std::string labels = StrCat("{gpu=\"", g.info.uuid.value(), "\",index=\"", g.info.index, "\",model=\"",
-                                      EscapeLabel(g.info.model), "\"} ");
-    const std::string values[6] = {StrCat(g.info.health == core::GpuHealth::kHealthy ? 1 : 0),
-                                   StrCat(s.mem_used),
-                                   StrCat(s.mem_limit),
-                                   StrCat(s.cores_used),
-                                   StrCat(s.cores_limit),
-                                   StrCat(s.tenants)};
-    for (int i = 0; i < 6; ++i) StrAppend(&gpu_lines[i], gpu_help[i][0], labels, values[i], "\n");
+    const std::string index = StrCat(g.info.index);
+    const std::string labels = LabelSet(
+        {{"gpu", index}, {"UUID", g.info.uuid.value()}, {"Hostname", node}, {"model", g.info.model}});
+    const std::string values[kGpuFamilies] = {FormatValue(g.info.health == core::GpuHealth::kHealthy ? 1 : 0),
+                                              FormatValue(static_cast<uint64_t>(g.info.memory.value()) << 20),
+                                              FormatValue(s.mem_used),
+                                              FormatValue(s.mem_limit),
+                                              FormatValue(s.cores_used),
+                                              FormatValue(s.cores_limit),
+                                              FormatValue(s.tenants)};
+    for (int i = 0; i < kGpuFamilies; ++i) AppendSample(&gpu_lines[i], gpu_help[i][0], labels, values[i]);
   }
-  for (int i = 0; i < 6; ++i) Family(&out, gpu_help[i][0], gpu_help[i][1], "gauge", gpu_lines[i]);
-  Family(&out, "tessera_node_tenants", "Containers with a Tessera allocation on this node.", "gauge",
-         StrCat("tessera_node_tenants ", tenants_.size(), "\n"));
+  for (int i = 0; i < kGpuFamilies; ++i)
+    AppendFamily(&out, gpu_help[i][0], gpu_help[i][1], "gauge", gpu_lines[i]);
+  std::string node_tenants;
+  AppendSample(&node_tenants, "tessera_node_tenants", {{"Hostname", node}}, tenants_.size());
+  AppendFamily(&out, "tessera_node_tenants", "Containers with a Tessera allocation on this node.", "gauge",
+               node_tenants);
   struct Counter {
     const char* name;
     const char* help;
@@ -128,8 +132,12 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_api_errors_total", "Failed API server calls (retried).", stats_.api_errors},
       {"tessera_regions_rebuilt_total", "Regions replaced because a tenant held their lock too long.",
        stats_.regions_rebuilt},
-      {"tessera_record_errors_total", "Record files that could not be saved or removed.", stats_.record_errors}};
-  for (const Counter& c : counters) Family(&out, c.name, c.help, "counter", StrCat(c.name, " ", c.value, "\n"));
+      {"tessera_record_errors_total", "Record files that could not be saved or removed.",
+       stats_.record_errors}};
+  for (const Counter& c : counters) {
+    AppendFamily(&out, c.name, c.help, "counter", StrCat(c.name, " ", c.value, "\n"));
+  }
+  exposition::AppendBuildInfo(&out);
   return out;
 }
 

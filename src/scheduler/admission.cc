@@ -105,8 +105,27 @@ Response Malformed(std::string_view what) {
 }  // namespace
 
 Response Admission::Mutate(std::string_view body) const {
+  Decision decision = Decision::kAllowed;
+  Response r = DoMutate(body, &decision);
+  counts_[static_cast<size_t>(Verb::kMutate)][static_cast<size_t>(decision)].fetch_add(
+      1, std::memory_order_relaxed);
+  return r;
+}
+
+Response Admission::Validate(std::string_view body) const {
+  Decision decision = Decision::kAllowed;
+  Response r = DoValidate(body, &decision);
+  counts_[static_cast<size_t>(Verb::kValidate)][static_cast<size_t>(decision)].fetch_add(
+      1, std::memory_order_relaxed);
+  return r;
+}
+
+Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   absl::StatusOr<Review> review = ParseReview(body);
-  if (!review.ok()) return Malformed(Message(review.status()));
+  if (!review.ok()) {
+    *decision = Decision::kError;
+    return Malformed(Message(review.status()));
+  }
   if (review->object == nullptr) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
   // A pod that cannot be read is the validating webhook's (and the API server's) to refuse.
@@ -115,6 +134,10 @@ Response Admission::Mutate(std::string_view body) const {
   // its own resource names.
   if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
 
+  auto deny = [&](std::string message) {
+    *decision = Decision::kDenied;
+    return Refuse(*review, std::move(message));
+  };
   json patch = json::array();
   bool gpu = false;
   std::vector<std::string> gpu_added;
@@ -123,7 +146,7 @@ Response Admission::Mutate(std::string_view body) const {
   std::optional<core::Priority> priority;     // HAMi's task priority resource
   std::string priority_from;                  // the container it came from, for messages
   absl::StatusOr<std::optional<int64_t>> gpushare_count = core::GpushareCountLabel(pod->spec);
-  if (!gpushare_count.ok()) return Refuse(*review, Message(gpushare_count.status()));
+  if (!gpushare_count.ok()) return deny(Message(gpushare_count.status()));
   // Found, not copied: the spec is the sender's, and a copy walks it recursively.
   static const json kNoSpec = json::object();
   auto spec_it = review->object->find("spec");
@@ -140,14 +163,13 @@ Response Admission::Mutate(std::string_view body) const {
       for (size_t k = 0; k < lists.size(); ++k) {
         absl::StatusOr<std::optional<core::Translation>> translated =
             core::TranslateToTessera(lists[k], options_.parse, *gpushare_count);
-        if (!translated.ok()) return Refuse(*review, StrCat("container ", parsed[i].name, ": ",
-                                                            Message(translated.status())));
+        if (!translated.ok()) return deny(StrCat("container ", parsed[i].name, ": ", Message(translated.status())));
         if (translated->has_value()) {
           core::Translation& t = **translated;
           elastic = elastic || (app && t.elastic);
           if (t.priority && app) {
             if (priority && *priority != *t.priority) {
-              return Refuse(*review, StrCat("containers ", priority_from, " and ", parsed[i].name, " give ",
+              return deny(StrCat("containers ", priority_from, " and ", parsed[i].name, " give ",
                                             options_.parse.hami.priority, " different values; a pod has one ",
                                             "priority: give every container the same"));
             }
@@ -202,7 +224,7 @@ Response Admission::Mutate(std::string_view body) const {
   if (priority) {
     auto it = present.find(core::kAnnotationPriority);
     if (it != present.end() && core::PriorityAnnotation(it->second) != priority) {
-      return Refuse(*review, StrCat(options_.parse.hami.priority, " of container ", priority_from, " says ",
+      return deny(StrCat(options_.parse.hami.priority, " of container ", priority_from, " says ",
                                     core::ToString(*priority), " but the pod's ", core::kAnnotationPriority,
                                     " says ", it->second, "; keep one of them"));
     }
@@ -231,6 +253,7 @@ Response Admission::Mutate(std::string_view body) const {
   json response = {{"allowed", true}};
   if (!warnings.empty()) response["warnings"] = warnings;  // kubectl prints them (admission.k8s.io/v1)
   if (!patch.empty()) {
+    *decision = Decision::kPatched;
     response["patchType"] = "JSONPatch";
     response["patch"] = Base64(formats::DumpJson(patch));
   }
@@ -242,14 +265,18 @@ bool Admission::ForUs(const formats::PodObject& pod) const {
          pod.scheduler_name == options_.scheduler_name;
 }
 
-Response Admission::Validate(std::string_view body) const {
+Response Admission::DoValidate(std::string_view body, Decision* decision) const {
   absl::StatusOr<Review> review = ParseReview(body);
-  if (!review.ok()) return Malformed(Message(review.status()));
+  if (!review.ok()) {
+    *decision = Decision::kError;
+    return Malformed(Message(review.status()));
+  }
   if (review->object == nullptr || (review->operation != "CREATE" && !review->operation.empty())) {
     return Reply(*review, {{"allowed", true}});
   }
   absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
   if (!pod.ok()) {
+    *decision = Decision::kDenied;
     return Reply(*review,
                  {{"allowed", false},
                   {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", Message(pod.status())}}}});
@@ -257,6 +284,7 @@ Response Admission::Validate(std::string_view body) const {
   if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod->spec, options_.parse);
   if (!request.ok()) {
+    *decision = Decision::kDenied;
     return Reply(*review,
                  {{"allowed", false},
                   {"status",

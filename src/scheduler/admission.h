@@ -5,17 +5,22 @@
 // of vGPUs) to a container that asks for a share without it, so that the kubelet calls the device plugin's
 // Allocate for it (annotation tessera.dev/gpu-added names those containers), and sets spec.schedulerName, so
 // that the pod reaches the extender. A pod whose schedulerName names another scheduler (Volcano's, HAMi's) is
-// left untouched by both webhooks: its own scheduler reads its own names. Validating (/validate): refuses a pod whose request is impossible
-// (cores 0 or above 100 per vGPU, malformed annotations, a privileged container asking for a share...) with
-// the parser's message, which says what to change.
+// left untouched by both webhooks: its own scheduler reads its own names. Validating (/validate): refuses a
+// pod whose request is impossible (cores 0 or above 100 per vGPU, malformed annotations, a privileged
+// container asking for a share...) with the parser's message, which says what to change.
 //
 //   Admission admission({.scheduler_name = "tessera-scheduler"});
 //   Response r = admission.Mutate(body);
 //
-// Thread-safety: immutable; methods may run concurrently.
+// Every answer is counted by verb (mutate, validate) and decision (allowed, patched, denied, error), for
+// /metrics (tessera_scheduler_webhook_decisions_total).
+//
+// Thread-safety: immutable but for the counters (atomic); methods may run concurrently.
 #ifndef TESSERA_SCHEDULER_ADMISSION_H_
 #define TESSERA_SCHEDULER_ADMISSION_H_
 
+#include <array>
+#include <atomic>
 #include <string>
 #include <string_view>
 
@@ -38,11 +43,25 @@ class Admission {
   Response Mutate(std::string_view body) const;
   Response Validate(std::string_view body) const;
 
+  // What the webhook answered: allowed as is, allowed with a patch (mutate only), denied (allowed: false), or
+  // an error (HTTP 400: the body was no AdmissionReview).
+  enum class Decision { kAllowed, kPatched, kDenied, kError };
+  enum class Verb { kMutate, kValidate };
+  static constexpr std::array<const char*, 4> kDecisionNames = {"allowed", "patched", "denied", "error"};
+  static constexpr std::array<const char*, 2> kVerbNames = {"mutate", "validate"};
+  // Answers so far, by verb and decision.
+  uint64_t decisions(Verb verb, Decision decision) const {
+    return counts_[static_cast<size_t>(verb)][static_cast<size_t>(decision)].load(std::memory_order_relaxed);
+  }
+
  private:
+  Response DoMutate(std::string_view body, Decision* decision) const;
+  Response DoValidate(std::string_view body, Decision* decision) const;
   // The pod is scheduled by kube-scheduler's default profile or by ours (not by another scheduler).
   bool ForUs(const formats::PodObject& pod) const;
 
   AdmissionOptions options_;
+  mutable std::array<std::array<std::atomic<uint64_t>, 4>, 2> counts_{};
 };
 
 }  // namespace tessera::scheduler

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/exposition.h"
 #include "common/log.h"
 #include "core/strings.h"
 #include "httplib.h"
@@ -37,7 +38,8 @@ std::string LatencyHistogram::Format(std::string_view name, std::string_view ver
   uint64_t cumulative = 0;
   for (size_t b = 0; b < counts_.size(); ++b) {
     cumulative += counts_[b].load(std::memory_order_relaxed);
-    const std::string le = b < kBounds.size() ? Fixed(kBounds[b], 4) : "+Inf";
+    // The bound as written in kBounds ("0.00025", "1"): a rounded label would name another bucket.
+    const std::string le = b < kBounds.size() ? exposition::FormatValue(kBounds[b]) : "+Inf";
     StrAppend(&out, name, "_bucket{verb=\"", verb, "\",le=\"", le, "\"} ", cumulative, "\n");
   }
   StrAppend(&out, name, "_sum{verb=\"", verb, "\"} ",
@@ -178,33 +180,7 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
     res.set_content(InspectJson(cache_.Snapshot(), cache_.PodNames()), "application/json");
   }));
   http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& res) {
-    const Extender::Counters c = extender_.counters();
-    std::string out;
-    StrAppend(&out, "# HELP tessera_scheduler_requests_total Extender requests by verb.\n",
-              "# TYPE tessera_scheduler_requests_total counter\n");
-    for (auto [verb, n] : {std::pair{"filter", c.filter},
-                           {"prioritize", c.prioritize},
-                           {"bind", c.bind},
-                           {"preempt", c.preempt}}) {
-      StrAppend(&out, "tessera_scheduler_requests_total{verb=\"", verb, "\"} ", n, "\n");
-    }
-    StrAppend(&out, "# HELP tessera_scheduler_bind_failures_total Binds that returned an error.\n",
-              "# TYPE tessera_scheduler_bind_failures_total counter\n",
-              "tessera_scheduler_bind_failures_total ", c.bind_failed, "\n");
-    StrAppend(&out, "# HELP tessera_scheduler_bad_requests_total Requests refused as malformed (HTTP 400).\n",
-              "# TYPE tessera_scheduler_bad_requests_total counter\n",
-              "tessera_scheduler_bad_requests_total ", c.bad_request, "\n");
-    StrAppend(&out, "# HELP tessera_scheduler_request_seconds Time to answer an extender request.\n",
-              "# TYPE tessera_scheduler_request_seconds histogram\n");
-    const char* names[] = {"filter", "prioritize", "bind", "preempt"};
-    for (size_t i = 0; i < latency_.size(); ++i) {
-      out += latency_[i].Format("tessera_scheduler_request_seconds", names[i]);
-    }
-    StrAppend(&out, "# HELP tessera_scheduler_nodes Nodes with a Tessera GPU inventory.\n",
-              "# TYPE tessera_scheduler_nodes gauge\n", "tessera_scheduler_nodes ", cache_.node_count(), "\n",
-              "# HELP tessera_scheduler_pods Pods holding GPU shares.\n",
-              "# TYPE tessera_scheduler_pods gauge\n", "tessera_scheduler_pods ", cache_.pod_count(), "\n");
-    res.set_content(out, "text/plain; version=0.0.4");
+    res.set_content(MetricsText(), "text/plain; version=0.0.4");
   }));
   if (listen->second == 0) {
     port_ = http_->bind_to_any_port(listen->first);

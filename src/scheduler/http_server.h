@@ -42,6 +42,9 @@ struct ServerOptions {
   std::string webhook_listen;
   std::string tls_cert;
   std::string tls_key;
+  // /metrics: the per-GPU and per-node series of the cluster as the cache holds it (docs/metrics.md). Off,
+  // only the scheduler's own series are written (their number does not grow with the cluster).
+  bool gpu_metrics = true;
 };
 
 // Latencies of one verb, in a fixed set of buckets (Prometheus histogram).
@@ -81,6 +84,15 @@ class ExtenderServer {
   // GET /readyz answers 200 while `ready` says so, else 503 (with API mode: synced, and the leader). Set
   // before Start.
   void SetReadiness(std::function<bool()> ready) { ready_ = std::move(ready); }
+  // GET /metrics's tessera_scheduler_leader: 1 while `leader` says so, else 0 (unset: always 1, as for a
+  // single replica). Set before Start.
+  void SetLeader(std::function<bool()> leader) { leader_ = std::move(leader); }
+  // /metrics with (the default) or without the per-GPU and per-node series of the cluster as the cache holds it
+  // (docs/metrics.md). Without, only the scheduler's own series are written, whose number does not grow with
+  // the cluster. Set before Start.
+  void SetGpuMetrics(bool on) { gpu_metrics_ = on; }
+  // What GET /metrics answers (Prometheus text, docs/metrics.md).
+  std::string MetricsText() const;
   // Per-request deadlines, idle keep-alive, per-peer slow connections and the body size (guarded_http.h);
   // the defaults otherwise. The webhook's HTTPS listener gets the body size and httplib's per-read timeouts
   // only. Set before Start.
@@ -99,6 +111,8 @@ class ExtenderServer {
   std::array<LatencyHistogram, 4> latency_;  // filter, prioritize, bind, preempt
   std::vector<std::pair<std::string, std::function<Response(std::string_view)>>> extra_;
   std::function<bool()> ready_;
+  std::function<bool()> leader_;
+  bool gpu_metrics_ = true;
   HttpLimits limits_;
 };
 

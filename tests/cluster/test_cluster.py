@@ -572,6 +572,34 @@ def test_chart_lints_renders_and_installs_every_part(c):
         assert part in kinds, f"the chart renders no {part}"
     r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
     assert r.returncode == 0, r.stderr
+    # The Grafana dashboard, for Grafana's sidecar (docs/metrics.md); no PodMonitor by default.
+    dashboards = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tessera-grafana-dashboard"]
+    assert len(dashboards) == 1 and dashboards[0]["metadata"]["labels"]["grafana_dashboard"] == "1", dashboards
+    assert json.loads(dashboards[0]["data"]["tessera-gpu-sharing.json"])["uid"] == "tessera-gpu-sharing"
+    assert not [d for d in docs if d["kind"] == "PodMonitor"]
+    # With the switch on: PodMonitors (monitoring.coreos.com/v1) that select the agent's and the scheduler's pods
+    # by their labels and scrape a port those pods name. The harness' API server has no Prometheus Operator CRDs,
+    # so these render only; everything else is applied (server-side dry run) as before.
+    rendered = helm(c, "template", "tessera", chart, "-n", "tessera-system", "--set", "webhook.caBundle=Cg==",
+                    "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.labels.release=kps",
+                    "--set", "scheduler.gpuMetrics=false")
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+    assert set(monitors) == {"tessera-node", "tessera-scheduler"}, monitors
+    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("DaemonSet", "Deployment")}
+    for name, m in monitors.items():
+        assert m["apiVersion"] == "monitoring.coreos.com/v1" and m["metadata"]["labels"]["release"] == "kps"
+        pod = workloads[name]["spec"]["template"]
+        assert m["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), (name, m)
+        ports = {p["name"] for ctr in pod["spec"]["containers"] for p in ctr.get("ports", [])}
+        endpoint = m["spec"]["podMetricsEndpoints"][0]
+        assert endpoint["port"] in ports and endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
+    assert "--no-gpu-metrics" in workloads["tessera-scheduler"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    rest = "---\n".join(yaml.safe_dump(d) for d in docs if d["kind"] != "PodMonitor")
+    r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=rest, check=False)
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(helm(c, "template", "tessera", chart, "-n", "tessera-system", "--set",
+                                                "webhook.caBundle=Cg==")) if d]
     # The chart's node agent is the plain manifest's, value for value.
     plain = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/node/daemonset.yaml")))
              if d and d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]

@@ -534,9 +534,71 @@ TEST_F(AgentTest, MetricsAreWellFormedExposition) {
   for (const auto& [name, t] : type) {
     EXPECT_TRUE(t == " counter" || t == " gauge") << name << t;
     EXPECT_EQ(t == " counter", name.ends_with("_total")) << name;
+    EXPECT_TRUE(help.contains(name)) << name;
   }
   EXPECT_TRUE(sampled.contains("tessera_allocations_total"));
   EXPECT_TRUE(sampled.contains("tessera_container_cores_limit_percent"));
+  EXPECT_TRUE(sampled.contains("tessera_gpu_memory_total_bytes"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("\ntessera_build_info\\{version=\"[0-9]+\\.[0-9]+\\.[0-9]+\","
+                                             "revision=\"[^\"]+\"\\} 1\n"));
+}
+
+// The labels of every series are dcgm-exporter's, so that its series and Tessera's join: a GPU is gpu (its
+// index), UUID, Hostname (the node), and model (dcgm's modelName would fail promtool's lint); a container adds
+// namespace, pod, container. No series carries a label outside that set (cardinality: one series per GPU, and
+// per container and GPU it holds).
+TEST_F(AgentTest, MetricsLabelsAreDcgmExportersOnes) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{1, 50, 2048}, {2, 50, 2048}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(Client()->Allocate({{"GPU-1::0", "GPU-2::0"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  const std::string text = agent->MetricsText();
+  const std::vector<std::string> gpu_labels = {"gpu", "UUID", "Hostname", "model"};
+  std::vector<std::string> ctr_labels = gpu_labels;
+  ctr_labels.insert(ctr_labels.end(), {"namespace", "pod", "container"});
+  std::map<std::string, int> series;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    SCOPED_TRACE(line);
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    std::vector<std::string> labels;
+    if (size_t open = line.find('{'); open != std::string::npos) {
+      const std::string set = line.substr(open + 1, line.rfind('}') - open - 1);
+      for (size_t at = 0; at < set.size();) {
+        const size_t eq = set.find('=', at);
+        labels.push_back(set.substr(at, eq - at));
+        const size_t close = set.find('"', eq + 2);
+        at = close + 2;  // past the closing quote and the comma
+      }
+    }
+    ++series[name];
+    if (name.starts_with("tessera_gpu_")) {
+      EXPECT_EQ(labels, gpu_labels);
+    } else if (name.starts_with("tessera_container_") && name != "tessera_container_processes") {
+      EXPECT_EQ(labels, ctr_labels);
+    } else if (name == "tessera_container_processes") {
+      EXPECT_EQ(labels, (std::vector<std::string>{"Hostname", "namespace", "pod", "container"}));
+    } else if (name == "tessera_node_tenants") {
+      EXPECT_EQ(labels, std::vector<std::string>{"Hostname"});
+    } else if (name == "tessera_build_info") {
+      EXPECT_EQ(labels, (std::vector<std::string>{"version", "revision"}));
+    } else {
+      EXPECT_TRUE(labels.empty());
+    }
+  }
+  EXPECT_EQ(series["tessera_gpu_tenants"], 4);                   // the node's 4 GPUs
+  EXPECT_EQ(series["tessera_container_cores_limit_percent"], 3);  // pod-0 on GPU 0, pod-1 on GPUs 1 and 2
+  EXPECT_EQ(series["tessera_container_processes"], 2);
+  EXPECT_THAT(text, HasSubstr("tessera_container_cores_limit_percent{gpu=\"2\",UUID=\"GPU-2\","
+                              "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\",pod=\"pod-1\","
+                              "container=\"main\"} 50\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_gpu_cores_limit_percent{gpu=\"1\",UUID=\"GPU-1\",Hostname=\"gpu-1\","
+                              "model=\"T4\"} 50\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_gpu_memory_limit_bytes{gpu=\"1\",UUID=\"GPU-1\",Hostname=\"gpu-1\","
+                              "model=\"T4\"} 2147483648\n"));
 }
 
 TEST_F(AgentTest, RegistrationRefusesImpostors) {
@@ -619,9 +681,13 @@ TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContain
   EXPECT_EQ(region.Used(dev), 1ull << 30);
   EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{child});
   EXPECT_THAT(agent->MetricsText(),
-              HasSubstr("tessera_container_processes{namespace=\"default\",pod=\"pod-0\","
+              HasSubstr("tessera_container_processes{Hostname=\"gpu-1\",namespace=\"default\",pod=\"pod-0\","
                         "container=\"main\"} 1"));
-  EXPECT_THAT(agent->MetricsText(), HasSubstr(StrCat("container=\"main\",gpu=\"GPU-0\"} ", 1ull << 30)));
+  EXPECT_THAT(agent->MetricsText(),
+              HasSubstr(StrCat("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\","
+                               "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\",pod=\"pod-0\","
+                               "container=\"main\"} ",
+                               1ull << 30)));
 
   kill(child, SIGKILL);
   int status = 0;
@@ -906,7 +972,7 @@ TEST_F(AgentTest, PublishesInventoryHeartbeatAndHealth) {
   EXPECT_EQ(inv->gpus[2].info.health, core::GpuHealth::kUnhealthy);
   EXPECT_EQ(inv->gpus[2].health_reason, "XID 79");
   EXPECT_THAT(agent->MetricsText(),
-              HasSubstr("tessera_gpu_health{gpu=\"GPU-2\",index=\"2\",model=\"T4\"} 0"));
+              HasSubstr("tessera_gpu_health{gpu=\"2\",UUID=\"GPU-2\",Hostname=\"gpu-1\",model=\"T4\"} 0"));
 }
 
 // Waits (at most kWait) for `f` to be ready; false if it is not.
@@ -967,7 +1033,7 @@ TEST_F(AgentTest, ATenantHoldingItsRegionLockFreezesNothingAndLosesItsRegion) {
   EXPECT_TRUE(other.get().ok());
   auto metrics = std::async(std::launch::async, [&] { return agent->MetricsText(); });
   ASSERT_TRUE(Ready(metrics));
-  EXPECT_THAT(metrics.get(), HasSubstr("tessera_node_tenants 2"));
+  EXPECT_THAT(metrics.get(), HasSubstr("tessera_node_tenants{Hostname=\"gpu-1\"} 2"));
   EXPECT_EQ(agent->stats().regions_rebuilt, 0u);
 
   // Past the timeout the tenant loses its region: a new file gets its limits, its pod is told.

@@ -14,13 +14,18 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "httplib.h"
+#include "core/strings.h"
 #include "nlohmann/json.hpp"
 #include "run_binary.h"
 #include "scheduler/standalone.h"
@@ -32,6 +37,7 @@ namespace {
 using ::nlohmann::json;
 using ::tessera::testing::MakeNode;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class HttpServerTest : public ::testing::Test {
  protected:
@@ -90,6 +96,144 @@ TEST_F(HttpServerTest, ServesTheVerbsHealthAndMetrics) {
   int tenants = 0;
   for (const json& g : cluster["nodes"][0]["gpus"]) tenants += static_cast<int>(g["tenants"].size());
   EXPECT_EQ(tenants, 1);
+}
+
+// The families of a /metrics text, checked as `promtool check metrics` would: each family's HELP and TYPE
+// once, before its samples, no family split, counters named *_total, histograms' samples *_bucket (with le),
+// *_sum and *_count. Returns family -> TYPE.
+std::map<std::string, std::string> CheckExposition(const std::string& text) {
+  std::map<std::string, std::string> help, type;
+  std::set<std::string> closed;
+  std::string current;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    SCOPED_TRACE(line);
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, rest;
+      words >> name;
+      std::getline(words, rest);
+      auto& table = line[2] == 'H' ? help : type;
+      EXPECT_FALSE(table.contains(name)) << "given twice";
+      EXPECT_FALSE(closed.contains(name)) << "family split";
+      EXPECT_FALSE(rest.empty());
+      table[name] = rest.substr(1);
+      if (current != name && !current.empty()) closed.insert(current);
+      current = name;
+      continue;
+    }
+    EXPECT_FALSE(line.empty());
+    std::string name = line.substr(0, line.find_first_of("{ "));
+    if (type[current] == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+        if (name == current + suffix) name = current;
+      }
+      if (line.rfind(current + "_bucket", 0) == 0) {
+        EXPECT_THAT(line, HasSubstr("le=\""));
+      }
+    }
+    EXPECT_EQ(name, current) << "a sample outside its family";
+    const std::string value = line.substr(line.rfind(' ') + 1);
+    EXPECT_NO_THROW((void)std::stod(value));
+  }
+  for (const auto& [name, t] : type) {
+    EXPECT_TRUE(help.contains(name)) << name;
+    EXPECT_TRUE(t == "counter" || t == "gauge" || t == "histogram") << name << " " << t;
+    EXPECT_EQ(t == "counter", name.ends_with("_total")) << name;
+  }
+  for (const auto& [name, h] : help) EXPECT_TRUE(type.contains(name)) << name;
+  return type;
+}
+
+// The value of the sample whose line starts with `prefix` (name and labels up to some point); NaN if none.
+double SampleValue(const std::string& text, const std::string& prefix) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nan("");
+}
+
+// What the scheduler adds for operators who join with dcgm-exporter and the node agents: its books per GPU
+// (labels gpu = index, UUID, Hostname, model) and node, whether it leads, the webhook's decisions, and
+// the build; all well-formed, and the per-GPU series off when asked.
+TEST_F(HttpServerTest, MetricsCarryBooksPerGpuLeaderWebhookDecisionsAndBuild) {
+  std::atomic<bool> leader{true};
+  server_.SetLeader([&] { return leader.load(); });
+  ASSERT_TRUE(server_.Start({"127.0.0.1:0", 4, "", "", ""}).ok());
+  httplib::Client client("127.0.0.1", server_.port());
+  ASSERT_TRUE(client.Post("/scheduler/filter", std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["t4-a"]})",
+                          "application/json"));
+  auto bind = client.Post("/scheduler/bind",
+                          R"({"PodName":"p","PodNamespace":"default","PodUID":"u1","Node":"t4-a"})",
+                          "application/json");
+  ASSERT_TRUE(bind);
+  ASSERT_EQ(json::parse(bind->body)["Error"], "");
+  const std::string review_head =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"r1",)"
+      R"("kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":)";
+  const std::string zero_cores =
+      R"({"metadata":{"name":"z","namespace":"default"},"spec":{"containers":[{"name":"main",)"
+      R"("resources":{"limits":{"tessera.dev/gpu-cores":"0"}}}]}})";
+  admission_.Mutate(review_head + kPod + "}}");  // patched: tessera.dev/gpu and the scheduler name
+  admission_.Mutate("{");                        // error
+  admission_.Validate(review_head + kPod + "}}");
+  admission_.Validate(review_head + zero_cores + "}}");  // denied
+
+  auto scraped = client.Get("/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_THAT(scraped->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  const std::string text = scraped->body;
+  const std::map<std::string, std::string> types = CheckExposition(text);
+  for (const char* family :
+       {"tessera_scheduler_gpu_cores_allocated_percent", "tessera_scheduler_gpu_memory_allocated_bytes",
+        "tessera_scheduler_gpu_memory_total_bytes", "tessera_scheduler_gpu_tenants",
+        "tessera_scheduler_node_schedulable", "tessera_scheduler_node_tenants", "tessera_scheduler_leader",
+        "tessera_scheduler_webhook_decisions_total", "tessera_build_info",
+        "tessera_scheduler_request_seconds"}) {
+    EXPECT_TRUE(types.contains(family)) << family;
+  }
+  // The pod's 30 % and 1 GiB on one of the node's two GPUs, nothing on the other.
+  double cores = 0, memory = 0, tenants = 0;
+  for (int g = 0; g < 2; ++g) {
+    const std::string labels =
+        StrCat("{gpu=\"", g, "\",UUID=\"GPU-t4-a-", g, "\",Hostname=\"t4-a\",model=\"T4\"} ");
+    cores += SampleValue(text, "tessera_scheduler_gpu_cores_allocated_percent" + labels);
+    memory += SampleValue(text, "tessera_scheduler_gpu_memory_allocated_bytes" + labels);
+    tenants += SampleValue(text, "tessera_scheduler_gpu_tenants" + labels);
+    EXPECT_EQ(SampleValue(text, "tessera_scheduler_gpu_memory_total_bytes" + labels), 15360.0 * (1 << 20));
+  }
+  EXPECT_EQ(cores, 30);
+  EXPECT_EQ(memory, 1024.0 * (1 << 20));
+  EXPECT_EQ(tenants, 1);
+  EXPECT_EQ(SampleValue(text, "tessera_scheduler_node_schedulable{Hostname=\"t4-a\"} "), 1);
+  EXPECT_EQ(SampleValue(text, "tessera_scheduler_node_tenants{Hostname=\"t4-a\"} "), 1);
+  EXPECT_EQ(SampleValue(text, "tessera_scheduler_leader "), 1);
+  const std::string decisions = "tessera_scheduler_webhook_decisions_total";
+  EXPECT_EQ(SampleValue(text, decisions + "{verb=\"mutate\",decision=\"patched\"} "), 1);
+  EXPECT_EQ(SampleValue(text, decisions + "{verb=\"mutate\",decision=\"error\"} "), 1);
+  EXPECT_EQ(SampleValue(text, decisions + "{verb=\"mutate\",decision=\"allowed\"} "), 0);
+  EXPECT_EQ(SampleValue(text, decisions + "{verb=\"validate\",decision=\"allowed\"} "), 1);
+  EXPECT_EQ(SampleValue(text, decisions + "{verb=\"validate\",decision=\"denied\"} "), 1);
+  EXPECT_TRUE(std::isnan(SampleValue(text, decisions + "{verb=\"validate\",decision=\"patched\"} ")));
+  EXPECT_THAT(text,
+              ::testing::ContainsRegex("tessera_build_info\\{version=\"[0-9.]+\",revision=\"[^\"]+\"\\} 1"));
+  // Bucket bounds exactly as configured (a rounded 0.00025 once read 0.0003).
+  EXPECT_THAT(text, HasSubstr("tessera_scheduler_request_seconds_bucket{verb=\"bind\",le=\"0.00025\"} "));
+  EXPECT_THAT(text, HasSubstr("tessera_scheduler_request_seconds_bucket{verb=\"bind\",le=\"1\"} "));
+
+  leader = false;
+  EXPECT_EQ(SampleValue(server_.MetricsText(), "tessera_scheduler_leader "), 0);
+}
+
+TEST_F(HttpServerTest, PerGpuSeriesCanBeTurnedOff) {
+  server_.SetGpuMetrics(false);
+  const std::string text = server_.MetricsText();
+  CheckExposition(text);
+  EXPECT_THAT(text, Not(HasSubstr("tessera_scheduler_gpu_")));
+  EXPECT_THAT(text, Not(HasSubstr("tessera_scheduler_node_schedulable")));
+  EXPECT_THAT(text, HasSubstr("tessera_scheduler_nodes 1\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_scheduler_leader 1\n"));
 }
 
 // Connects to 127.0.0.1:port; -1 on failure.
