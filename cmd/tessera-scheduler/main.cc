@@ -21,6 +21,7 @@
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
 #include "scheduler/http_server.h"
+#include "scheduler/quota_file.h"
 #include "scheduler/standalone.h"
 
 namespace {
@@ -29,6 +30,7 @@ using namespace tessera;
 
 struct Options {
   std::string cluster_file;
+  std::string quota_file;
   std::string kubeconfig;
   std::string context;
   bool in_cluster = false;
@@ -169,6 +171,13 @@ int Run(const Options& o) {
   // Bind before anything else starts: a second instance on a port in use must stop here, before it joins the
   // leader election or loads the API.
   if (absl::Status st = server.Listen(server_options); !st.ok()) return Fail(Message(st));
+  // GPU quotas per namespace and model (replacing a cluster file's), followed while the file changes.
+  std::unique_ptr<scheduler::QuotaFile> quotas;
+  if (!o.quota_file.empty()) {
+    quotas = std::make_unique<scheduler::QuotaFile>(o.quota_file, &cache);
+    if (absl::Status st = quotas->Load(); !st.ok()) return Fail(StrCat("--quota-file: ", Message(st)));
+    quotas->Start();
+  }
   if (backend != nullptr) {
     if (absl::Status st = backend->Start(); !st.ok()) return Fail(Message(st));
     mode = StrCat("API server ", api_server, ": ", cache.node_count(), " GPU nodes, ", cache.pod_count(),
@@ -214,6 +223,10 @@ int main(int argc, char** argv) {
          "--cluster-file", o.cluster_file,
          "Standalone mode: nodes and GPUs from this cluster file (YAML/JSON, docs/file-formats.md), no "
          "API server")
+      ->check(CLI::ExistingFile);
+  app.add_option("--quota-file", o.quota_file,
+                 "GPU quotas per namespace and model (kind: GpuQuotas, docs/scheduler.md), read again when the "
+                 "file changes")
       ->check(CLI::ExistingFile);
   app.add_option("--kubeconfig", o.kubeconfig,
                  "Kubeconfig of the cluster (default: in a pod its service account, else $KUBECONFIG or "

@@ -179,6 +179,8 @@ class Cluster {
 
   // Per-namespace quota of GPU share per model (Gaia's heterogeneous cluster quota). No entry: unlimited.
   void SetQuota(const Namespace& ns, std::string_view model, MilliGpu limit);
+  // Removes every quota (what is held stays counted: a quota set again sees it).
+  void ClearQuotas() { quota_.clear(); }
   std::optional<MilliGpu> Quota(const Namespace& ns, int model_id) const;
   MilliGpu QuotaUsed(const Namespace& ns, int model_id) const;
 

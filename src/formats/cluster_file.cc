@@ -147,6 +147,32 @@ void ParseResourceMap(const YAML::Node& n, core::ResourceList& out, std::string_
   for (const auto& kv : n) out[kv.first.as<std::string>()] = Str(kv.second, what);
 }
 
+// A list of {namespace, model, gpus}; one namespace and model at most once.
+std::vector<QuotaEntry> ParseQuotas(const YAML::Node& list) {
+  if (!list.IsSequence()) Fail(list, "quotas must be a list of {namespace, model, gpus}");
+  std::vector<QuotaEntry> out;
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const YAML::Node& q : list) {
+    CheckKeys(q, {"namespace", "model", "gpus"}, "a quota");
+    if (!q["namespace"] || !q["model"] || !q["gpus"]) Fail(q, "a quota needs namespace, model and gpus");
+    // gpus may be fractional: 2.5 GPUs is 2500 thousandths.
+    double gpus = 0;
+    try {
+      gpus = q["gpus"].as<double>();
+    } catch (const YAML::Exception&) {
+      Fail(q["gpus"], "gpus must be a number of GPUs, e.g. 4 or 2.5");
+    }
+    if (!(gpus >= 0 && gpus <= 1e6)) Fail(q["gpus"], "gpus must be a number of GPUs between 0 and 1000000");
+    QuotaEntry e{core::Namespace(Str(q["namespace"], "namespace")), Str(q["model"], "model"),
+                 core::MilliGpu(static_cast<int32_t>(gpus * 1000 + 0.5))};
+    if (!seen.insert({e.ns.value(), e.model}).second) {
+      Fail(q, StrCat("namespace ", e.ns.value(), " has two quotas for ", e.model, "; keep one"));
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source) {
@@ -168,24 +194,23 @@ absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_
         file.nodes.push_back(std::move(info));
       }
     }
-    if (doc["quotas"]) {
-      for (const YAML::Node& q : doc["quotas"]) {
-        CheckKeys(q, {"namespace", "model", "gpus"}, "a quota");
-        if (!q["namespace"] || !q["model"] || !q["gpus"]) Fail(q, "a quota needs namespace, model and gpus");
-        // gpus may be fractional: 2.5 GPUs is 2500 thousandths.
-        double gpus = 0;
-        try {
-          gpus = q["gpus"].as<double>();
-        } catch (const YAML::Exception&) {
-          Fail(q["gpus"], "gpus must be a number of GPUs, e.g. 4 or 2.5");
-        }
-        if (!(gpus >= 0 && gpus <= 1e6))
-          Fail(q["gpus"], "gpus must be a number of GPUs between 0 and 1000000");
-        file.quotas.push_back({core::Namespace(Str(q["namespace"], "namespace")), Str(q["model"], "model"),
-                               core::MilliGpu(static_cast<int32_t>(gpus * 1000 + 0.5))});
-      }
-    }
+    if (doc["quotas"]) file.quotas = ParseQuotas(doc["quotas"]);
     return file;
+  });
+}
+
+absl::StatusOr<std::vector<QuotaEntry>> ParseQuotaFile(std::string_view text, std::string_view source) {
+  return Guard(source, [&]() -> absl::StatusOr<std::vector<QuotaEntry>> {
+    YAML::Node doc = YAML::Load(std::string(text));
+    if (!doc || doc.IsNull() || !doc.IsMap()) {
+      Fail(doc, "expected a mapping: apiVersion: tessera.dev/v1, kind: GpuQuotas, quotas: [...]");
+    }
+    CheckKeys(doc, {"apiVersion", "kind", "quotas"}, "a quota file");
+    if (doc["kind"] && Str(doc["kind"], "kind") != "GpuQuotas") {
+      Fail(doc["kind"], StrCat("kind is ", doc["kind"].as<std::string>(), "; a quota file has kind: GpuQuotas"));
+    }
+    if (!doc["quotas"] || doc["quotas"].IsNull()) return std::vector<QuotaEntry>();
+    return ParseQuotas(doc["quotas"]);
   });
 }
 

@@ -35,6 +35,14 @@ struct ClusterFile {
 
 absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source = "cluster file");
 
+// A quota file: tessera-scheduler's --quota-file on a cluster (Helm: scheduler.quotas, a ConfigMap).
+//
+//   apiVersion: tessera.dev/v1
+//   kind: GpuQuotas
+//   quotas:
+//     - {namespace: research, model: A100-SXM4-80GB, gpus: 6.5}
+absl::StatusOr<std::vector<QuotaEntry>> ParseQuotaFile(std::string_view text, std::string_view source);
+
 // Builds a Cluster from a parsed file (nodes and quotas).
 absl::StatusOr<core::Cluster> BuildCluster(const ClusterFile& file);
 

@@ -166,6 +166,13 @@ void ClusterCache::SetQuota(const core::Namespace& ns, std::string_view model, c
   state_->cluster.SetQuota(ns, model, limit);
 }
 
+void ClusterCache::ReplaceQuotas(
+    const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas) {
+  MutexLock lock(&mu_);
+  state_->cluster.ClearQuotas();
+  for (const auto& [ns, model, limit] : quotas) state_->cluster.SetQuota(ns, model, limit);
+}
+
 // Resolves GPU indices from UUIDs (the node's order may differ from the one the assignment was written with)
 // and commits.
 absl::Status ClusterCache::RecordLocked(const core::PodRequest& request, core::Placement placement) {

@@ -27,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -98,6 +99,8 @@ class ClusterCache {
   absl::Status SetSchedulable(const core::NodeName& name, bool schedulable);
   // Per-namespace quota of GPU share per model (Gaia's heterogeneous cluster quota).
   void SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit);
+  // Replaces every quota at once (a quota file read again): no placement sees half of the new set.
+  void ReplaceQuotas(const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas);
 
   // Pods from the API. A pod bound to a node with a valid assignment is recorded (or its record refreshed);
   // a pod that has finished, or has no assignment, is released. Returns an error (and records nothing) for an

@@ -521,6 +521,9 @@ class Cluster:
         name = f"tessera-scheduler-{replica}"
         self.ports.setdefault(name, free_port())
         self.ports.setdefault(name + "-webhook", free_port())
+        # The chart's tessera-quotas ConfigMap, mounted as a file: no quota until a test writes one.
+        if not os.path.exists(self.quota_file()):
+            self.write_quotas([])
         p = self._start(name, [
             self.tessera("tessera-scheduler"), "--kubeconfig", self.scheduler_kubeconfig,
             "--leader-elect-lease", "tessera-scheduler", "--leader-elect-namespace", "tessera-system",
@@ -528,13 +531,25 @@ class Cluster:
             "--listen", f"127.0.0.1:{self.ports[name]}",
             "--webhook-listen", f"127.0.0.1:{self.ports[name + '-webhook']}",
             "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key"),
-            *self.scheduler_args])
+            "--quota-file", self.quota_file(),
+            *self.scheduler_args], env=dict(os.environ, TESSERA_LOG="info"))
         self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
         readyz = f"http://127.0.0.1:{self.ports[name]}/readyz"
         for proxy, port in ((self.extender_proxy, self.ports[name]), (self.webhook_proxy, self.ports[name + "-webhook"])):
             if (port, readyz) not in proxy.backends:
                 proxy.backends.append((port, readyz))
         return p
+
+    def quota_file(self):
+        return self.path("quotas.yaml")
+
+    def write_quotas(self, quotas):
+        """Replaces the quota file as a ConfigMap update does (a new file renamed over the old one); returns at
+        once: tessera-scheduler logs "GPU quotas in force" when it has read it."""
+        tmp = self.quota_file() + ".tmp"
+        with open(tmp, "w") as f:
+            yaml.safe_dump({"apiVersion": "tessera.dev/v1", "kind": "GpuQuotas", "quotas": quotas}, f)
+        os.replace(tmp, self.quota_file())
 
     def extender_url(self, replica=None):
         """The extender of one replica, or (None) the Service's address, which reaches the leader."""

@@ -258,6 +258,59 @@ def test_hami_pod_keeps_its_meaning(c):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Quotas on a cluster (docs/scheduler.md, "Quotas"): Kubernetes' ResourceQuota over Tessera's names where the API
+# server can count them, Tessera's per-namespace, per-model quota in the extender where it cannot.
+
+def namespace_ready(c, ns):
+    c.kubectl("create", "namespace", ns)
+    # The ServiceAccount admission refuses pods until the namespace's default account exists.
+    c.wait_for(lambda: c.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+               f"namespace {ns}'s default service account")
+
+
+def events_of(c, ns, name):
+    r = c.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}", "-o", "json")
+    return [e.get("message", "") for e in json.loads(r.stdout)["items"]]
+
+
+def test_gpu_quotas_hold_on_the_cluster(c):
+    # ResourceQuota over requests.tessera.dev/gpu-memory: the API server counts translated pods too (the webhook
+    # rewrites HAMi's names before the quota admission runs), and refuses the one that goes over.
+    namespace_ready(c, "quota-a")
+    c.apply(yaml.safe_dump({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": "quota-a"},
+                            "spec": {"hard": {"requests.tessera.dev/gpu-memory": "6000"}}}))
+    c.wait_for(lambda: c.get("resourcequota", "gpu", "quota-a").get("status", {}).get("hard"),
+               "the quota controller to take the ResourceQuota")
+    c.apply(pod_yaml("qa-1", {"tessera.dev/gpu-cores": 10, "tessera.dev/gpu-memory": 4000}, ns="quota-a"))
+    running(c, "qa-1", ns="quota-a")
+    r = c.apply(pod_yaml("qa-2", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}, ns="quota-a"), check=False)
+    assert r.returncode != 0 and "exceeded quota" in r.stderr and "requests.tessera.dev/gpu-memory" in r.stderr, r.stderr
+
+    # Tessera's quota: namespace quota-b may hold half a V100's share. What Kubernetes cannot count (a model,
+    # compute given in proportion to memory) the extender does, and the pod's events say why it waits.
+    log = c.procs["tessera-scheduler-r1"]
+    loads = log.since_start().count("GPU quotas in force")
+    c.write_quotas([{"namespace": "quota-b", "model": "V100-PCIE-32GB", "gpus": 0.5}])
+    c.wait_for(lambda: log.since_start().count("GPU quotas in force") > loads, "tessera-scheduler to read the quotas")
+    namespace_ready(c, "quota-b")
+    c.apply(pod_yaml("qb-1", {"tessera.dev/gpu-cores": 40}, ns="quota-b"))
+    running(c, "qb-1", ns="quota-b")
+    c.apply(pod_yaml("qb-2", {"tessera.dev/gpu-memory": 8192}, ns="quota-b"))  # 8 GiB of 32: 25% of a V100
+    c.wait_for(lambda: any("namespace quota-b holds 0.4 of its 0.5 V100-PCIE-32GB GPUs (quota)" in m
+                           for m in events_of(c, "quota-b", "qb-2")), "qb-2's events to name the quota", 60)
+    assert "nodeName" not in c.pod("quota-b", "qb-2")["spec"]
+    # The first one leaves: the second fits within the quota now.
+    delete(c, "qb-1", ns="quota-b")
+    running(c, "qb-2", ns="quota-b", timeout=90)
+    # A quota file that no longer parses is refused; the quota in force stays (and is logged).
+    c.write_quotas([{"namespace": "quota-b", "gpus": "lots"}])
+    c.wait_for(lambda: "the quota file changed and cannot be read" in log.since_start(), "the refusal to be logged")
+    delete(c, "qb-2", ns="quota-b")
+    delete(c, "qa-1", ns="quota-a")
+    c.write_quotas([])
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Defect 4: pods for other schedulers keep what they were written with.
 
 def test_pod_of_another_scheduler_is_left_untouched(c):

@@ -5,8 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "formats/assignment.h"
+#include "formats/cluster_file.h"
 #include "k8s/clock.h"
+#include "scheduler/quota_file.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace tessera::scheduler {
@@ -208,6 +213,52 @@ TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
   FilterOutcome f = cache.Filter(MakePod("a", {Share(30)}), nodes);
   EXPECT_EQ(f.fits, std::vector<std::string>{"n1"});
   EXPECT_TRUE(f.unresolvable.contains("nowhere"));
+}
+
+// tessera-scheduler --quota-file: the quotas in force follow the file; a file that stops parsing keeps them.
+TEST(QuotaFileTest, FollowsTheFileAndKeepsTheQuotasWhenItBreaks) {
+  ::tessera::testing::TempDir dir;
+  std::string path;
+  auto write = [&](const std::string& text) { path = dir.Write("quotas.yaml", text); };  // replaced, as ConfigMaps are
+  write("apiVersion: tessera.dev/v1\nkind: GpuQuotas\nquotas:\n  - {namespace: team, model: T4, gpus: 0.5}\n");
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  core::PodRequest big = MakePod("a", {Share(60)});
+  big.ns = core::Namespace("team");
+  QuotaFile quotas(path, &cache, std::chrono::milliseconds(20));
+  ASSERT_TRUE(quotas.Load().ok());
+  const std::vector<std::string> nodes = {"n1"};
+  FilterOutcome f = cache.Filter(big, nodes);
+  EXPECT_TRUE(f.fits.empty());
+  EXPECT_THAT(f.unresolvable["n1"] + f.failed["n1"], HasSubstr("(quota)"));
+  quotas.Start();
+  write("apiVersion: tessera.dev/v1\nkind: GpuQuotas\nquotas:\n  - {namespace: team, model: T4, gpus: 1}\n");
+  for (int i = 0; i < 500 && quotas.loads() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(quotas.loads(), 2) << "the changed file was not read again";
+  EXPECT_EQ(cache.Filter(big, nodes).fits, nodes);
+  // Broken: refused, and the quotas in force (1 GPU) stay: 120% still does not fit.
+  write("apiVersion: tessera.dev/v1\nkind: GpuQuotas\nquotas:\n  - {namespace: team, gpus: lots}\n");
+  for (int i = 0; i < 500 && quotas.refusals() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(quotas.refusals(), 1);
+  core::PodRequest bigger = MakePod("b", {Share(60), Share(60)});
+  bigger.ns = core::Namespace("team");
+  EXPECT_TRUE(cache.Filter(bigger, nodes).fits.empty());
+  EXPECT_EQ(cache.Filter(big, nodes).fits, nodes);
+}
+
+TEST(QuotaFileTest, BadFilesSayWhatIsWrong) {
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"kind: Cluster\nquotas: []\n", "a quota file has kind: GpuQuotas"},
+           {"kind: GpuQuotas\nquotas:\n  - {namespace: a, model: T4}\n", "needs namespace, model and gpus"},
+           {"kind: GpuQuotas\nquotas:\n  - {namespace: a, model: T4, gpus: 1}\n  - {namespace: a, model: T4, gpus: 2}\n",
+            "two quotas for T4"},
+           {"kind: GpuQuotas\nquotas: {namespace: a}\n", "must be a list"},
+           {"- 1\n", "expected a mapping"}}) {
+    absl::StatusOr<std::vector<formats::QuotaEntry>> q = formats::ParseQuotaFile(text, "q.yaml");
+    ASSERT_FALSE(q.ok()) << text;
+    EXPECT_THAT(std::string(q.status().message()), HasSubstr(message)) << text;
+    EXPECT_THAT(std::string(q.status().message()), HasSubstr("q.yaml"));
+  }
 }
 
 TEST(ScaleScoresTest, BestIsTenWorstIsOneLowerTiersZero) {
