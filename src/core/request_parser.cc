@@ -247,6 +247,9 @@ absl::StatusOr<Ask> ReadAsk(const ContainerSpec& c, const ParseOptions& options,
       if (raw.cores && raw.cores->value == 0) {
         return Invalid(c.name, "tencent.com/vcuda-core is 0; ask for 1-99 for a share or 100 per whole GPU");
       }
+      // gpu-manager limits utilization only when the pod says tencent.com/vcuda-core-limit (ParsePodRequest
+      // reads it); without it a share may use idle compute.
+      raw.no_core_limit = raw.cores && raw.cores->value < 100;
       break;
     default:
       break;
@@ -549,7 +552,9 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
       }
       hami_priority = ask->priority;
     }
-    no_core_limit = no_core_limit || ask->no_core_limit;
+    no_core_limit = no_core_limit ||
+                    (ask->no_core_limit && !(ask->family == ResourceFamily::kGpuManager &&
+                                             pod.annotations.contains(kGpuManagerCoreLimit)));
     std::optional<Field> added;
     if (gpu_added.contains(c.name) && ask->family == ResourceFamily::kTessera && ask->gpu &&
         (ask->cores || ask->memory || ask->memory_percent)) {

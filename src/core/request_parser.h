@@ -118,7 +118,8 @@ const char* ToString(ResourceFamily f);
 struct Translation {
   ResourceList resources;
   ResourceFamily family = ResourceFamily::kNone;
-  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic.
+  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's share
+  // too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole pod).
   bool elastic = false;
   // HAMi's task priority resource (0 high, anything else low), removed from the resources.
   std::optional<Priority> priority;
@@ -147,6 +148,8 @@ inline constexpr char kHamiUseGpuUuid[] = "nvidia.com/use-gpuuuid";
 inline constexpr char kHamiNoUseGpuUuid[] = "nvidia.com/nouse-gpuuuid";
 inline constexpr char kHamiNumaBind[] = "nvidia.com/numa-bind";
 inline constexpr char kGpushareCount[] = "aliyun.com/gpu-count";
+// gpu-manager's hard limit on a share's utilization; without it the share may use idle compute.
+inline constexpr char kGpuManagerCoreLimit[] = "tencent.com/vcuda-core-limit";
 
 }  // namespace tessera::core
 

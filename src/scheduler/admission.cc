@@ -142,7 +142,6 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   bool gpu = false;
   std::vector<std::string> gpu_added;
   std::vector<std::string> warnings = core::MigrationWarnings(pod->spec);
-  bool elastic = false;                       // a HAMi request without a core limit (NoCoreLimit::kElastic)
   std::optional<core::Priority> priority;     // HAMi's task priority resource
   std::string priority_from;                  // the container it came from, for messages
   absl::StatusOr<std::optional<int64_t>> gpushare_count = core::GpushareCountLabel(pod->spec);
@@ -166,7 +165,6 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
         if (!translated.ok()) return deny(StrCat("container ", parsed[i].name, ": ", Message(translated.status())));
         if (translated->has_value()) {
           core::Translation& t = **translated;
-          elastic = elastic || (app && t.elastic);
           if (t.priority && app) {
             if (priority && *priority != *t.priority) {
               return deny(StrCat("containers ", priority_from, " and ", parsed[i].name, " give ",
@@ -215,11 +213,16 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   std::map<std::string, std::string> annotations;
   if (!gpu_added.empty()) annotations[core::kAnnotationGpuAdded] = StrJoin(gpu_added, ",");
   const auto& present = pod->spec.annotations;
+  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from the
+  // whole pod, as gpu-manager's limit is an annotation. A pod that does not parse is the validating webhook's.
+  absl::StatusOr<core::PodRequest> original = core::ParsePodRequest(pod->spec, options_.parse);
+  const bool elastic = original.ok() && original->compute_policy == core::ComputePolicy::kElastic;
   if (elastic && !present.contains(core::kAnnotationComputePolicy)) {
     annotations[core::kAnnotationComputePolicy] = "elastic";
-    warnings.push_back(StrCat(options_.parse.hami.cores, " is left out or 0 (no core limit): the pod is ",
-                              core::kAnnotationComputePolicy, ": elastic, a share in proportion to its memory ",
-                              "that grows into idle compute (tessera-scheduler --hami-no-core-limit)"));
+    warnings.push_back(StrCat("no core limit (", options_.parse.hami.cores, " left out or 0, or ",
+                              core::kGpuManagerCoreLimit, " absent): the pod is ", core::kAnnotationComputePolicy,
+                              ": elastic, its share guaranteed and idle compute usable (tessera-scheduler ",
+                              "--hami-no-core-limit)"));
   }
   if (priority) {
     auto it = present.find(core::kAnnotationPriority);

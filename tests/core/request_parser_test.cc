@@ -328,6 +328,22 @@ TEST(MigrationTest, HamiWithoutCoreLimitIsElasticUnlessTheOperatorSaysOtherwise)
   EXPECT_EQ(native->compute_policy, ComputePolicy::kHard);
 }
 
+// gpu-manager limits a share's utilization only with the pod annotation tencent.com/vcuda-core-limit (its README):
+// without it the share is elastic, with it hard; whole GPUs are never throttled.
+TEST(MigrationTest, GpuManagerShareIsElasticWithoutItsCoreLimitAnnotation) {
+  absl::StatusOr<PodRequest> r =
+      ParsePodRequest(Pod({{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "8"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->compute_policy, ComputePolicy::kElastic);
+  r = ParsePodRequest(Pod({{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "8"}},
+                          {{"tencent.com/vcuda-core-limit", "30"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->compute_policy, ComputePolicy::kHard);
+  r = ParsePodRequest(Pod({{"tencent.com/vcuda-core", "200"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->compute_policy, ComputePolicy::kHard);
+}
+
 // HAMi's nvidia.com/priority: 0 is high, anything else low (HAMi's documentation); it asks for no GPU itself and
 // never stays in the resources (no node advertises it).
 TEST(MigrationTest, HamiTaskPriorityIsThePodsPriority) {

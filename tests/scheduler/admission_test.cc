@@ -142,6 +142,10 @@ TEST(AdmissionTest, MigrationKeepsTheMeaningAndWarnsWhatIsIgnored) {
       {"gpu type by a word", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}},
        {{"nvidia.com/use-gputype", "a100"}, {"nvidia.com/numa-bind", "true"}}, json::object()},
       {"gpushare over 4 GPUs", {{"aliyun.com/gpu-mem", "8"}}, json::object(), {{"aliyun.com/gpu-count", "4"}}},
+      {"gpu-manager share: elastic", {{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "8"}},
+       json::object(), json::object()},
+      {"gpu-manager share with its limit: hard", {{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "8"}},
+       {{"tencent.com/vcuda-core-limit", "30"}}, json::object()},
   };
   for (const Case& c : cases) {
     json pod = Defaulted(PodWith(c.limits));
