@@ -496,12 +496,19 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     if (!v.ok()) return v.status();
     sum += *v;
   }
+  // Sidecars run beside the app containers and beside every init container started after them.
+  int64_t sidecars = 0;
   int64_t init_max = 0;
   for (const ContainerSpec& c : pod.init_containers) {
     absl::StatusOr<int64_t> v = read(c);
     if (!v.ok()) return v.status();
-    init_max = std::max(init_max, *v);
+    if (c.sidecar) {
+      sidecars += *v;
+    } else {
+      init_max = std::max(init_max, sidecars + *v);
+    }
   }
+  sum += sidecars;
   return std::max(sum, init_max);
 }
 
@@ -521,15 +528,23 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
   req.name = pod.name;
   req.uid = PodUid(pod.uid);
   std::set<std::string> names;
+  // The containers that hold GPUs: sidecars (init containers that run for the pod's life) and app containers.
+  std::vector<const ContainerSpec*> holders;
   for (const ContainerSpec& c : pod.init_containers) {
+    if (c.sidecar) {
+      holders.push_back(&c);
+      continue;
+    }
     absl::StatusOr<Ask> ask = ReadAsk(c, options);
     if (!ask.ok()) return ask.status();
     if (ask->family != ResourceFamily::kNone) {
       return Invalid(c.name,
-                     "is an init container asking for a GPU; Tessera shares GPUs with app containers only: "
-                     "move the GPU resources to a container under spec.containers");
+                     "is an init container asking for a GPU; Tessera shares GPUs with containers that run for "
+                     "the pod's life: move the GPU resources to a container under spec.containers, or make "
+                     "this one a sidecar (restartPolicy: Always)");
     }
   }
+  for (const ContainerSpec& c : pod.containers) holders.push_back(&c);
   absl::StatusOr<std::optional<int64_t>> gpushare_count = GpushareCountLabel(pod);
   if (!gpushare_count.ok()) return gpushare_count.status();
   std::optional<Field> hami_priority;  // the first container's, which every other must agree with
@@ -538,7 +553,8 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
   if (auto it = pod.annotations.find(kAnnotationGpuAdded); it != pod.annotations.end()) {
     for (std::string& name : SplitList(it->second)) gpu_added.insert(std::move(name));
   }
-  for (const ContainerSpec& c : pod.containers) {
+  for (const ContainerSpec* holder : holders) {
+    const ContainerSpec& c = *holder;
     if (!names.insert(c.name).second) {
       return absl::InvalidArgumentError(StrCat("two containers are named \"", c.name, "\""));
     }

@@ -36,6 +36,7 @@ struct ContainerSpec {
   ResourceList limits;
   ResourceList requests;
   bool privileged = false;
+  bool sidecar = false;  // an init container with restartPolicy: Always (it runs for the pod's life)
 };
 
 // The parts of a Kubernetes pod that placement reads.

@@ -67,6 +67,11 @@ absl::Status Containers(const json& spec, const char* key, std::vector<core::Con
           return s;
       }
     }
+    // An init container with restartPolicy Always is a sidecar: it runs for the pod's life (Kubernetes 1.29+).
+    if (auto rp = c.find("restartPolicy"); rp != c.end() && !rp->is_null()) {
+      if (!rp->is_string()) return WrongType(StrCat(where, ".restartPolicy"), "a string", *rp);
+      container.sidecar = std::string_view(key) == "initContainers" && rp->get<std::string>() == "Always";
+    }
     absl::StatusOr<const json*> security = Object(c, "securityContext", where);
     if (!security.ok()) return security.status();
     if (*security != nullptr) {

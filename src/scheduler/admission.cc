@@ -151,11 +151,14 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   auto spec_it = review->object->find("spec");
   const json& spec = spec_it != review->object->end() && spec_it->is_object() ? *spec_it : kNoSpec;
   for (const char* list : {"initContainers", "containers"}) {
-    const bool app = list[0] == 'c';
+    const bool containers_list = list[0] == 'c';
     auto containers = spec.find(list);
     if (containers == spec.end() || !containers->is_array()) continue;
-    const std::vector<core::ContainerSpec>& parsed = app ? pod->spec.containers : pod->spec.init_containers;
+    const std::vector<core::ContainerSpec>& parsed =
+        containers_list ? pod->spec.containers : pod->spec.init_containers;
     for (size_t i = 0; i < parsed.size(); ++i) {
+      // Containers that hold GPUs for the pod's life: app containers and sidecars.
+      const bool app = containers_list || parsed[i].sidecar;
       // What the container asks for in Tessera's names, limits and requests.
       std::array<core::ResourceList, 2> lists = {parsed[i].limits, parsed[i].requests};
       std::array<bool, 2> changed = {false, false};

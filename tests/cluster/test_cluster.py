@@ -258,6 +258,25 @@ def test_hami_pod_keeps_its_meaning(c):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Native sidecars (init containers with restartPolicy: Always) hold a GPU share for the pod's life.
+
+def test_sidecar_gets_its_share(c):
+    manifest = yaml.safe_load(pod_yaml("with-sidecar", {"cpu": "100m"}))
+    manifest["spec"]["initContainers"] = [{
+        "name": "gpu-proxy", "image": "registry.invalid/proxy:1", "restartPolicy": "Always",
+        "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20, "nvidia.com/gpumem": 2048}}}]
+    c.apply(yaml.safe_dump(manifest))
+    pod = running(c, "with-sidecar")
+    side = pod["spec"]["initContainers"][0]["resources"]["limits"]
+    assert side.get("tessera.dev/gpu") == "1" and "nvidia.com/gpu" not in side, side
+    assert [x["name"] for x in assignment(pod)["containers"]] == ["gpu-proxy"]
+    rec, vgpus = check_started_with_assignment(c, pod, container="gpu-proxy")
+    assert len(vgpus) == 1 and abs(vgpus[0]["cores"] - 20) < 0.11 and vgpus[0]["memoryMiB"] == 2048, vgpus
+    assert_not_oversubscribed(c)
+    delete(c, "with-sidecar")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Quotas on a cluster (docs/scheduler.md, "Quotas"): Kubernetes' ResourceQuota over Tessera's names where the API
 # server can count them, Tessera's per-namespace, per-model quota in the extender where it cannot.
 

@@ -188,6 +188,23 @@ TEST(RequestParserTest, BadAnnotations) {
       ParsePodRequest(Pod(one, {{"tessera.dev/assignment", "{}"}, {"tessera.dev/phase", "bound"}})).ok());
 }
 
+// Native sidecars (init containers with restartPolicy: Always) hold GPUs for the pod's life, as app containers do;
+// a plain init container asking for one is refused with the way out.
+TEST(RequestParserTest, SidecarsMayHoldGpusInitContainersMayNot) {
+  PodSpec p = Pod({{"cpu", "1"}});
+  ContainerSpec side{"gpu-proxy", {{"tessera.dev/gpu-cores", "20"}, {"cpu", "2"}}, {}, false};
+  side.sidecar = true;
+  p.init_containers.push_back(side);
+  p.init_containers.push_back({"setup", {{"cpu", "4"}}, {}, false});
+  absl::StatusOr<PodRequest> r = ParsePodRequest(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 1u);
+  EXPECT_EQ(r->containers[0].name, "gpu-proxy");
+  EXPECT_EQ(r->cpu.value(), 6000);  // setup (4) runs beside the sidecar (2), which beats 1 + 2 later
+  p.init_containers[0].sidecar = false;
+  EXPECT_THAT(Error(p), HasSubstr("make this one a sidecar (restartPolicy: Always)"));
+}
+
 TEST(RequestParserTest, HostResources) {
   PodSpec p = Pod({{"tessera.dev/gpu", "1"}});
   p.containers[0].requests = {{"cpu", "500m"}, {"memory", "8Gi"}};
