@@ -35,6 +35,7 @@ import yaml
 NODE = "gpu-node-0"
 FAKE_GPUS = "examples/fake-gpus/two-socket-8gpu.yaml"
 SLOTS_PER_GPU = 10
+RENAMED_HAMI_MEMORY_PERCENT = "example.com/vgpu-memory-percentage"
 # The kubelet's root directory, as on a node: the DaemonSet's host paths (/var/lib/kubelet/device-plugins,
 # /var/lib/kubelet/pod-resources) must exist as shipped, and the kubelet serves its device-plugin registration
 # socket at /var/lib/kubelet/device-plugins/kubelet.sock whatever its --root-dir (pluginapi.KubeletSocket). So one
@@ -532,6 +533,8 @@ class Cluster:
             "--webhook-listen", f"127.0.0.1:{self.ports[name + '-webhook']}",
             "--tls-cert", self.path("pki", "webhook.crt"), "--tls-key", self.path("pki", "webhook.key"),
             "--quota-file", self.quota_file(),
+            # As a cluster whose HAMi chart renamed one resource (resourceMemPercentage): the migration tests use it.
+            "--hami-resource-names", f"memory-percentage={RENAMED_HAMI_MEMORY_PERCENT}",
             *self.scheduler_args], env=dict(os.environ, TESSERA_LOG="info"))
         self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
         readyz = f"http://127.0.0.1:{self.ports[name]}/readyz"

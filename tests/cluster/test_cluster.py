@@ -18,7 +18,7 @@ import time
 import pytest
 import yaml
 
-from cluster import FAKE_GPUS, NODE, Cluster, ContainerProcess
+from cluster import FAKE_GPUS, NODE, RENAMED_HAMI_MEMORY_PERCENT, Cluster, ContainerProcess
 
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
@@ -187,6 +187,10 @@ FORMS = [
      [(10, None), (10, None)]),
     ("hami", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20, "nvidia.com/gpumem": 3000}, None, [(20, 3000)]),
     ("gpushare", {"aliyun.com/gpu-mem": 4}, None, [(None, 4096)]),
+    # ACK's multi-GPU share: the memory split evenly over aliyun.com/gpu-count GPUs.
+    ("gpushare-count", {"aliyun.com/gpu-mem": 8}, {"aliyun.com/gpu-count": "2"}, [(None, 4096), (None, 4096)]),
+    # A HAMi chart that renamed resourceMemPercentage (the harness's tessera-scheduler is told the name).
+    ("hami-renamed", {"nvidia.com/gpu": 1, RENAMED_HAMI_MEMORY_PERCENT: 50}, None, [(50, None)]),
     ("gpu-manager", {"tencent.com/vcuda-core": 20, "tencent.com/vcuda-memory": 8}, None, [(20, 2048)]),
     ("volcano", {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 20, "volcano.sh/vgpu-memory": 1024}, None,
      [(20, 1024)]),
@@ -255,6 +259,21 @@ def test_hami_pod_keeps_its_meaning(c):
     assert [(g["policy"], g["priority"]) for g in got.values()] == [("elastic", "high")], got
     assert "numaNode" in assignment(pod)["containers"][0]
     delete(c, "hami-meaning")
+
+
+def test_gpu_manager_share_keeps_its_meaning(c):
+    # gpu-manager limits utilization only with tencent.com/vcuda-core-limit: without it the share is elastic.
+    c.apply(pod_yaml("gm-soft", {"tencent.com/vcuda-core": 20, "tencent.com/vcuda-memory": 8}))
+    c.apply(pod_yaml("gm-hard", {"tencent.com/vcuda-core": 20, "tencent.com/vcuda-memory": 8},
+                     {"tencent.com/vcuda-core-limit": "20"}))
+    r = c.apply(pod_yaml("mig", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 10}, {"nvidia.com/vgpu-mode": "mig"}))
+    assert "MIG" in r.stderr, r.stderr
+    for name, policy in (("gm-soft", "elastic"), ("gm-hard", "hard"), ("mig", "hard")):
+        rec, _ = check_started_with_assignment(c, running(c, name))
+        got = read_limits(next(os.path.join(m["host"], "limits") for m in rec["mounts"]
+                               if m["container"] == "/etc/tessera"))
+        assert [g["policy"] for g in got.values()] == [policy], (name, got)
+    delete(c, "gm-soft", "gm-hard", "mig")
 
 
 # ---------------------------------------------------------------------------------------------------------------
