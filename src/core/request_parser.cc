@@ -673,7 +673,6 @@ absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList
   absl::StatusOr<std::vector<VGpuDemand>> vgpus = Expand(c.name, *ask);
   if (!vgpus.ok()) return vgpus.status();
   Translation t;
-  t.family = ask->family;
   for (const auto& [name, value] : resources) {
     if (!gpu_resource(name)) t.resources[name] = value;
   }

@@ -118,7 +118,6 @@ const char* ToString(ResourceFamily f);
 // the pod's annotations must (the webhook adds them).
 struct Translation {
   ResourceList resources;
-  ResourceFamily family = ResourceFamily::kNone;
   // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's share
   // too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole pod).
   bool elastic = false;
