@@ -10,9 +10,9 @@
 // Operations (rc is the CUresult, 0 = success):
 //   init | ctx [ordinal] | alloc N | alloc32 N | pitch W H | managed N | host N | array W H | array32 W H
 //   | array3d W H D | mipmap W H LEVELS | vmm N | async N | pool N | graphalloc N | ctxcreate
-//   | freeall | meminfo | meminfo32 | totalmem | nvml | launch COUNT NS | ex COUNT NS | coop COUNT NS
-//   | graph COUNT NS | spin SECONDS NS | watch NS WINDOW_MS | fill STEP | retryalloc N TIMEOUT_MS
-//   | churn SECONDS MAXBYTES | ready | sleep MS | exit CODE
+//   | freeall | freeslowly PAUSE_MS | meminfo | meminfo32 | totalmem | nvml | launch COUNT NS | ex COUNT NS
+//   | coop COUNT NS | graph COUNT NS | spin SECONDS NS | watch NS WINDOW_MS | fill STEP
+//   | retryalloc N TIMEOUT_MS | churn SECONDS MAXBYTES | ready | sleep MS | exit CODE
 // "fill STEP" allocates STEP bytes at a time until refused and prints how much it got; "spin" launches
 // kernels of NS nanoseconds back to back for SECONDS and prints the kernel time it completed and the wall
 // time; "watch" does the same until stdin closes, printing "watch <share> <meminfo total> <rc>" each window;
@@ -264,6 +264,18 @@ int FreeOne(const Held& h) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+// Frees what is held one allocation at a time, `pause_ms` apart (a release spread over time), newest first.
+int FreeSlowly(uint64_t pause_ms) {
+  int worst = 0;
+  while (!g_held.empty()) {
+    const int r = FreeOne(g_held.back());
+    if (r != 0) worst = r;
+    g_held.pop_back();
+    usleep(static_cast<useconds_t>(pause_ms) * 1000);
+  }
+  return worst;
+}
+
 int FreeAll() {
   int worst = 0;
   for (const Held& h : g_held) {
@@ -472,6 +484,9 @@ int main(int argc, char** argv) {
       printf("%s %d\n", op, Array(op, w, h, d));
     } else if (strcmp(op, "freeall") == 0) {
       printf("freeall %d\n", FreeAll());
+    } else if (strcmp(op, "freeslowly") == 0) {
+      const uint64_t pause = Arg(argv, &i, argc);
+      printf("freeslowly %d\n", FreeSlowly(pause));
     } else if (strcmp(op, "meminfo") == 0) {
       size_t free_bytes = 0;
       size_t total = 0;

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "hook/common/limiter.h"
 #include "hook/common/limits.h"
@@ -402,6 +405,39 @@ TEST_F(RegionTest, HundredsOfProcessesAtOnce) {
   EXPECT_EQ(region.Used(dev), 0u);
   EXPECT_TRUE(region.CheckConsistent(dev));
   region.Close();
+}
+
+// A process exits (Detach, from the library's destructor) while its limiter thread still charges and
+// uncharges: nothing lands in the slot being freed, nothing is written outside it, and a charge after the
+// exit is refused with kDetached. Before charges read the slot under the device lock, a charge racing the
+// exit stayed in the freed slot and the total never came back to zero.
+TEST_F(RegionTest, ChargesRacingAnExitLeaveNothingBehind) {
+  SharedRegion observer;
+  Error error;
+  ASSERT_TRUE(observer.Open(path_.c_str(), &error)) << error.text;
+  const int dev = observer.FindOrAddDevice("GPU-test", &error);
+  for (int round = 0; round < 200; ++round) {
+    SharedRegion region;
+    ASSERT_TRUE(region.Open(path_.c_str(), &error) && region.Attach(&error)) << error.text;
+    std::atomic<bool> stop{false};
+    std::atomic<int> rounds{0};
+    std::thread limiter([&] {
+      while (!stop.load()) {
+        region.ForceCharge(dev, 4096);
+        region.Uncharge(dev, 4096);
+        rounds.fetch_add(1);
+      }
+    });
+    while (rounds.load() < 1 + round % 7) sched_yield();
+    region.Detach();
+    EXPECT_EQ(region.TryCharge(dev, 1), ChargeResult::kDetached);
+    stop.store(true);
+    limiter.join();
+    ASSERT_EQ(observer.Used(dev), 0u) << "round " << round;
+    ASSERT_TRUE(observer.CheckConsistent(dev)) << "round " << round;
+    region.Close();
+  }
+  observer.Close();
 }
 
 TEST_F(RegionTest, ForeignFileIsRefusedWithAClearMessage) {

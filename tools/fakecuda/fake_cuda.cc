@@ -841,7 +841,10 @@ bool PoolFree(uint64_t ptr) {
   g_pool_allocs->erase(it);
   return true;
 }
-// A synchronization: every pool releases what it keeps above its threshold.
+// A synchronization: every pool releases what it keeps above its threshold. A pool's figure
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) drops before its memory is back on the device: nothing in cuda.h
+// orders the two, so a caller must not rely on either order. FAKECUDA_SLOW_RELEASE_MS (fault injection)
+// widens the gap between them.
 void ReleaseAtSynchronization() {
   std::vector<std::pair<int, uint64_t>> gives;
   {
@@ -852,6 +855,9 @@ void ReleaseAtSynchronization() {
       if (give > 0) gives.emplace_back(p->gpu, give);
     }
   }
+  const char* slow = getenv("FAKECUDA_SLOW_RELEASE_MS");
+  const long slow_ms = slow != nullptr ? atol(slow) : 0;
+  if (!gives.empty() && slow_ms > 0) usleep(static_cast<useconds_t>(slow_ms) * 1000);
   for (const auto& [gpu, give] : gives) Charge(gpu, -static_cast<int64_t>(give));
 }
 }  // namespace

@@ -314,8 +314,9 @@ bool SharedRegion::Attach(Error* error) {
 }
 
 void SharedRegion::Detach() {
-  if (slot_ < 0) return;
-  RegionSlot* s = slot_at(slot_);
+  const int me = slot_.exchange(-1);
+  if (me < 0) return;
+  RegionSlot* s = slot_at(me);
   const int n = device_count();
   for (int d = 0; d < n; ++d) {
     // A lock that does not come: leave this GPU's charge to the next reclaim (the slot is freed below, and
@@ -331,7 +332,6 @@ void SharedRegion::Detach() {
   s->start_time.store(0, std::memory_order_relaxed);
   s->host_pid.store(0, std::memory_order_relaxed);
   s->owner.store(0, std::memory_order_release);
-  slot_ = -1;
 }
 
 bool SharedRegion::ReclaimSlot(int index, uint64_t observed_owner) {
@@ -407,8 +407,13 @@ void SharedRegion::SetDeviceLimits(int dev, const DeviceLimits& limits, uint64_t
 
 ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
-  RegionSlot* s = slot_at(slot_);
   if (!Lock(dev)) return ChargeResult::kLockTimeout;
+  const int me = slot_.load();
+  if (me < 0) {
+    Unlock(dev);
+    return ChargeResult::kDetached;
+  }
+  RegionSlot* s = slot_at(me);
   const uint64_t limit = d->limit_bytes.load(std::memory_order_relaxed);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
   if (limit != 0 && (bytes > limit || used > limit - bytes)) {
@@ -416,8 +421,9 @@ ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
     return ChargeResult::kOverLimit;
   }
   const uint64_t now_used = used + bytes;
+  changes_.fetch_add(1, std::memory_order_seq_cst);
   d->used_bytes.store(now_used, std::memory_order_relaxed);
-  s->charged[dev].fetch_add(bytes, std::memory_order_relaxed);
+  s->charged[dev].fetch_add(bytes, std::memory_order_release);
   if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
     d->peak_bytes.store(now_used, std::memory_order_relaxed);
   }
@@ -427,11 +433,17 @@ ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
 
 bool SharedRegion::ForceCharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
-  RegionSlot* s = slot_at(slot_);
   if (!Lock(dev)) return false;
+  const int me = slot_.load();
+  if (me < 0) {
+    Unlock(dev);
+    return false;
+  }
+  RegionSlot* s = slot_at(me);
   const uint64_t now_used = d->used_bytes.load(std::memory_order_relaxed) + bytes;
+  changes_.fetch_add(1, std::memory_order_seq_cst);
   d->used_bytes.store(now_used, std::memory_order_relaxed);
-  s->charged[dev].fetch_add(bytes, std::memory_order_relaxed);
+  s->charged[dev].fetch_add(bytes, std::memory_order_release);
   if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
     d->peak_bytes.store(now_used, std::memory_order_relaxed);
   }
@@ -441,11 +453,17 @@ bool SharedRegion::ForceCharge(int dev, uint64_t bytes) {
 
 bool SharedRegion::Uncharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
-  RegionSlot* s = slot_at(slot_);
   if (!Lock(dev)) return false;
+  const int me = slot_.load();
+  if (me < 0) {
+    Unlock(dev);
+    return true;  // Detach gave everything back
+  }
+  RegionSlot* s = slot_at(me);
   const uint64_t mine = s->charged[dev].load(std::memory_order_relaxed);
   const uint64_t take = bytes > mine ? mine : bytes;
-  s->charged[dev].store(mine - take, std::memory_order_relaxed);
+  changes_.fetch_add(1, std::memory_order_seq_cst);
+  s->charged[dev].store(mine - take, std::memory_order_release);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
   d->used_bytes.store(used >= take ? used - take : 0, std::memory_order_relaxed);
   Unlock(dev);
@@ -466,7 +484,8 @@ bool SharedRegion::ContainerPidForHostPid(uint32_t host_pid, uint32_t* local) co
 }
 
 void SharedRegion::SetHostPid(uint32_t host_pid) {
-  if (slot_ >= 0) slot_at(slot_)->host_pid.store(host_pid, std::memory_order_relaxed);
+  const int me = slot_.load();
+  if (me >= 0) slot_at(me)->host_pid.store(host_pid, std::memory_order_relaxed);
 }
 
 uint64_t SharedRegion::Used(int dev) const {
@@ -478,8 +497,9 @@ uint64_t SharedRegion::Limit(int dev) const {
 }
 
 uint64_t SharedRegion::ChargedByMe(int dev) const {
-  if (slot_ < 0) return 0;
-  return slot_at(slot_)->charged[dev].load(std::memory_order_relaxed);
+  const int me = slot_.load();
+  if (me < 0) return 0;
+  return slot_at(me)->charged[dev].load(std::memory_order_acquire);
 }
 
 bool SharedRegion::CheckConsistent(int dev) {

@@ -101,7 +101,8 @@ static_assert(sizeof(RegionSlot) == kRegionSlotBytes);
 
 // kLockTimeout: the GPU's lock was held longer than the lock timeout (a process of the container holds it
 // and does not let go, or the file was tampered with); nothing was charged.
-enum class ChargeResult { kOk, kOverLimit, kLockTimeout };
+// kDetached: the process has left the region (Detach, at exit): nothing more is charged to it.
+enum class ChargeResult { kOk, kOverLimit, kLockTimeout, kDetached };
 
 // How long any region lock is waited for before giving up (never forever: the region is writable by the
 // tenant). TESSERA_REGION_LOCK_TIMEOUT_MS overrides it in the hooks.
@@ -126,7 +127,8 @@ class SharedRegion {
   // Claims a slot for the calling process (reclaiming dead processes' slots first, and a slot this same pid
   // held before an exec). Idempotent per process; call again after fork() in the child (ForgetSlot first).
   bool Attach(Error* error);
-  // Releases this process's slot and every charge it holds (process exit).
+  // Releases this process's slot and every charge it holds (process exit). Charge operations of other
+  // threads that come later do nothing (TryCharge: kDetached).
   void Detach();
   // After fork(), in the child: the parent's slot is not the child's. Drops it without touching it.
   void ForgetSlot() { slot_ = -1; }
@@ -155,6 +157,11 @@ class SharedRegion {
   uint64_t Used(int device) const;
   uint64_t Limit(int device) const;
   uint64_t ChargedByMe(int device) const;
+  // How many times this process's charges have changed (in this process). It moves before each change, so
+  // a reader that sees the same count before and after reading ChargedByMe, and something measured in
+  // between, knows that no charge of this process changed while it looked: the limiter thread's true-ups
+  // compare the driver's figures with the charges only on such a consistent snapshot.
+  uint64_t changes() const { return changes_.load(std::memory_order_seq_cst); }
 
   // Frees the slots of processes that no longer exist, and their charges. Returns how many were freed.
   int ReclaimDeadSlots();
@@ -187,9 +194,12 @@ class SharedRegion {
   RegionHeader* header() const { return static_cast<RegionHeader*>(base_); }
 
   void* base_ = nullptr;
-  int slot_ = -1;
+  // The process's slot; -1 before Attach and from the start of Detach. Charge operations read it under the
+  // device's lock, so none lands in a slot that Detach is emptying (the limiter thread runs on during exit).
+  std::atomic<int> slot_{-1};
   int pid_ = 0;
   int lock_timeout_ms_ = kDefaultRegionLockTimeoutMs;
+  std::atomic<uint64_t> changes_{0};
   Error lock_error_;
   char path_[kPathSize] = {0};
 };

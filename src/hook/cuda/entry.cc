@@ -335,6 +335,7 @@ CUresult ChargeBefore(int ordinal, uint64_t bytes) {
   hook::SharedRegion& region = g_state.session.region;
   hook::ChargeResult c = region.TryCharge(d->region_index, bytes);
   if (c == hook::ChargeResult::kOk) return CUDA_SUCCESS;
+  if (c == hook::ChargeResult::kDetached) return CUDA_ERROR_DEINITIALIZED;  // the process is exiting
   // Before saying no: processes of this container that died may still hold charges.
   if (c == hook::ChargeResult::kOverLimit && region.ReclaimDeadSlots() > 0) {
     c = region.TryCharge(d->region_index, bytes);
@@ -438,7 +439,7 @@ bool EveryMs(uint64_t now) {
 // About four times a second: what the driver holds that no call announced.
 void EveryQuarter(uint64_t) {
   TrueUpAllFootprints();  // kernels loaded lazily at their first launch, local memory grown
-  TrueUpPools(/*wait=*/false);  // pools and the graph pool, as the driver reports them
+  TrueUpPools(/*from_limiter=*/true);  // pools and the graph pool, as the driver reports them (raised only)
 }
 
 void* LimiterThread(void*) {

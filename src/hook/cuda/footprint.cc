@@ -43,14 +43,33 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
   if (d == nullptr || d->region_index < 0 || !d->has_limits || g_state.context_bytes_set) return CUDA_SUCCESS;
   // A forked child claims its own slot (and learns its own pid) before it measures itself.
   if (!EnsureAttached()) return CUDA_SUCCESS;
+  hook::SharedRegion& region = g_state.session.region;
+  // NVML's figure and this process's charges are compared only when no charge of the process changed while
+  // both were read: otherwise memory freed after NVML counted it but uncharged before the charges were read
+  // looks like footprint, and is charged twice (seen under load: megabytes over the limit in the books).
+  // The limiter thread tries again at its next tick; the thread of a call tries a few times, then may still
+  // raise (more than enough, never too little) but does not lower. What the check cannot see: another
+  // thread's allocation charged before the first read and not yet on the device hides as much footprint
+  // from a kExact true-up; the limiter thread's next tick charges it again.
+  const int attempts = mode == TrueUp::kRaiseOnly ? 1 : 4;
   uint64_t used = 0;
-  const ProcessUse use = ProcessUsedBytes(ordinal, &used);
-  if (use == ProcessUse::kUnavailable) return CUDA_SUCCESS;
-  // Not listed: no context of this process on the GPU (after a destroy), or NVML does not know this pid.
-  if (use == ProcessUse::kNotListed && mode != TrueUp::kExact) return CUDA_SUCCESS;
-  if (known != nullptr) *known = use == ProcessUse::kKnown;
+  uint64_t mine = 0;
+  bool consistent = false;
+  ProcessUse use = ProcessUse::kUnavailable;
   pthread_mutex_lock(&g_footprint_mutex);
-  const uint64_t mine = g_state.session.region.ChargedByMe(d->region_index);
+  for (int attempt = 0; attempt < attempts && !consistent; ++attempt) {
+    const uint64_t changes = region.changes();
+    use = ProcessUsedBytes(ordinal, &used);
+    mine = region.ChargedByMe(d->region_index);
+    consistent = region.changes() == changes;
+  }
+  // Not listed: no context of this process on the GPU (after a destroy), or NVML does not know this pid.
+  if (use == ProcessUse::kUnavailable || (use == ProcessUse::kNotListed && mode != TrueUp::kExact) ||
+      (!consistent && mode == TrueUp::kRaiseOnly)) {
+    pthread_mutex_unlock(&g_footprint_mutex);
+    return CUDA_SUCCESS;
+  }
+  if (known != nullptr) *known = use == ProcessUse::kKnown;
   const uint64_t footprint = d->footprint_bytes;
   const uint64_t named = mine > footprint ? mine - footprint : 0;
   const uint64_t want = used > named ? used - named : 0;
@@ -60,15 +79,15 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
     if (mode == TrueUp::kMustFit) {
       result = ChargeBefore(ordinal, grow);
       if (result == CUDA_SUCCESS) d->footprint_bytes = want;
-    } else if (g_state.session.region.ForceCharge(d->region_index, grow)) {
+    } else if (region.ForceCharge(d->region_index, grow)) {
       d->footprint_bytes = want;
     }
     if (result == CUDA_SUCCESS && footprint == 0 && d->shared != nullptr) {
       // The first footprint of a process is its context: remembered for processes that cannot measure.
       d->shared->context_bytes.store(want, std::memory_order_relaxed);
     }
-  } else if (want < footprint && mode == TrueUp::kExact) {
-    if (g_state.session.region.Uncharge(d->region_index, footprint - want)) d->footprint_bytes = want;
+  } else if (want < footprint && mode == TrueUp::kExact && consistent) {
+    if (region.Uncharge(d->region_index, footprint - want)) d->footprint_bytes = want;
   }
   pthread_mutex_unlock(&g_footprint_mutex);
   return result;

@@ -190,9 +190,21 @@ uint64_t EstimatedContextBytes(int ordinal);
 // cuMemFree/cuMemFreeAsync of a pool allocation: the memory goes back to its pool. False when `dptr` is not
 // a pool allocation.
 bool ReturnToPool(uint64_t dptr);
-// Brings every pool's and graph pool's charge to what the driver says it holds (after synchronizations,
-// trims, and from the limiter thread, which passes wait=false: skipped when another thread holds the pools).
-void TrueUpPools(bool wait = true);
+// Brings every pool's and graph pool's charge to what the driver says it holds (after synchronizations and
+// trims). From the limiter thread: skipped when another thread holds the pools, and raises only.
+void TrueUpPools(bool from_limiter = false);
+// Runs a call that may give pool memory back to the device (pools.cc: while one runs, pool charges are not
+// lowered from the driver's figures).
+extern std::atomic<int> g_releasing;
+extern std::atomic<uint64_t> g_releases_started;
+template <typename Call>
+CUresult Releasing(Call call) {
+  g_releases_started.fetch_add(1, std::memory_order_seq_cst);
+  g_releasing.fetch_add(1, std::memory_order_seq_cst);
+  const CUresult r = call();
+  g_releasing.fetch_sub(1, std::memory_order_seq_cst);
+  return r;
+}
 // Graph launches: nonzero while an instantiated graph with memory nodes exists (the launch path reads it).
 extern std::atomic<int> g_graph_memory_execs;
 struct GraphLaunchTicket {

@@ -509,14 +509,17 @@ extern "C" CUresult tessera_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize
                  nullptr);
 }
 
+// cuMemFree synchronizes (pools give back what they keep above their thresholds): a release.
 extern "C" CUresult tessera_cuMemFree_v2(CUdeviceptr dptr) {
-  const CUresult r = g_cu.real_cuMemFree_v2 != nullptr ? g_cu.real_cuMemFree_v2(dptr) : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing(
+      [&] { return g_cu.real_cuMemFree_v2 != nullptr ? g_cu.real_cuMemFree_v2(dptr) : CUDA_ERROR_NOT_INITIALIZED; });
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) ReleaseLinear(dptr);
   return r;
 }
 
 extern "C" CUresult tessera_cuMemFree(CUdeviceptr_v1 dptr) {
-  const CUresult r = g_cu.real_cuMemFree != nullptr ? g_cu.real_cuMemFree(dptr) : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing(
+      [&] { return g_cu.real_cuMemFree != nullptr ? g_cu.real_cuMemFree(dptr) : CUDA_ERROR_NOT_INITIALIZED; });
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) ReleaseLinear(dptr);
   return r;
 }

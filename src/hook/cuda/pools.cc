@@ -20,6 +20,8 @@
 namespace tessera::cuda_hook {
 
 std::atomic<int> g_graph_memory_execs{0};
+std::atomic<int> g_releasing{0};
+std::atomic<uint64_t> g_releases_started{0};
 
 namespace {
 
@@ -53,20 +55,45 @@ PoolState* PoolLocked(uint64_t pool, int ordinal) {
   return &g_pools[n];
 }
 
-// Charges the pool what the driver says it keeps. Without the driver's figure, nothing is kept (as before
-// pools were understood: freed memory is given back at once).
-void TrueUpPoolLocked(PoolState* p) {
-  cuuint64_t reserved = 0;
+// Calls that may give pool memory back to the device run inside Releasing (hook.h): synchronizations, trims,
+// frees, pool destruction, in any thread. While one runs, the driver's figures may already count memory as
+// given back that the device still holds (the fake driver lowers a pool's figure before it returns the
+// memory, and nothing says a real one does not), so a charge is lowered only from a figure read while no
+// release ran and none started: the thread whose call gave memory back lowers the charge after its call
+// returns (when several overlap, the last one out). Raising is always safe.
+//
+// Reads a driver figure of what a pool holds; `*settled` says whether no release overlapped the read.
+template <typename Read>
+bool ReadPoolFigure(Read read, uint64_t* out, bool* settled) {
+  const uint64_t started = g_releases_started.load(std::memory_order_seq_cst);
+  const bool quiet = g_releasing.load(std::memory_order_seq_cst) == 0;
+  cuuint64_t value = 0;
+  const bool ok = read(&value);
+  *settled = quiet && g_releases_started.load(std::memory_order_seq_cst) == started;
+  *out = value;
+  return ok;
+}
+
+// Charges the pool what the driver says it keeps (lowered only when `lower` and the figure is settled).
+// Without the driver's figure, nothing is kept (as before pools were understood: freed memory is given back
+// at once).
+void TrueUpPoolLocked(PoolState* p, bool lower) {
+  uint64_t reserved = 0;
+  bool settled = false;
   const bool known = g_cu.real_cuMemPoolGetAttribute != nullptr &&
-                     g_cu.real_cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(p->pool),
-                                                     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                                                     &reserved) == CUDA_SUCCESS;
+                     ReadPoolFigure(
+                         [&](cuuint64_t* v) {
+                           return g_cu.real_cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(p->pool),
+                                                                  CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                                                                  v) == CUDA_SUCCESS;
+                         },
+                         &reserved, &settled);
   const uint64_t want = known && reserved > p->in_use ? reserved - p->in_use : 0;
   HookDevice* d = DeviceAt(p->ordinal);
   if (d == nullptr || d->region_index < 0) return;
   if (want > p->kept) {
     if (g_state.session.region.ForceCharge(d->region_index, want - p->kept)) p->kept = want;
-  } else if (want < p->kept) {
+  } else if (want < p->kept && lower && (settled || !known)) {
     Uncharge(p->ordinal, p->kept - want);
     p->kept = want;
   }
@@ -75,11 +102,17 @@ void TrueUpPoolLocked(PoolState* p) {
 void TrueUpGraphPoolLocked(int ordinal, bool may_lower) {
   HookDevice* d = DeviceAt(ordinal);
   if (d == nullptr || d->region_index < 0 || g_cu.real_cuDeviceGetGraphMemAttribute == nullptr) return;
-  cuuint64_t reserved = 0;
-  if (g_cu.real_cuDeviceGetGraphMemAttribute(static_cast<CUdevice>(ordinal), CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
-                                             &reserved) != CUDA_SUCCESS) {
+  uint64_t reserved = 0;
+  bool settled = false;
+  if (!ReadPoolFigure(
+          [&](cuuint64_t* v) {
+            return g_cu.real_cuDeviceGetGraphMemAttribute(static_cast<CUdevice>(ordinal),
+                                                          CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, v) == CUDA_SUCCESS;
+          },
+          &reserved, &settled)) {
     return;
   }
+  may_lower = may_lower && settled;
   if (reserved > d->graph_pool_bytes) {
     if (g_state.session.region.ForceCharge(d->region_index, reserved - d->graph_pool_bytes)) {
       d->graph_pool_bytes = reserved;
@@ -122,7 +155,7 @@ CUresult PoolAllocate(CUdeviceptr* dptr, size_t bytes, uint64_t pool, int ordina
   rec.ordinal = ordinal;
   rec.owner = pool;
   RecordAlloc(AllocKind::kPoolAlloc, *dptr, rec);
-  TrueUpPoolLocked(p);
+  TrueUpPoolLocked(p, true);
   pthread_mutex_unlock(&g_pool_mutex);
   return r;
 }
@@ -158,7 +191,7 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytes, uint64_t pool, int ordinal,
 template <typename Call>
 CUresult Synchronizing(Call call) {
   if (EnsureInit() == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-  const CUresult r = call();
+  const CUresult r = Releasing(call);
   if (r == CUDA_SUCCESS && g_pool_count.load(std::memory_order_relaxed) != 0 &&
       CurrentMode() == Mode::kLimited) {
     TrueUpPools();
@@ -286,6 +319,7 @@ void ResetPoolsInChild() {
   pthread_mutex_init(&g_pool_mutex, nullptr);
   g_pool_count.store(0, std::memory_order_relaxed);
   g_graph_memory_execs.store(0, std::memory_order_relaxed);
+  g_releasing.store(0, std::memory_order_relaxed);  // the child's only thread is in no call
 }
 
 bool ReturnToPool(uint64_t dptr) {
@@ -300,20 +334,21 @@ bool ReturnToPool(uint64_t dptr) {
   }
   p->in_use -= rec.bytes < p->in_use ? rec.bytes : p->in_use;
   p->kept += rec.bytes;  // the charge moves with the memory: from the allocation to what the pool keeps
-  TrueUpPoolLocked(p);
+  TrueUpPoolLocked(p, true);
   pthread_mutex_unlock(&g_pool_mutex);
   return true;
 }
 
-void TrueUpPools(bool wait) {
-  // The limiter thread does not wait: a graph launch may hold the lock while it waits for compute budget.
-  if (!wait) {
+void TrueUpPools(bool from_limiter) {
+  // The limiter thread does not wait (a graph launch may hold the lock while it waits for compute budget),
+  // and only raises: it runs whenever, possibly in the middle of another thread's release.
+  if (from_limiter) {
     if (pthread_mutex_trylock(&g_pool_mutex) != 0) return;
   } else {
     pthread_mutex_lock(&g_pool_mutex);
   }
   const int n = g_pool_count.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) TrueUpPoolLocked(&g_pools[i]);
+  for (int i = 0; i < n; ++i) TrueUpPoolLocked(&g_pools[i], !from_limiter);
   if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
     const int devices = g_state.device_count.load(std::memory_order_acquire);
     for (int i = 0; i < devices; ++i) TrueUpGraphPoolLocked(i, false);
@@ -430,22 +465,26 @@ extern "C" CUresult tessera_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolP
 }
 
 extern "C" CUresult tessera_cuMemPoolDestroy(CUmemoryPool pool) {
-  const CUresult r = g_cu.real_cuMemPoolDestroy != nullptr ? g_cu.real_cuMemPoolDestroy(pool)
-                                                           : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing([&] {
+    return g_cu.real_cuMemPoolDestroy != nullptr ? g_cu.real_cuMemPoolDestroy(pool) : CUDA_ERROR_NOT_INITIALIZED;
+  });
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) TrueUpPools();
   return r;
 }
 
 extern "C" CUresult tessera_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-  const CUresult r = g_cu.real_cuMemPoolTrimTo != nullptr ? g_cu.real_cuMemPoolTrimTo(pool, keep)
-                                                          : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing([&] {
+    return g_cu.real_cuMemPoolTrimTo != nullptr ? g_cu.real_cuMemPoolTrimTo(pool, keep) : CUDA_ERROR_NOT_INITIALIZED;
+  });
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) TrueUpPools();
   return r;
 }
 
 extern "C" CUresult tessera_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  const CUresult r = g_cu.real_cuMemPoolSetAttribute != nullptr ? g_cu.real_cuMemPoolSetAttribute(pool, attr, value)
-                                                                : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing([&] {
+    return g_cu.real_cuMemPoolSetAttribute != nullptr ? g_cu.real_cuMemPoolSetAttribute(pool, attr, value)
+                                                      : CUDA_ERROR_NOT_INITIALIZED;
+  });
   // A lower release threshold takes effect at the next synchronization, which trues the pool up.
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) TrueUpPools();
   return r;
@@ -494,8 +533,9 @@ extern "C" CUresult tessera_cuGraphExecDestroy(CUgraphExec exec) {
   return r;
 }
 extern "C" CUresult tessera_cuDeviceGraphMemTrim(CUdevice dev) {
-  const CUresult r = g_cu.real_cuDeviceGraphMemTrim != nullptr ? g_cu.real_cuDeviceGraphMemTrim(dev)
-                                                               : CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult r = Releasing([&] {
+    return g_cu.real_cuDeviceGraphMemTrim != nullptr ? g_cu.real_cuDeviceGraphMemTrim(dev) : CUDA_ERROR_NOT_INITIALIZED;
+  });
   if (r == CUDA_SUCCESS && CurrentMode() == Mode::kLimited) {
     pthread_mutex_lock(&g_pool_mutex);
     TrueUpGraphPoolLocked(static_cast<int>(dev), true);
