@@ -135,6 +135,28 @@ TEST(FootprintTest, ModulesLibrariesAndLimitsAreCharged) {
   EXPECT_LE(gpu.PeakBytes(), kContext + 3 * kModule);
 }
 
+// A context the container has no room for is refused before the driver makes it, once a process of the
+// container has measured a context's size: the device never holds more than the limit, not even for the
+// moment between creating the context and measuring it (the first context of a container is still measured
+// after it is made: there is nothing to go by before).
+TEST(FootprintTest, AContextWithoutRoomIsRefusedBeforeTheDeviceHoldsIt) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_MEMORY_LIMIT"] = "256MiB";
+  const uint64_t limit = 256 * kMiB;
+  Probe full = box.Start({"dlsym", "init", "ctx", "fill", N(kMiB), "ready"});
+  ASSERT_TRUE(full.WaitFor("ready"));
+  const ProbeResult late = box.Run({"proc12", "init", "ctx"});
+  EXPECT_EQ(late.Field("ctx", 1), "2") << late.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  FakeGpuView gpu(box.Path("fakegpu.state"), box.dir());
+  EXPECT_LE(gpu.PeakBytes(), limit) << "the device held the refused context";
+  full.Continue();
+  EXPECT_TRUE(full.Finish().Exited0());
+  // With room again, a context is made and charged exactly.
+  const ProbeResult again = box.Run({"dlsym", "init", "ctx", "meminfo"});
+  EXPECT_EQ(again.Field("ctx", 1), "0") << again.out;
+  EXPECT_EQ(again.Num("meminfo", 2), limit - kContext) << again.out;
+}
+
 // Kernels loaded lazily at their first launch (CUDA_MODULE_LOADING=LAZY, the default) grow the context with
 // no call to hook: the limiter thread's true-up charges them (within its period; polled here).
 TEST(FootprintTest, LazilyLoadedKernelsAreCharged) {

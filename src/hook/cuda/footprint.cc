@@ -93,6 +93,29 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
   return result;
 }
 
+CUresult ReserveFootprint(int ordinal, uint64_t bytes) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || bytes == 0) return CUDA_SUCCESS;
+  pthread_mutex_lock(&g_footprint_mutex);
+  const CUresult r = ChargeBefore(ordinal, bytes);
+  if (r == CUDA_SUCCESS) d->footprint_bytes += bytes;
+  pthread_mutex_unlock(&g_footprint_mutex);
+  return r;
+}
+
+void DropFootprint(int ordinal, uint64_t bytes, bool uncharge) {
+  HookDevice* d = DeviceAt(ordinal);
+  if (d == nullptr || bytes == 0) return;
+  pthread_mutex_lock(&g_footprint_mutex);
+  const uint64_t take = bytes < d->footprint_bytes ? bytes : d->footprint_bytes;
+  if (!uncharge) {
+    d->footprint_bytes -= take;
+  } else if (g_state.session.region.Uncharge(d->region_index, take)) {
+    d->footprint_bytes -= take;
+  }
+  pthread_mutex_unlock(&g_footprint_mutex);
+}
+
 void TrueUpAllFootprints() {
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {

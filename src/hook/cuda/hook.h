@@ -177,6 +177,12 @@ enum class TrueUp {
 // Brings the device's footprint charge to NVML's figure. CUDA_ERROR_OUT_OF_MEMORY only for kMustFit.
 // `*known` (optional) says whether NVML gave a figure.
 CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known = nullptr);
+// A context about to be created, of a size a process of the container measured: charged to the footprint
+// before the driver is asked (refused past the limit), so that the device never holds a context the limit has
+// no room for; the true-up after the creation settles it to NVML's figure.
+CUresult ReserveFootprint(int ordinal, uint64_t bytes);
+// Takes `bytes` out of the footprint: given back (`uncharge`), or kept charged as a record's estimate.
+void DropFootprint(int ordinal, uint64_t bytes, bool uncharge);
 // The limiter thread's periodic true-up of every device (kRaiseOnly).
 void TrueUpAllFootprints();
 // The charge for a context when NVML cannot measure it: TESSERA_CONTEXT_BYTES, else the size last

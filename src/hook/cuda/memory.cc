@@ -93,7 +93,8 @@ void ReleaseContextMemory(uint64_t ctx) {
 
 // A new context's footprint (docs/isolation.md, "What is charged"). Without NVML's figure for this process:
 // reserve the estimate before the driver is asked; `*estimate` is then what the context's record must give
-// back. With it: the context is created, then its exact footprint is charged, and when that does not fit the
+// back. With it: the size of a context measured before in the container is reserved in the footprint (none
+// yet: nothing), the context is created, then its exact footprint is charged, and when that does not fit the
 // context is destroyed again (reserve-then-commit against the container's total: two processes never both
 // pass).
 template <typename Create, typename Undo>
@@ -105,14 +106,21 @@ CUresult CreateCharged(int ordinal, Create create, Undo undo, uint64_t* estimate
   const bool measurable = !g_state.context_bytes_set &&
                           ProcessUsedBytes(ordinal, &probe) != ProcessUse::kUnavailable;
   uint64_t reserved = 0;
+  // Measurable, and a context's size already measured in the container: reserved in the footprint first.
+  const uint64_t learned =
+      measurable && d != nullptr && d->shared != nullptr ? d->shared->context_bytes.load(std::memory_order_relaxed) : 0;
   if (!measurable) {
     reserved = EstimatedContextBytes(ordinal);
     const CUresult c = ChargeBefore(ordinal, reserved);
+    if (c != CUDA_SUCCESS) return c;
+  } else if (learned != 0) {
+    const CUresult c = ReserveFootprint(ordinal, learned);
     if (c != CUDA_SUCCESS) return c;
   }
   const CUresult r = create();
   if (r != CUDA_SUCCESS) {
     Uncharge(ordinal, reserved);
+    DropFootprint(ordinal, learned, /*uncharge=*/true);
     return r;
   }
   if (measurable) {
@@ -122,6 +130,14 @@ CUresult CreateCharged(int ordinal, Create create, Undo undo, uint64_t* estimate
       undo();
       TrueUpFootprint(ordinal, TrueUp::kExact);
       return c;
+    }
+    if (known && learned != 0) {
+      TrueUpFootprint(ordinal, TrueUp::kExact);  // this context is smaller than the one measured before
+    } else if (!known && learned != 0) {
+      // NVML does not list this process after all: the reservation stays, as the context's estimate.
+      DropFootprint(ordinal, learned, /*uncharge=*/false);
+      *estimate = learned;
+      return CUDA_SUCCESS;
     }
     if (!known) {
       // NVML does not list this process (another pid namespace, and no agent to say the host pid).
