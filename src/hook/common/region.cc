@@ -421,7 +421,7 @@ ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
     return ChargeResult::kOverLimit;
   }
   const uint64_t now_used = used + bytes;
-  changes_.fetch_add(1, std::memory_order_seq_cst);
+  charged_total_.fetch_add(bytes, std::memory_order_seq_cst);
   d->used_bytes.store(now_used, std::memory_order_relaxed);
   s->charged[dev].fetch_add(bytes, std::memory_order_release);
   if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
@@ -441,7 +441,7 @@ bool SharedRegion::ForceCharge(int dev, uint64_t bytes) {
   }
   RegionSlot* s = slot_at(me);
   const uint64_t now_used = d->used_bytes.load(std::memory_order_relaxed) + bytes;
-  changes_.fetch_add(1, std::memory_order_seq_cst);
+  charged_total_.fetch_add(bytes, std::memory_order_seq_cst);
   d->used_bytes.store(now_used, std::memory_order_relaxed);
   s->charged[dev].fetch_add(bytes, std::memory_order_release);
   if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
@@ -462,7 +462,7 @@ bool SharedRegion::Uncharge(int dev, uint64_t bytes) {
   RegionSlot* s = slot_at(me);
   const uint64_t mine = s->charged[dev].load(std::memory_order_relaxed);
   const uint64_t take = bytes > mine ? mine : bytes;
-  changes_.fetch_add(1, std::memory_order_seq_cst);
+  uncharged_total_.fetch_add(take, std::memory_order_seq_cst);
   s->charged[dev].store(mine - take, std::memory_order_release);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
   d->used_bytes.store(used >= take ? used - take : 0, std::memory_order_relaxed);

@@ -157,11 +157,11 @@ class SharedRegion {
   uint64_t Used(int device) const;
   uint64_t Limit(int device) const;
   uint64_t ChargedByMe(int device) const;
-  // How many times this process's charges have changed (in this process). It moves before each change, so
-  // a reader that sees the same count before and after reading ChargedByMe, and something measured in
-  // between, knows that no charge of this process changed while it looked: the limiter thread's true-ups
-  // compare the driver's figures with the charges only on such a consistent snapshot.
-  uint64_t changes() const { return changes_.load(std::memory_order_seq_cst); }
+  // Bytes this process has charged, and given back, since it opened the region (counted in this process,
+  // before each change lands in the slot). Read before and after measuring something against ChargedByMe,
+  // they bound how far the two moments differ: the footprint true-ups use them (hook/cuda/footprint.cc).
+  uint64_t charged_total() const { return charged_total_.load(std::memory_order_seq_cst); }
+  uint64_t uncharged_total() const { return uncharged_total_.load(std::memory_order_seq_cst); }
 
   // Frees the slots of processes that no longer exist, and their charges. Returns how many were freed.
   int ReclaimDeadSlots();
@@ -199,7 +199,8 @@ class SharedRegion {
   std::atomic<int> slot_{-1};
   int pid_ = 0;
   int lock_timeout_ms_ = kDefaultRegionLockTimeoutMs;
-  std::atomic<uint64_t> changes_{0};
+  std::atomic<uint64_t> charged_total_{0};
+  std::atomic<uint64_t> uncharged_total_{0};
   Error lock_error_;
   char path_[kPathSize] = {0};
 };

@@ -44,35 +44,32 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
   // A forked child claims its own slot (and learns its own pid) before it measures itself.
   if (!EnsureAttached()) return CUDA_SUCCESS;
   hook::SharedRegion& region = g_state.session.region;
-  // NVML's figure and this process's charges are compared only when no charge of the process changed while
-  // both were read: otherwise memory freed after NVML counted it but uncharged before the charges were read
-  // looks like footprint, and is charged twice (seen under load: megabytes over the limit in the books).
-  // The limiter thread tries again at its next tick; the thread of a call tries a few times, then may still
-  // raise (more than enough, never too little) but does not lower. What the check cannot see: another
-  // thread's allocation charged before the first read and not yet on the device hides as much footprint
-  // from a kExact true-up; the limiter thread's next tick charges it again.
-  const int attempts = mode == TrueUp::kRaiseOnly ? 1 : 4;
-  uint64_t used = 0;
-  uint64_t mine = 0;
-  bool consistent = false;
-  ProcessUse use = ProcessUse::kUnavailable;
+  // NVML's figure and this process's charges are read at two moments. Memory given back in between may still
+  // be in NVML's figure and would look like footprint (charged twice: seen under load, megabytes over the
+  // limit in the books); memory charged in between may not be on the device yet and would hide footprint. The
+  // bytes given back and charged meanwhile bound both: a raise goes to the figure less what was given back, a
+  // lowering to the figure plus what was charged, so neither can overshoot. (Not bounded: another thread's
+  // allocation charged before the first read and made after NVML's; it hides footprint from a lowering until
+  // the limiter thread's next tick charges it again.)
   pthread_mutex_lock(&g_footprint_mutex);
-  for (int attempt = 0; attempt < attempts && !consistent; ++attempt) {
-    const uint64_t changes = region.changes();
-    use = ProcessUsedBytes(ordinal, &used);
-    mine = region.ChargedByMe(d->region_index);
-    consistent = region.changes() == changes;
-  }
+  const uint64_t charged_before = region.charged_total();
+  const uint64_t uncharged_before = region.uncharged_total();
+  uint64_t used = 0;
+  const ProcessUse use = ProcessUsedBytes(ordinal, &used);
+  const uint64_t mine = region.ChargedByMe(d->region_index);
+  const uint64_t given_back = region.uncharged_total() - uncharged_before;
+  const uint64_t charged = region.charged_total() - charged_before;
   // Not listed: no context of this process on the GPU (after a destroy), or NVML does not know this pid.
-  if (use == ProcessUse::kUnavailable || (use == ProcessUse::kNotListed && mode != TrueUp::kExact) ||
-      (!consistent && mode == TrueUp::kRaiseOnly)) {
+  if (use == ProcessUse::kUnavailable || (use == ProcessUse::kNotListed && mode != TrueUp::kExact)) {
     pthread_mutex_unlock(&g_footprint_mutex);
     return CUDA_SUCCESS;
   }
   if (known != nullptr) *known = use == ProcessUse::kKnown;
   const uint64_t footprint = d->footprint_bytes;
   const uint64_t named = mine > footprint ? mine - footprint : 0;
-  const uint64_t want = used > named ? used - named : 0;
+  const uint64_t measured = used > named ? used - named : 0;
+  const uint64_t want = measured > given_back ? measured - given_back : 0;
+  const uint64_t floor = measured + charged;
   CUresult result = CUDA_SUCCESS;
   if (want > footprint) {
     const uint64_t grow = want - footprint;
@@ -86,8 +83,8 @@ CUresult TrueUpFootprint(int ordinal, TrueUp mode, bool* known) {
       // The first footprint of a process is its context: remembered for processes that cannot measure.
       d->shared->context_bytes.store(want, std::memory_order_relaxed);
     }
-  } else if (want < footprint && mode == TrueUp::kExact && consistent) {
-    if (region.Uncharge(d->region_index, footprint - want)) d->footprint_bytes = want;
+  } else if (floor < footprint && mode == TrueUp::kExact) {
+    if (region.Uncharge(d->region_index, footprint - floor)) d->footprint_bytes = floor;
   }
   pthread_mutex_unlock(&g_footprint_mutex);
   return result;
