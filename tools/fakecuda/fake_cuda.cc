@@ -855,9 +855,7 @@ void ReleaseAtSynchronization() {
       if (give > 0) gives.emplace_back(p->gpu, give);
     }
   }
-  const char* slow = getenv("FAKECUDA_SLOW_RELEASE_MS");
-  const long slow_ms = slow != nullptr ? atol(slow) : 0;
-  if (!gives.empty() && slow_ms > 0) usleep(static_cast<useconds_t>(slow_ms) * 1000);
+  if (!gives.empty()) fakecuda::SleepAsConfigured("FAKECUDA_SLOW_RELEASE_MS");
   for (const auto& [gpu, give] : gives) Charge(gpu, -static_cast<int64_t>(give));
 }
 }  // namespace

@@ -191,9 +191,7 @@ nvmlReturn_t RunningProcesses(nvmlDevice_t d, unsigned int* count, Info* infos) 
   *count = k;
   // The figures are as of the moment they were taken; FAKECUDA_SLOW_NVML_MS (fault injection) returns them
   // that much later, as a busy NVML does.
-  const char* slow = getenv("FAKECUDA_SLOW_NVML_MS");
-  const long slow_ms = slow != nullptr ? atol(slow) : 0;
-  if (slow_ms > 0) usleep(static_cast<useconds_t>(slow_ms) * 1000);
+  fakecuda::SleepAsConfigured("FAKECUDA_SLOW_NVML_MS");
   return NVML_SUCCESS;
 }
 }  // namespace

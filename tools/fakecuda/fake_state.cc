@@ -75,6 +75,12 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+void SleepAsConfigured(const char* name) {
+  const char* v = getenv(name);
+  const long ms = v != nullptr ? atol(v) : 0;
+  if (ms > 0) usleep(static_cast<useconds_t>(ms) * 1000);
+}
+
 State* Shared() {
   State* s = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
   if (s != nullptr) return s;

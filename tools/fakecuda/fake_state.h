@@ -66,6 +66,8 @@ State* Shared();
 void Lock(State* s);
 void Unlock(State* s);
 uint64_t NowNs();
+// Fault injection: sleeps as many milliseconds as the environment variable `name` says (nothing when unset).
+void SleepAsConfigured(const char* name);
 // Frees the memory of processes that died (a real driver does this when a process exits). Under the lock.
 void ReapDeadLocked(State* s);
 // Adds (or subtracts) device memory for this process. Under the lock. False when the GPU is full.

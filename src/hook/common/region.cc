@@ -405,61 +405,51 @@ void SharedRegion::SetDeviceLimits(int dev, const DeviceLimits& limits, uint64_t
   TokenBucket::Configure(&d->bucket, rate, now_ns);
 }
 
+void SharedRegion::AddChargeLocked(int dev, RegionSlot* s, uint64_t bytes) {
+  RegionDevice* d = device(dev);
+  const uint64_t now_used = d->used_bytes.load(std::memory_order_relaxed) + bytes;
+  charged_total_.fetch_add(bytes, std::memory_order_seq_cst);  // before the slot shows it (region.h)
+  d->used_bytes.store(now_used, std::memory_order_relaxed);
+  s->charged[dev].fetch_add(bytes, std::memory_order_release);
+  if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
+    d->peak_bytes.store(now_used, std::memory_order_relaxed);
+  }
+}
+
 ChargeResult SharedRegion::TryCharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
   if (!Lock(dev)) return ChargeResult::kLockTimeout;
-  const int me = slot_.load();
-  if (me < 0) {
-    Unlock(dev);
-    return ChargeResult::kDetached;
-  }
-  RegionSlot* s = slot_at(me);
+  RegionSlot* s = MySlot();
   const uint64_t limit = d->limit_bytes.load(std::memory_order_relaxed);
   const uint64_t used = d->used_bytes.load(std::memory_order_relaxed);
-  if (limit != 0 && (bytes > limit || used > limit - bytes)) {
-    Unlock(dev);
-    return ChargeResult::kOverLimit;
-  }
-  const uint64_t now_used = used + bytes;
-  charged_total_.fetch_add(bytes, std::memory_order_seq_cst);
-  d->used_bytes.store(now_used, std::memory_order_relaxed);
-  s->charged[dev].fetch_add(bytes, std::memory_order_release);
-  if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
-    d->peak_bytes.store(now_used, std::memory_order_relaxed);
+  ChargeResult result = ChargeResult::kOk;
+  if (s == nullptr) {
+    result = ChargeResult::kDetached;
+  } else if (limit != 0 && (bytes > limit || used > limit - bytes)) {
+    result = ChargeResult::kOverLimit;
+  } else {
+    AddChargeLocked(dev, s, bytes);
   }
   Unlock(dev);
-  return ChargeResult::kOk;
+  return result;
 }
 
 bool SharedRegion::ForceCharge(int dev, uint64_t bytes) {
-  RegionDevice* d = device(dev);
   if (!Lock(dev)) return false;
-  const int me = slot_.load();
-  if (me < 0) {
-    Unlock(dev);
-    return false;
-  }
-  RegionSlot* s = slot_at(me);
-  const uint64_t now_used = d->used_bytes.load(std::memory_order_relaxed) + bytes;
-  charged_total_.fetch_add(bytes, std::memory_order_seq_cst);
-  d->used_bytes.store(now_used, std::memory_order_relaxed);
-  s->charged[dev].fetch_add(bytes, std::memory_order_release);
-  if (now_used > d->peak_bytes.load(std::memory_order_relaxed)) {
-    d->peak_bytes.store(now_used, std::memory_order_relaxed);
-  }
+  RegionSlot* s = MySlot();
+  if (s != nullptr) AddChargeLocked(dev, s, bytes);
   Unlock(dev);
-  return true;
+  return s != nullptr;
 }
 
 bool SharedRegion::Uncharge(int dev, uint64_t bytes) {
   RegionDevice* d = device(dev);
   if (!Lock(dev)) return false;
-  const int me = slot_.load();
-  if (me < 0) {
+  RegionSlot* s = MySlot();
+  if (s == nullptr) {
     Unlock(dev);
     return true;  // Detach gave everything back
   }
-  RegionSlot* s = slot_at(me);
   const uint64_t mine = s->charged[dev].load(std::memory_order_relaxed);
   const uint64_t take = bytes > mine ? mine : bytes;
   uncharged_total_.fetch_add(take, std::memory_order_seq_cst);
@@ -484,8 +474,7 @@ bool SharedRegion::ContainerPidForHostPid(uint32_t host_pid, uint32_t* local) co
 }
 
 void SharedRegion::SetHostPid(uint32_t host_pid) {
-  const int me = slot_.load();
-  if (me >= 0) slot_at(me)->host_pid.store(host_pid, std::memory_order_relaxed);
+  if (RegionSlot* s = MySlot(); s != nullptr) s->host_pid.store(host_pid, std::memory_order_relaxed);
 }
 
 uint64_t SharedRegion::Used(int dev) const {
@@ -497,9 +486,8 @@ uint64_t SharedRegion::Limit(int dev) const {
 }
 
 uint64_t SharedRegion::ChargedByMe(int dev) const {
-  const int me = slot_.load();
-  if (me < 0) return 0;
-  return slot_at(me)->charged[dev].load(std::memory_order_acquire);
+  const RegionSlot* s = MySlot();
+  return s != nullptr ? s->charged[dev].load(std::memory_order_acquire) : 0;
 }
 
 bool SharedRegion::CheckConsistent(int dev) {

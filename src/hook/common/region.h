@@ -192,6 +192,14 @@ class SharedRegion {
   bool ReclaimSlot(int index, uint64_t observed_owner);
 
   RegionHeader* header() const { return static_cast<RegionHeader*>(base_); }
+  // This process's slot, or nullptr before Attach and from the start of Detach. Charge operations ask under
+  // the GPU entry's lock.
+  RegionSlot* MySlot() const {
+    const int me = slot_.load();
+    return me < 0 ? nullptr : slot_at(me);
+  }
+  // Adds `bytes` to GPU entry `dev` and to slot `s`. Under the entry's lock.
+  void AddChargeLocked(int dev, RegionSlot* s, uint64_t bytes);
 
   void* base_ = nullptr;
   // The process's slot; -1 before Attach and from the start of Detach. Charge operations read it under the
