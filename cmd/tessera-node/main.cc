@@ -5,7 +5,9 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -16,9 +18,12 @@
 #include "gpu/health_monitor.h"
 #include "k8s/config.h"
 #include "k8s/kube_api.h"
+#include "core/topology.h"
 #include "kubelet/device_plugin.h"
+#include "kubelet/dra_plugin.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/agent.h"
+#include "node/dra_driver.h"
 #include "node/kube_node_api.h"
 #include "node/node_api.h"
 
@@ -36,6 +41,10 @@ struct Options {
   std::string state_dir = "/var/lib/tessera";
   std::string hook_dir;
   std::string metrics_listen = "0.0.0.0:9402";
+  std::string dra_gpus;  // GPU indices given to the DRA driver: "", "all", "6,7", "4-7"
+  std::string kubelet_plugins_dir = kubelet::kKubeletPluginsDir;
+  std::string kubelet_registry_dir = kubelet::kKubeletPluginsRegistryDir;
+  std::string cdi_dir = node::kCdiDir;
   int slots_per_gpu = 10;
   bool device_nodes = false;
   bool verbose = false;
@@ -82,6 +91,34 @@ int Run(const Options& o) {
   absl::StatusOr<formats::GpuInventory> inventory = (*source)->Read();
   if (!inventory.ok()) return Fail(Message(inventory.status()));
 
+  // GPUs given to DRA leave the device-plugin path: the inventory the extender reads and the device plugin's
+  // slots show them unhealthy for that reason, so nothing but a ResourceClaim can get them (docs/dra.md).
+  std::set<int> dra_gpus;
+  if (!o.dra_gpus.empty()) {
+    if (kube == nullptr) return Fail("--dra-gpus needs the API server (ResourceSlices, ResourceClaims), not --fake-api");
+    if (o.dra_gpus == "all") {
+      for (const formats::InventoryGpu& g : inventory->gpus) dra_gpus.insert(g.info.index);
+    } else {
+      absl::StatusOr<std::vector<int>> list = core::ParseCpuList(o.dra_gpus);
+      if (!list.ok()) {
+        return Fail(StrCat("--dra-gpus \"", o.dra_gpus, "\": ", Message(list.status()),
+                           "; give \"all\" or GPU indices such as 6,7 or 4-7"));
+      }
+      for (int i : *list) {
+        if (i < 0 || static_cast<size_t>(i) >= inventory->gpus.size()) {
+          return Fail(StrCat("--dra-gpus names GPU ", i, "; this node has GPUs 0-", inventory->gpus.size() - 1));
+        }
+        dra_gpus.insert(i);
+      }
+    }
+  }
+  formats::GpuInventory device_plugin_inventory = *inventory;
+  for (formats::InventoryGpu& g : device_plugin_inventory.gpus) {
+    if (!dra_gpus.contains(g.info.index)) continue;
+    g.info.health = core::GpuHealth::kUnhealthy;
+    g.health_reason = node::kDraHealthReason;
+  }
+
   absl::StatusOr<std::unique_ptr<kubelet::PodResourcesClient>> pod_resources =
       kubelet::PodResourcesClient::Connect(o.pod_resources_socket);
   if (!pod_resources.ok()) return Fail(Message(pod_resources.status()));
@@ -91,20 +128,43 @@ int Run(const Options& o) {
   config.state_dir = o.state_dir;
   config.hook_dir = o.hook_dir;
   config.device_nodes = o.device_nodes;
-  node::NodeAgent agent(config, api.get(), *inventory, pod_resources->get());
+  node::NodeAgent agent(config, api.get(), device_plugin_inventory, pod_resources->get());
   if (absl::Status s = agent.Start(); !s.ok()) return Fail(Message(s));
+
+  std::unique_ptr<node::DraDriver> dra;
+  std::unique_ptr<kubelet::DraPlugin> dra_plugin;
+  if (!dra_gpus.empty()) {
+    node::DraDriverConfig dc;
+    dc.node_name = o.node_name;
+    dc.cdi_dir = o.cdi_dir;
+    dc.gpus = dra_gpus;
+    dra = std::make_unique<node::DraDriver>(dc, kube.get(), &agent, *inventory);
+    dra->Start();
+    kubelet::DraPluginConfig dpc;
+    dpc.plugins_dir = o.kubelet_plugins_dir;
+    dpc.registry_dir = o.kubelet_registry_dir;
+    absl::StatusOr<std::unique_ptr<kubelet::DraPlugin>> made = kubelet::DraPlugin::Create(dpc, dra.get());
+    if (!made.ok()) return Fail(Message(made.status()));
+    dra_plugin = *std::move(made);
+    if (absl::Status s = dra_plugin->Start(); !s.ok()) return Fail(Message(s));
+  }
 
   kubelet::DevicePluginConfig pc;
   pc.plugin_dir = o.device_plugin_dir;
   pc.slots_per_gpu = o.slots_per_gpu;
   pc.links = inventory->links;
   absl::StatusOr<std::unique_ptr<kubelet::DevicePlugin>> plugin =
-      kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(*inventory), &agent);
+      kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(device_plugin_inventory), &agent);
   if (!plugin.ok()) return Fail(Message(plugin.status()));
   if (absl::Status s = (*plugin)->Start(); !s.ok()) return Fail(Message(s));
 
   gpu::HealthMonitor monitor(source->get(), *inventory, [&](const gpu::HealthUpdate& u) {
     const bool healthy = u.health == core::GpuHealth::kHealthy;
+    if (healthy && std::any_of(dra_gpus.begin(), dra_gpus.end(), [&](int i) {
+          return inventory->gpus[static_cast<size_t>(i)].info.uuid == u.uuid;
+        })) {
+      return;  // stays out of the device-plugin path
+    }
     (*plugin)->SetGpuHealth(u.uuid, healthy);
     agent.SetGpuHealth(u.uuid, healthy, u.reason);
     log::Warn(healthy ? "GPU healthy again" : "GPU unhealthy",
@@ -141,6 +201,8 @@ int Run(const Options& o) {
   http.stop();
   if (http_thread.joinable()) http_thread.join();
   (*plugin)->Stop();
+  if (dra_plugin) dra_plugin->Stop();
+  if (dra) dra->Stop();
   agent.Stop();
   return 0;
 }
@@ -170,6 +232,15 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", o.state_dir, "Where containers' limits, regions and records live")
       ->capture_default_str();
   app.add_option("--hook-dir", o.hook_dir, "Host directory of libtessera-*.so (default: STATE_DIR/lib)");
+  app.add_option("--dra-gpus", o.dra_gpus,
+                 "GPUs for the DRA driver gpu.tessera.dev instead of the device plugin: \"all\" or indices "
+                 "(6,7 or 4-7); see docs/dra.md (default: none, no DRA)");
+  app.add_option("--kubelet-plugins-dir", o.kubelet_plugins_dir, "The kubelet's DRA plugin directory")
+      ->capture_default_str();
+  app.add_option("--kubelet-registry-dir", o.kubelet_registry_dir, "The kubelet's plugin registration directory")
+      ->capture_default_str();
+  app.add_option("--cdi-dir", o.cdi_dir, "Where the container runtime reads CDI specs (DRA claims' devices)")
+      ->capture_default_str();
   app.add_option("--slots-per-gpu", o.slots_per_gpu, "tessera.dev/gpu devices advertised per physical GPU")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

@@ -49,6 +49,9 @@ inline const ResourceType kNamespaces{"", "v1", "namespaces", "Namespace", false
 inline const ResourceType kEvents{"", "v1", "events", "Event", true};
 inline const ResourceType kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 inline const ResourceType kLeases{"coordination.k8s.io", "v1", "leases", "Lease", true};
+// Dynamic Resource Allocation (GA since Kubernetes 1.34).
+inline const ResourceType kResourceClaims{"resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true};
+inline const ResourceType kResourceSlices{"resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false};
 
 // metadata.name, metadata.namespace, ... ("" when absent or not a string).
 std::string Name(const Json& object);

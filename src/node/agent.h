@@ -4,6 +4,7 @@
 // describes it as built. One class, its work in one file per job:
 //   agent.cc            lifecycle, the background loop, the pod list, the node's inventory and health
 //   agent_allocate.cc   Allocate and PreStartContainer: which container a call is for, its files
+//   agent_claims.cc     DRA claims prepared and unprepared by the kubelet (node/dra_driver.h)
 //   agent_reconcile.cc  the reconcile pass: phases, changed assignments, swapped allocations, collection
 //   agent_tenants.cc    records loaded at start, the registration socket's handlers, the tenants' regions
 //   agent_metrics.cc    the Prometheus text
@@ -128,6 +129,17 @@ class NodeAgent : public kubelet::AllocationBackend {
   // Asks the background thread for a reconcile pass soon.
   void Nudge();
 
+  // DRA (node/dra_driver.h, docs/dra.md). A ResourceClaim the kubelet prepares becomes a tenant like an
+  // allocated container: limits file, region, record, registration. `record` carries the claim, the GPUs and
+  // shares of its allocation, its consumers (pod_uid: the first) and policy; the agent fills in the rest.
+  // Idempotent (the kubelet prepares again after restarts): a claim with a record gets that record back.
+  absl::StatusOr<ContainerRecord> PrepareClaim(ContainerRecord record);
+  // Removes the claim's tenant, limits file, region and record; a claim without one is not an error.
+  absl::Status UnprepareClaim(const std::string& claim_uid);
+  // What a tenant's containers are given: Allocate's answer for a device-plugin allocation, the CDI spec's
+  // edits for a claim.
+  kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
+
   // Prometheus text exposition (docs/node-agent.md, "Metrics").
   std::string MetricsText() const;
 
@@ -162,7 +174,6 @@ class NodeAgent : public kubelet::AllocationBackend {
   // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when it
   // is not among them yet), the limits file's tenants=.
   std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  kubelet::ContainerAllocation Response(const ContainerRecord& record) const;
   void LoadRecords();
   // Host directories of a container: its limits file's, its region's.
   std::string ContainerDir(std::string_view pod_uid, std::string_view container) const;

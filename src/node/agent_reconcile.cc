@@ -62,7 +62,9 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
   std::map<std::string, std::vector<ContainerRecord>> by_uid;
   {
     MutexLock lock(&mu_);
-    for (const auto& [key, t] : tenants_) by_uid[t.record.pod_uid].push_back(t.record);
+    for (const auto& [key, t] : tenants_) {
+      if (!t.record.is_claim()) by_uid[t.record.pod_uid].push_back(t.record);  // a claim has no phase to write
+    }
   }
   for (const NodePod& pod : pods) {
     auto it = by_uid.find(pod.uid);
@@ -126,6 +128,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     MutexLock lock(&mu_);
     for (auto& [key, t] : tenants_) {
       if (!t.record.reported) continue;  // our own write has not landed yet
+      if (t.record.is_claim()) continue;  // its allocation is the claim's, which DRA does not change
       auto p = by_uid.find(t.record.pod_uid);
       if (p == by_uid.end()) continue;
       const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
@@ -451,7 +454,8 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
       const ContainerRecord& r = it->second.record;
-      if (it->second.allocation > seen) {
+      if (it->second.allocation > seen || r.is_claim()) {
+        // A claim's tenant goes when the kubelet unprepares the claim (UnprepareClaim), not with a pod.
         // Allocated after this pass listed the pods: its pod may be missing from that list only because the
         // list is older. It used to be collected right after its Allocate (records, limits file and region
         // removed under a starting container).

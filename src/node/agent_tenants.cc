@@ -144,8 +144,28 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
   std::string name = container_name_of(id->pod_uid);
   MutexLock lock(&mu_);
   std::vector<const Tenant*> mine;
+  std::vector<const Tenant*> claims;  // DRA claims the pod reserved: shared by the containers that name them
   for (const auto& [key, t] : tenants_) {
-    if (t.record.pod_uid == id->pod_uid) mine.push_back(&t);
+    if (t.record.is_claim()) {
+      const std::vector<std::string>& c = t.record.claim->consumers;
+      if (std::find(c.begin(), c.end(), id->pod_uid) != c.end()) claims.push_back(&t);
+    } else if (t.record.pod_uid == id->pod_uid) {
+      mine.push_back(&t);
+    }
+  }
+  // A pod with only claims: a process of any of its containers belongs to the claim whose GPUs it names (the
+  // first when it names none). One Tessera claim per container is supported (docs/dra.md).
+  if (mine.empty() && !claims.empty()) {
+    mine.push_back(claims[0]);
+    for (const Tenant* t : claims) {
+      if (hello.gpus[0] != 0 && std::any_of(t->record.vgpus.begin(), t->record.vgpus.end(),
+                                            [&](const core::VGpuAssignment& v) {
+                                              return StrSplit(hello.gpus, ',')[0] == v.uuid.value();
+                                            })) {
+        mine[0] = t;
+      }
+    }
+    name.clear();
   }
   if (mine.empty()) {
     ++stats_.registrations_refused;

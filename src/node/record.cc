@@ -72,7 +72,7 @@ std::string SerializeRecord(const ContainerRecord& r) {
                      {"memoryMiB", v.memory.value()},
                      {"requestedMilliCores", v.requested.value()}});
   }
-  const json j = {{"version", 1},
+  json j = {{"version", 1},
                   {"podUID", r.pod_uid},
                   {"namespace", r.ns},
                   {"pod", r.pod_name},
@@ -90,6 +90,12 @@ std::string SerializeRecord(const ContainerRecord& r) {
                   {"allocatedAt", r.allocated_at},
                   {"reported", r.reported},
                   {"confirmed", r.confirmed}};
+  if (r.claim) {
+    j["claim"] = {{"uid", r.claim->uid},
+                  {"namespace", r.claim->ns},
+                  {"name", r.claim->name},
+                  {"consumers", r.claim->consumers}};
+  }
   return formats::DumpJson(j);
 }
 
@@ -149,6 +155,18 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
     r.allocated_at = Get<std::string>(j, "allocatedAt", &field, "");
     r.reported = Get<bool>(j, "reported", &field, false);
     r.confirmed = Get<bool>(j, "confirmed", &field, false);
+    if (j.contains("claim")) {
+      field = "claim";
+      const json& c = j.at("claim");
+      if (!c.is_object()) throw BadValue("must be an object");
+      ContainerRecord::Claim claim;
+      claim.uid = Get<std::string>(c, "uid", &field);
+      claim.ns = Get<std::string>(c, "namespace", &field);
+      claim.name = Get<std::string>(c, "name", &field);
+      claim.consumers = Get<std::vector<std::string>>(c, "consumers", &field);
+      if (!SafePathName(claim.uid)) return absl::InvalidArgumentError("claim.uid must be a name of [A-Za-z0-9._-]");
+      r.claim = std::move(claim);
+    }
     if (!SafePathName(r.pod_uid) || !SafePathName(r.container)) {
       return absl::InvalidArgumentError("podUID and container must be names of [A-Za-z0-9._-]");
     }

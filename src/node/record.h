@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,19 @@ struct ContainerRecord {
   std::string allocated_at;  // RFC 3339
   bool reported = false;     // tessera.dev/phase: allocated written for this container
   bool confirmed = false;    // seen in the kubelet's pod-resources with these devices
+  // A DRA ResourceClaim prepared by the kubelet (node/dra_driver.h) instead of a device-plugin allocation:
+  // then `container` is "claim_<claim UID>", `pod_uid` the first pod that reserved the claim, and the record is
+  // created by NodePrepareResources and removed by NodeUnprepareResources only (no pod annotation describes it).
+  struct Claim {
+    std::string uid;
+    std::string ns;
+    std::string name;
+    std::vector<std::string> consumers;  // UIDs of the pods that reserved it when it was prepared
+    bool operator==(const Claim&) const = default;
+  };
+  std::optional<Claim> claim;
+
+  bool is_claim() const { return claim.has_value(); }
 
   std::string key() const { return pod_uid + "/" + container; }
   bool operator==(const ContainerRecord&) const = default;

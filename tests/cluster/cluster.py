@@ -317,7 +317,8 @@ class ContainerProcess:
 
 
 class Cluster:
-    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True):
+    def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
+                 dra_gpus=()):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -332,6 +333,8 @@ class Cluster:
         # False: one tessera-scheduler replica, called directly (the scale benchmark, where the stand-in's Python
         # forwarding would be what is measured).
         self.service_proxy = service_proxy
+        # GPU indices tessera-node gives to its DRA driver (--dra-gpus); their device-plugin slots are unhealthy.
+        self.dra_gpus = list(dra_gpus)
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
                   "cri-fake"):
             if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
@@ -658,8 +661,10 @@ class Cluster:
                 self.ports.setdefault("node-metrics", free_port())
                 a = f"--metrics-listen=127.0.0.1:{self.ports['node-metrics']}"
             argv.append(a)
-        return argv + ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS),
-                       "--verbose"]
+        argv += ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS), "--verbose"]
+        if self.dra_gpus:
+            argv += ["--dra-gpus=" + ",".join(str(i) for i in self.dra_gpus), "--cdi-dir=" + self.path("cdi")]
+        return argv
 
     def install_hooks(self):
         """What the DaemonSet's install-hooks init container does: the hook libraries into the agent's state
@@ -690,7 +695,7 @@ class Cluster:
         the previous kubelet or plugin advertised."""
         self.wait_for(lambda: self.plugin_registrations() > before,
                       "tessera-node's device plugin to register with the kubelet", 90)
-        self.wait_for(lambda: self.allocatable_gpu() == 8 * SLOTS_PER_GPU,
+        self.wait_for(lambda: self.allocatable_gpu() == (8 - len(self.dra_gpus)) * SLOTS_PER_GPU,
                       "the node to advertise tessera.dev/gpu (tessera-node's device plugin)", 90)
 
     def allocatable_gpu(self):

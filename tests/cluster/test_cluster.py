@@ -703,6 +703,11 @@ def test_chart_lints_renders_and_installs_every_part(c):
                     assert a.get(field) == b.get(field), (key, field, a.get(field), b.get(field))
         else:
             assert p == h, (key, p, h)
+    # The chart's DeviceClasses are deploy/dra's, spec for spec.
+    plain = {d["metadata"]["name"]: d["spec"] for d in
+             yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/dra/deviceclasses.yaml"))) if d}
+    charted = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "DeviceClass"}
+    assert plain == charted and len(plain) == 2, (plain, charted)
 
 
 def test_every_manifest_passes_server_side_dry_run(c):

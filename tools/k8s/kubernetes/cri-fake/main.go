@@ -49,6 +49,7 @@ type record struct {
 	Env         map[string]string `json:"env"`
 	Mounts      []mount           `json:"mounts"`
 	Devices     []device          `json:"devices"`
+	CDIDevices  []string          `json:"cdiDevices"`
 	Annotations map[string]string `json:"annotations"`
 	CPUSet      string            `json:"cpuset,omitempty"`
 	Image       string            `json:"image"`
@@ -104,6 +105,9 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	}
 	for _, d := range c.GetDevices() {
 		rec.Devices = append(rec.Devices, device{d.GetHostPath(), d.GetContainerPath(), d.GetPermissions()})
+	}
+	for _, d := range c.GetCDIDevices() {
+		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
 	}
 	line, err := json.Marshal(rec)
 	if err != nil {

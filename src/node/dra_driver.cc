@@ -1,0 +1,133 @@
+#include "node/dra_driver.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "k8s/api_status.h"
+#include "k8s/objects.h"
+
+namespace tessera::node {
+
+namespace fs = std::filesystem;
+using k8s::Json;
+
+namespace {
+
+absl::Status WriteAtomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message()));
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      const int e = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(StrCat("cannot rename ", tmp, ": ", std::strerror(e)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+DraDriver::DraDriver(DraDriverConfig config, k8s::KubeApi* api, NodeAgent* agent, formats::GpuInventory inventory)
+    : config_(std::move(config)), api_(api), agent_(agent), inventory_(std::move(inventory)) {}
+
+DraDriver::~DraDriver() { Stop(); }
+
+absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const kubelet::DraClaim& ref) {
+  if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
+  absl::StatusOr<Json> claim = api_->Get(k8s::kResourceClaims, ref.ns, ref.name);
+  if (!claim.ok()) {
+    return absl::UnavailableError(StrCat("cannot read claim ", ref.ns, "/", ref.name, " from the API server: ",
+                                         Message(claim.status()), "; the kubelet will retry"));
+  }
+  absl::StatusOr<ClaimOnNode> on_node = ReadClaim(*claim, ref, config_, inventory_);
+  if (!on_node.ok()) return on_node.status();
+  absl::StatusOr<ContainerRecord> record = agent_->PrepareClaim(std::move(on_node->record));
+  if (!record.ok()) return record.status();
+  const std::string path = CdiSpecPath(config_, ref.uid);
+  if (absl::Status s = WriteAtomically(path, CdiSpec(ref.uid, agent_->Response(*record))); !s.ok()) {
+    return absl::InternalError(StrCat(Message(s), "; check that tessera-node may write to ", config_.cdi_dir));
+  }
+  for (kubelet::DraPreparedDevice& d : on_node->devices) d.cdi_device_ids = {CdiDeviceId(ref.uid)};
+  return on_node->devices;
+}
+
+absl::Status DraDriver::Unprepare(const kubelet::DraClaim& ref) {
+  if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
+  if (absl::Status s = agent_->UnprepareClaim(ref.uid); !s.ok()) return s;
+  std::error_code ec;
+  fs::remove(CdiSpecPath(config_, ref.uid), ec);
+  if (ec) return absl::InternalError(StrCat("cannot remove ", CdiSpecPath(config_, ref.uid), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status DraDriver::PublishSlice() {
+  std::string node_uid;
+  if (absl::StatusOr<Json> node = api_->Get(k8s::kNodes, "", config_.node_name); node.ok()) {
+    node_uid = node->value("/metadata/uid"_json_pointer, std::string());
+  }
+  const std::string name = StrCat(config_.node_name, "-", config_.driver);
+  absl::StatusOr<Json> current = api_->Get(k8s::kResourceSlices, "", name);
+  if (absl::IsNotFound(current.status())) {
+    absl::StatusOr<Json> made = api_->Create(k8s::kResourceSlices, "", ResourceSliceFor(config_, inventory_, node_uid, 1));
+    if (made.ok()) log::Info("ResourceSlice published", {{"slice", name}, {"devices", StrCat(config_.gpus.size())}});
+    return made.status();
+  }
+  if (!current.ok()) return current.status();
+  const Json generation_field = current->value("/spec/pool/generation"_json_pointer, Json());
+  const int64_t generation = generation_field.is_number_integer() ? generation_field.get<int64_t>() : 0;
+  Json wanted = ResourceSliceFor(config_, inventory_, node_uid, generation);
+  if ((*current)["spec"] == wanted["spec"]) return absl::OkStatus();
+  wanted = ResourceSliceFor(config_, inventory_, node_uid, generation + 1);
+  wanted["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
+  absl::StatusOr<Json> updated = api_->Update(k8s::kResourceSlices, "", wanted);
+  if (updated.ok()) log::Info("ResourceSlice updated", {{"slice", name}, {"generation", StrCat(generation + 1)}});
+  return updated.status();
+}
+
+void DraDriver::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void DraDriver::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    if (absl::Status s = PublishSlice(); !s.ok()) {
+      log::Warn("cannot publish the node's ResourceSlice; will retry", {{"error", Message(s)}});
+    }
+    lock.lock();
+    cv_.wait_for(lock, config_.resync, [this] { return stopping_; });
+  }
+}
+
+void DraDriver::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tessera::node

@@ -1,0 +1,75 @@
+// tessera-node's Dynamic Resource Allocation driver, `gpu.tessera.dev` (docs/dra.md).
+//
+// What it does:
+//   - publishes one ResourceSlice for the node: each GPU given to DRA is a device `gpu-<index>` with
+//     attributes to select on (model, uuid, index, memory, numaNode, pciBusID, nvlinkDomain) and two capacities
+//     that claims consume in part (`cores`, percent of the GPU's compute; `memory`), with
+//     allowMultipleAllocations, so that several claims share one GPU (consumable capacity, beta and on by
+//     default since Kubernetes 1.36). A claim that asks neither takes the whole GPU (the policies' defaults);
+//   - prepares a claim when the kubelet asks (kubelet::DraPlugin): reads the ResourceClaim's allocation from
+//     the API server, turns it into a tenant of the node agent (limits file, region, record: exactly what a
+//     device-plugin allocation gets) and writes a CDI spec whose device carries the tenant's mounts and
+//     environment; unprepares by removing both.
+//
+// The GPUs given to DRA (`gpus`) are taken out of the inventory the device plugin and the extender see, so
+// the two paths never hand out the same GPU (tessera-node --dra-gpus).
+//
+//   DraDriver driver(config, &kube_api, &agent, inventory);
+//   driver.Start();                        // the slice now and every `resync`
+//   kubelet::DraPlugin::Create(plugin_config, &driver);
+//
+// Thread-safety: Prepare and Unprepare run concurrently on the plugin's gRPC threads; claims are independent.
+#ifndef TESSERA_NODE_DRA_DRIVER_H_
+#define TESSERA_NODE_DRA_DRIVER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "formats/inventory.h"
+#include "k8s/kube_api.h"
+#include "kubelet/dra_plugin.h"
+#include "node/agent.h"
+#include "node/dra_claim.h"
+#include "node/record.h"
+
+namespace tessera::node {
+
+class DraDriver : public kubelet::DraBackend {
+ public:
+  DraDriver(DraDriverConfig config, k8s::KubeApi* api, NodeAgent* agent, formats::GpuInventory inventory);
+  ~DraDriver() override;
+  DraDriver(const DraDriver&) = delete;
+  DraDriver& operator=(const DraDriver&) = delete;
+
+  absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> Prepare(const kubelet::DraClaim& claim) override;
+  absl::Status Unprepare(const kubelet::DraClaim& claim) override;
+
+  // Creates the node's slice, or updates it when it differs (a new pool generation). Also run every `resync`
+  // by Start's thread: the kubelet deletes a driver's slices when its plugin has been gone a while.
+  absl::Status PublishSlice();
+  void Start();
+  void Stop();
+
+ private:
+  void Loop();
+
+  const DraDriverConfig config_;
+  k8s::KubeApi* const api_;
+  NodeAgent* const agent_;
+  const formats::GpuInventory inventory_;
+
+  std::mutex mu_;
+  bool stopping_ = false;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+}  // namespace tessera::node
+
+#endif  // TESSERA_NODE_DRA_DRIVER_H_

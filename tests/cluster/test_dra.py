@@ -1,0 +1,256 @@
+"""Tessera's DRA driver (gpu.tessera.dev) on the real Kubernetes components (docs/dra.md, docs/k8s-harness.md).
+
+tessera-node runs with --dra-gpus=6,7: those two GPUs (V100, 32 GiB) go to DRA, the other six stay with the device
+plugin. Pods ask with ResourceClaimTemplates; the real kube-scheduler's DRA plugin allocates from the node's
+ResourceSlice (consumable capacity: `cores` and `memory`), the real kubelet calls NodePrepareResources on the
+driver's socket and asks the runtime for the container with the CDI device the driver answered. The checks read
+what the real components did: the claim's allocation, cri-fake's record of CreateContainer (its CDI devices), the
+CDI spec and the limits file on disk.
+"""
+
+import json
+import os
+
+import pytest
+import yaml
+
+import test_cluster as tc
+from cluster import NODE, Cluster
+
+DRA_GPUS = (6, 7)
+
+
+@pytest.fixture(scope="module")
+def c():
+    with Cluster(tc.SOURCE, tc.BUILD, dra_gpus=DRA_GPUS) as cluster:
+        cluster.kubectl("apply", "-f", os.path.join(tc.SOURCE, "deploy/dra/deviceclasses.yaml"))
+        templates = [d for d in yaml.safe_load_all(open(os.path.join(tc.SOURCE, "examples/dra/claims.yaml")))
+                     if d and d["kind"] == "ResourceClaimTemplate"]
+        cluster.apply("---\n".join(yaml.safe_dump(d) for d in templates) + "\n" + share_template("share-40", 40, "8Gi")
+                      + "---\n" + share_template("too-big", 30, "64Gi"))
+        yield cluster
+
+
+def share_template(name, cores, memory):
+    return yaml.safe_dump({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.tessera.dev",
+            "capacity": {"requests": {"cores": str(cores), "memory": memory}}}}]}}}})
+
+
+def claim_pod(name, template):
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"restartPolicy": "Never",
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+                 "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                                 "resources": {"claims": [{"name": "gpu"}]}}]}})
+
+
+def uuids(c):
+    """GPU index -> UUID, from the node's inventory annotation."""
+    inv = json.loads(c.get("node", NODE)["metadata"]["annotations"]["tessera.dev/gpu-inventory"])
+    return {g["index"]: g["uuid"] for g in inv["gpus"]}
+
+
+def claim_of(c, pod):
+    """The ResourceClaim the pod's template made (pod.status.resourceClaimStatuses)."""
+    def find():
+        p = c.pod("default", pod)
+        for s in (p or {}).get("status", {}).get("resourceClaimStatuses", []):
+            if s.get("resourceClaimName"):
+                return c.get("resourceclaim", s["resourceClaimName"], ns="default")
+        return None
+    return c.wait_for(find, f"the claim of pod {pod}")
+
+
+def prepared(c, pod):
+    """The running pod's claim, its allocation result, the CDI spec the driver wrote and the limits file in it."""
+    p = tc.running(c, pod)
+    claim = claim_of(c, pod)
+    uid = claim["metadata"]["uid"]
+    rec = c.wait_for(lambda: tc.record(c, p), f"the kubelet to create {pod}/main")
+    assert rec.get("cdiDevices") == [f"tessera.dev/claim={uid}"], rec
+    spec_path = c.path("cdi", f"tessera.dev-claim_{uid}.json")
+    with open(spec_path) as f:
+        spec = json.load(f)
+    assert spec["kind"] == "tessera.dev/claim" and spec["devices"][0]["name"] == uid, spec
+    edits = spec["devices"][0]["containerEdits"]
+    mounts = {m["containerPath"]: m for m in edits["mounts"]}
+    assert mounts["/etc/tessera"]["options"][0] == "ro", mounts
+    env = dict(e.split("=", 1) for e in edits["env"])
+    limits = tc.read_limits(os.path.join(mounts["/etc/tessera"]["hostPath"], "limits"))
+    return claim, env, limits, spec_path
+
+
+def test_the_node_publishes_its_dra_gpus_and_keeps_them_from_the_device_plugin(c):
+    slices = [s for s in c.get("resourceslices")["items"] if s["spec"]["driver"] == "gpu.tessera.dev"]
+    assert len(slices) == 1, slices
+    spec = slices[0]["spec"]
+    assert spec["nodeName"] == NODE and spec["pool"]["name"] == NODE
+    by_name = {d["name"]: d for d in spec["devices"]}
+    assert set(by_name) == {"gpu-6", "gpu-7"}, by_name
+    ids = uuids(c)
+    for i in DRA_GPUS:
+        d = by_name[f"gpu-{i}"]
+        assert d["attributes"]["uuid"]["string"] == ids[i]
+        assert d["allowMultipleAllocations"] is True
+        assert d["capacity"]["cores"]["value"] == "100" and d["capacity"]["memory"]["value"] == "32Gi", d
+    # The device plugin offers the other six GPUs only; the extender's inventory shows 6 and 7 as given to DRA.
+    assert c.allocatable_gpu() == 60
+    inv = json.loads(c.get("node", NODE)["metadata"]["annotations"]["tessera.dev/gpu-inventory"])
+    given = {g["index"] for g in inv["gpus"] if g.get("healthReason") == "given to DRA (gpu.tessera.dev)"}
+    assert given == set(DRA_GPUS), inv
+    assert "registered with the kubelet as a DRA driver" in c.procs["tessera-node"].tail(100000)
+
+
+def test_a_share_claim_is_prepared_with_its_limits(c):
+    c.apply(claim_pod("dra-share", "gpu-share-30"))
+    claim, env, limits, _ = prepared(c, "dra-share")
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    assert result["driver"] == "gpu.tessera.dev" and result["pool"] == NODE
+    assert result["consumedCapacity"] == {"cores": "30", "memory": "8Gi"}, result
+    uuid = uuids(c)[int(result["device"].split("-")[1])]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid and env["TESSERA_LIMITS_FILE"] == "/etc/tessera/limits", env
+    assert limits == {uuid: {"memory": 8192 << 20, "cores": 30, "policy": "hard", "priority": "low",
+                             "tenants": limits[uuid]["tenants"]}}, limits
+    tc.delete(c, "dra-share")
+
+
+def test_claims_share_a_gpu_up_to_its_capacity_and_the_next_waits(c):
+    # Two GPUs of 100%: two claims of 40% fit on each, the fifth waits.
+    c.apply("---\n".join(claim_pod(f"dra-s{i}", "share-40") for i in range(5)))
+    devices = {}
+    running = []
+    for i in range(5):
+        try:
+            tc.running(c, f"dra-s{i}", timeout=60 if not running or len(running) < 4 else 15)
+            running.append(f"dra-s{i}")
+        except Exception:
+            pass
+    assert len(running) == 4, running
+    waiting = next(f"dra-s{i}" for i in range(5) if f"dra-s{i}" not in running)
+    for pod in running:
+        claim, env, limits, _ = prepared(c, pod)
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        devices.setdefault(result["device"], []).append(pod)
+        (uuid, gpu), = limits.items()
+        assert gpu["cores"] == 40 and gpu["memory"] == 8192 << 20, limits
+    assert sorted(len(v) for v in devices.values()) == [2, 2], devices
+    # The one that waits says why, in its events (kube-scheduler's DRA plugin).
+    events = c.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={waiting}",
+                       "-o", "json")
+    messages = [e["message"] for e in json.loads(events.stdout)["items"]]
+    assert any("cannot allocate all claims" in m for m in messages), messages
+    # One leaves: the waiting pod gets its share.
+    tc.delete(c, running[0])
+    prepared(c, waiting)
+    tc.delete(c, *running[1:], waiting)
+
+
+def test_deleting_the_pod_unprepares_the_claim(c):
+    c.apply(claim_pod("dra-gone", "gpu-share-30"))
+    claim, _, _, spec_path = prepared(c, "dra-gone")
+    uid = claim["metadata"]["uid"]
+    tc.delete(c, "dra-gone")
+    c.wait_for(lambda: not os.path.exists(spec_path), "the claim's CDI spec to be removed")
+    c.wait_for(lambda: not any(uid in name for name in os.listdir(c.path("tessera", "records"))),
+               "the claim's record to be removed")
+    c.wait_for(lambda: c.kubectl("get", "resourceclaim", claim["metadata"]["name"], check=False).returncode != 0,
+               "the template's claim to be deleted with its pod")
+
+
+def test_a_claim_no_node_can_satisfy_says_why(c):
+    c.apply(claim_pod("dra-too-big", "too-big"))  # 64 GiB of a 32 GiB GPU
+    def reason():
+        events = c.kubectl("get", "events", "-n", "default", "--field-selector",
+                           "involvedObject.name=dra-too-big", "-o", "json")
+        return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
+    messages = c.wait_for(reason, "a FailedScheduling event for dra-too-big")
+    assert any("cannot allocate all claims" in m for m in messages), messages
+    assert c.pod("default", "dra-too-big")["status"]["phase"] == "Pending"
+    tc.delete(c, "dra-too-big")
+
+
+def test_device_plugin_pods_never_get_the_dra_gpus(c):
+    # Whole GPUs through the device plugin: six fit (GPUs 0-5), the seventh does not, though 6 and 7 are free.
+    c.apply("---\n".join(tc.pod_yaml(f"dp-{i}", {"tessera.dev/gpu": 1}) for i in range(7)))
+    ids = uuids(c)
+    placed = []
+    for i in range(6):
+        pod = tc.running(c, f"dp-{i}", timeout=90)
+        tc.check_started_with_assignment(c, pod)
+        placed += [v["uuid"] for x in tc.assignment(pod)["containers"] for v in x["vgpus"]]
+    assert not set(placed) & {ids[i] for i in DRA_GPUS}, placed
+    assert c.pod("default", "dp-6")["status"]["phase"] == "Pending"
+    # And a whole-GPU claim still gets one of the DRA GPUs meanwhile.
+    c.apply(claim_pod("dra-whole", "gpu-whole"))
+    claim, env, limits, _ = prepared(c, "dra-whole")
+    (uuid, gpu), = limits.items()
+    assert uuid in {ids[i] for i in DRA_GPUS} and gpu["cores"] == 100 and gpu["memory"] == 32768 << 20, limits
+    tc.delete(c, *[f"dp-{i}" for i in range(7)], "dra-whole")
+
+
+def test_kubelet_and_agent_restarts_lose_nothing(c):
+    c.apply(claim_pod("dra-r", "gpu-share-30"))
+    claim, _, before, _ = prepared(c, "dra-r")
+    registrations = lambda: c.procs["tessera-node"].since_start().count("registered with the kubelet as a DRA driver")  # noqa: E731
+    before_restart = registrations()
+    assert before_restart >= 1
+    # The kubelet restarts: it finds the driver's registration socket again and keeps the pod's prepared claim.
+    c.procs["kubelet"].stop()
+    c.start_kubelet()
+    c.wait_for_plugin()
+    c.wait_for(lambda: registrations() > before_restart, "the restarted kubelet to register the DRA driver again")
+    # The agent restarts: its records bring the claim's tenant back; the kubelet's new requests reach it.
+    c.procs["tessera-node"].stop()
+    c.start_node_agent()
+    c.wait_for(lambda: registrations() >= 1, "the restarted driver to register with the kubelet")
+    claim2, _, after, _ = prepared(c, "dra-r")
+    assert claim2["metadata"]["uid"] == claim["metadata"]["uid"] and after == before, (before, after)
+    c.apply(claim_pod("dra-r2", "gpu-share-30"))
+    prepared(c, "dra-r2")
+    tc.delete(c, "dra-r", "dra-r2")
+
+
+def with_cdi_edits(rec, spec_path):
+    """The container as a CDI-aware runtime (containerd, CRI-O) creates it: the record plus the containerEdits of
+    the CDI devices the kubelet named (CDI 0.6.0: env appended, mounts added)."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    out = dict(rec, env=dict(rec["env"]), mounts=list(rec["mounts"]))
+    for device in spec["devices"]:
+        if f"{spec['kind']}={device['name']}" not in rec.get("cdiDevices", []):
+            continue
+        edits = device["containerEdits"]
+        out["env"].update(dict(e.split("=", 1) for e in edits.get("env", [])))
+        out["mounts"] += [{"host": m["hostPath"], "container": m["containerPath"], "readonly": "ro" in m["options"]}
+                          for m in edits.get("mounts", [])]
+    return out
+
+
+def test_a_running_tenant_is_held_to_its_claim(c):
+    # A process of the claim's container, under the hook library the CDI spec mounts and preloads, on the fake
+    # driver: it registers with the agent as the claim's tenant and runs at the claim's 30% with its 8 GiB.
+    c.apply(claim_pod("dra-live", "gpu-share-30"))
+    claim, env, limits, spec_path = prepared(c, "dra-live")
+    pod = c.pod("default", "dra-live")
+    rec = with_cdi_edits(tc.record(c, pod), spec_path)
+    assert any(m["container"] == "/etc/ld.so.preload" for m in rec["mounts"]), rec["mounts"]
+    device_dir = c.path("fakegpu")
+    os.makedirs(device_dir, exist_ok=True)
+    extra = {"LD_LIBRARY_PATH": os.path.join(tc.BUILD, "fakecuda"),
+             "CUDA_VISIBLE_DEVICES": rec["env"]["NVIDIA_VISIBLE_DEVICES"],
+             "FAKECUDA_UUIDS": ",".join(tc.node_gpu_uuids()), "FAKECUDA_STATE": "/run/fakecuda/node.state",
+             "TESSERA_HOOK_LOG": "info"}
+    argv = [os.path.join(tc.BUILD, "tests", "cuda_probe"), "dlsym", "init", "ctx", "watch", "2000000", "250"]
+    tenant = tc.ContainerProcess(c, rec, argv, extra, [(device_dir, "/run/fakecuda", False)])
+    try:
+        tc.wait_for_windows(c, tenant, 0, "the claim's tenant to run at its 30% with 8 GiB",
+                            share=lambda s: 0.2 <= s <= 0.4, memory=8192 << 20)
+        c.wait_for(lambda: "registered with the node agent" in tenant.stderr(), "the tenant to register")
+    finally:
+        code = tenant.stop()
+    assert code == 0, f"the tenant exited {code}: {tenant.stderr()[-3000:]}"
+    tc.delete(c, "dra-live")

@@ -1,0 +1,322 @@
+// The DRA driver's pure parts (the ResourceSlice, reading a ResourceClaim's allocation, the CDI spec) and the
+// node agent's claims. The whole path against the real kube-apiserver, kube-scheduler and kubelet is in
+// tests/cluster/test_dra.py; the field names and shapes here follow resource.k8s.io/v1 (k8s.io/api v0.37.2,
+// resource/v1/types.go) and the CDI specification 0.6.0.
+#include "node/dra_driver.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/strings.h"
+#include "hook/common/limits.h"
+#include "temp_dir.h"
+
+namespace tessera::node {
+namespace {
+
+namespace fs = std::filesystem;
+using k8s::Json;
+using ::testing::HasSubstr;
+using tessera::testing::TempDir;
+
+formats::GpuInventory Inventory(int n) {
+  formats::GpuInventory inv;
+  for (int i = 0; i < n; ++i) {
+    formats::InventoryGpu g;
+    g.info.uuid = core::GpuUuid(StrCat("GPU-", i));
+    g.info.index = i;
+    g.info.model = "V100";
+    g.info.memory = core::MiB(32768);
+    g.info.numa_node = i < n / 2 ? 0 : 1;
+    g.cpus = i < n / 2 ? "0-7" : "8-15";
+    inv.gpus.push_back(g);
+  }
+  inv.links = core::LinkMatrix(n, core::Link::Of(core::LinkKind::kSys));
+  // GPUs 0-1 and 2-3 joined by NVLink.
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (a != b && a / 2 == b / 2) inv.links.Set(a, b, core::Link::NvLink(2));
+    }
+  }
+  inv.source = "test";
+  return inv;
+}
+
+DraDriverConfig Config() {
+  DraDriverConfig c;
+  c.node_name = "gpu-1";
+  c.gpus = {2, 3};
+  return c;
+}
+
+// A ResourceClaim as kube-scheduler leaves it: allocated on gpu-1's pool, reserved for one pod.
+Json Claim(Json results, Json config = Json::array()) {
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceClaim"},
+          {"metadata", {{"name", "share"}, {"namespace", "ml"}, {"uid", "c1"}}},
+          {"status",
+           {{"allocation", {{"devices", {{"results", results}, {"config", config}}}}},
+            {"reservedFor", Json::array({{{"resource", "pods"}, {"name", "trainer"}, {"uid", "p1"}}})}}}};
+}
+
+Json Result(const std::string& device, const std::string& cores, const std::string& memory,
+            const std::string& request = "gpu") {
+  return {{"request", request},
+          {"driver", "gpu.tessera.dev"},
+          {"pool", "gpu-1"},
+          {"device", device},
+          {"shareID", StrCat("share-", device, "-", request)},
+          {"consumedCapacity", {{"cores", cores}, {"memory", memory}}}};
+}
+
+const kubelet::DraClaim kRef{"ml", "c1", "share"};
+
+TEST(DraDeviceNameTest, RoundTripsAndRefusesLookAlikes) {
+  EXPECT_EQ(DraDeviceName(3), "gpu-3");
+  EXPECT_EQ(DraDeviceIndex("gpu-3"), 3);
+  EXPECT_EQ(DraDeviceIndex("gpu-12"), 12);
+  for (const char* bad : {"gpu-", "gpu-01", "gpu-+1", "gpu--1", "gpu-1x", "cpu-1", "", "gpu-99999999999"}) {
+    EXPECT_EQ(DraDeviceIndex(bad), -1) << bad;
+  }
+}
+
+TEST(ResourceSliceTest, PublishesTheGivenGpusAsShareableDevices) {
+  const Json slice = ResourceSliceFor(Config(), Inventory(4), "node-uid", 7);
+  EXPECT_EQ(slice["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(slice["metadata"]["name"], "gpu-1-gpu.tessera.dev");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+  EXPECT_EQ(slice["spec"]["driver"], "gpu.tessera.dev");
+  EXPECT_EQ(slice["spec"]["nodeName"], "gpu-1");
+  EXPECT_EQ(slice["spec"]["pool"], Json({{"name", "gpu-1"}, {"generation", 7}, {"resourceSliceCount", 1}}));
+  const Json& devices = slice["spec"]["devices"];
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0]["name"], "gpu-2");
+  EXPECT_EQ(devices[0]["allowMultipleAllocations"], true);
+  EXPECT_EQ(devices[0]["attributes"]["uuid"]["string"], "GPU-2");
+  EXPECT_EQ(devices[0]["attributes"]["numaNode"]["int"], 1);
+  EXPECT_EQ(devices[0]["attributes"]["nvlinkDomain"]["int"], 2);
+  EXPECT_EQ(devices[1]["attributes"]["nvlinkDomain"]["int"], 2);
+  EXPECT_EQ(devices[0]["capacity"]["cores"]["value"], "100");
+  EXPECT_EQ(devices[0]["capacity"]["cores"]["requestPolicy"]["default"], "100");
+  EXPECT_EQ(devices[0]["capacity"]["memory"]["value"], "32768Mi");
+  EXPECT_EQ(devices[0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "1Mi");
+  EXPECT_FALSE(devices[0].contains("taints"));
+}
+
+TEST(ResourceSliceTest, AnUnhealthyGpuIsTainted) {
+  formats::GpuInventory inv = Inventory(4);
+  inv.gpus[3].info.health = core::GpuHealth::kUnhealthy;
+  const Json slice = ResourceSliceFor(Config(), inv, "", 1);
+  EXPECT_FALSE(slice["metadata"].contains("ownerReferences"));
+  EXPECT_FALSE(slice["spec"]["devices"][0].contains("taints"));
+  EXPECT_EQ(slice["spec"]["devices"][1]["taints"][0]["effect"], "NoSchedule");
+}
+
+TEST(ReadClaimTest, ASharesAllocationBecomesTheTenantsLimits) {
+  auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "8Gi")})), kRef, Config(), Inventory(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ContainerRecord& r = c->record;
+  ASSERT_TRUE(r.claim.has_value());
+  EXPECT_EQ(r.claim->uid, "c1");
+  EXPECT_EQ(r.claim->consumers, std::vector<std::string>{"p1"});
+  EXPECT_EQ(r.pod_uid, "p1");
+  EXPECT_EQ(r.pod_name, "trainer");
+  ASSERT_EQ(r.vgpus.size(), 1u);
+  EXPECT_EQ(r.vgpus[0].uuid.value(), "GPU-2");
+  EXPECT_EQ(r.vgpus[0].cores.value(), 300);
+  EXPECT_EQ(r.vgpus[0].memory.value(), 8192);
+  EXPECT_EQ(r.numa_node, 1);
+  EXPECT_EQ(r.cpus, "8-15");
+  EXPECT_EQ(r.compute_policy, core::ComputePolicy::kHard);
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->devices[0].device, "gpu-2");
+  EXPECT_EQ(c->devices[0].pool, "gpu-1");
+  EXPECT_EQ(c->devices[0].requests, std::vector<std::string>{"gpu"});
+  EXPECT_EQ(c->devices[0].share_id, "share-gpu-2-gpu");
+}
+
+TEST(ReadClaimTest, WholeGpusAndOpaqueSettings) {
+  Json whole = Result("gpu-2", "100", "32768Mi");
+  Json other = Result("gpu-3", "100", "32768Mi");
+  const Json config = Json::array(
+      {{{"source", "FromClaim"},
+        {"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"computePolicy", "elastic"}, {"priority", "high"}}}}}},
+       {{"source", "FromClaim"}, {"opaque", {{"driver", "other.example.com"}, {"parameters", {{"x", 1}}}}}}});
+  auto c = ReadClaim(Claim(Json::array({whole, other}), config), kRef, Config(), Inventory(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->record.vgpus.size(), 2u);
+  EXPECT_EQ(c->record.vgpus[1].cores.value(), 1000);
+  EXPECT_EQ(c->record.vgpus[1].memory.value(), 32768);
+  EXPECT_EQ(c->record.compute_policy, core::ComputePolicy::kElastic);
+  EXPECT_EQ(c->record.priority, core::Priority::kHigh);
+}
+
+TEST(ReadClaimTest, TwoRequestsOnOneGpuAddUp) {
+  auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "4Gi", "a"), Result("gpu-2", "20", "2Gi", "b")})),
+                     kRef, Config(), Inventory(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->record.vgpus.size(), 1u);
+  EXPECT_EQ(c->record.vgpus[0].cores.value(), 500);
+  EXPECT_EQ(c->record.vgpus[0].memory.value(), 6144);
+  EXPECT_EQ(c->devices.size(), 2u);
+}
+
+TEST(ReadClaimTest, OtherDriversAndNodesAreNotOurs) {
+  Json foreign = Result("gpu-2", "30", "8Gi");
+  foreign["driver"] = "gpu.nvidia.com";
+  Json elsewhere = Result("gpu-2", "30", "8Gi");
+  elsewhere["pool"] = "gpu-2";
+  auto c = ReadClaim(Claim(Json::array({foreign, elsewhere})), kRef, Config(), Inventory(4));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("allocates no device of driver gpu.tessera.dev on node gpu-1"));
+}
+
+TEST(ReadClaimTest, RefusesWhatTheNodeCannotHonour) {
+  struct Case {
+    const char* what;
+    Json claim;
+    const char* says;
+  };
+  Json not_published = Claim(Json::array({Result("gpu-0", "30", "8Gi")}));
+  Json too_much = Claim(Json::array({Result("gpu-2", "30", "40Gi")}));
+  Json zero = Claim(Json::array({Result("gpu-2", "0", "8Gi")}));
+  Json garbage = Claim(Json::array({Result("gpu-2", "thirty", "8Gi")}));
+  Json unallocated = Claim(Json::array());
+  unallocated["status"].erase("allocation");
+  Json unreserved = Claim(Json::array({Result("gpu-2", "30", "8Gi")}));
+  unreserved["status"]["reservedFor"] = Json::array();
+  Json other_uid = Claim(Json::array({Result("gpu-2", "30", "8Gi")}));
+  other_uid["metadata"]["uid"] = "c2";
+  Json bad_config = Claim(Json::array({Result("gpu-2", "30", "8Gi")}),
+                          Json::array({{{"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"cores", 50}}}}}}}));
+  Json bad_policy = Claim(Json::array({Result("gpu-2", "30", "8Gi")}),
+                          Json::array({{{"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"computePolicy", "soft"}}}}}}}));
+  for (const Case& k : std::vector<Case>{
+           {"a device not given to DRA", not_published, "does not publish to DRA"},
+           {"more memory than the GPU", too_much, "outside 1-100% and 1-32768 MiB"},
+           {"no compute", zero, "outside 1-100%"},
+           {"a quantity that is not one", garbage, "consumedCapacity cores"},
+           {"no allocation", unallocated, "is not allocated"},
+           {"no consumer", unreserved, "reserved for no pod"},
+           {"another object of the name", other_uid, "is now another object"},
+           {"an unknown parameter", bad_config, "unknown parameter \"cores\""},
+           {"an unknown policy", bad_policy, "computePolicy must be"},
+       }) {
+    auto c = ReadClaim(k.claim, kRef, Config(), Inventory(4));
+    ASSERT_FALSE(c.ok()) << k.what;
+    EXPECT_THAT(c.status().message(), HasSubstr(k.says)) << k.what;
+    EXPECT_THAT(c.status().message(), HasSubstr("ml/share")) << k.what;
+  }
+  // Not even an object, or fields of the wrong type: an error, never a crash.
+  for (const Json& junk : {Json(nullptr), Json::array(), Json({{"metadata", 5}}),
+                           Json({{"metadata", {{"uid", "c1"}}}, {"status", {{"allocation", {{"devices", {{"results", 7}}}}}}}}),
+                           Json({{"metadata", {{"uid", "c1"}}}, {"status", {{"allocation", {{"devices", {{"results", Json::array({1, "x", nullptr})}}}}}, {"reservedFor", 3}}}})}) {
+    EXPECT_FALSE(ReadClaim(junk, kRef, Config(), Inventory(4)).ok()) << junk.dump();
+  }
+}
+
+TEST(CdiSpecTest, CarriesTheTenantsEnvironmentAndMounts) {
+  kubelet::ContainerAllocation edits;
+  edits.envs["NVIDIA_VISIBLE_DEVICES"] = "GPU-2";
+  edits.envs["TESSERA_LIMITS_FILE"] = "/etc/tessera/limits";
+  edits.mounts.push_back({"/etc/tessera", "/var/lib/tessera/containers/p1/claim_c1", true});
+  edits.mounts.push_back({"/var/lib/tessera/region", "/var/lib/tessera/regions/p1/claim_c1", false});
+  edits.devices.push_back({"/dev/nvidia2", "/dev/nvidia2", "rw"});
+  const Json spec = Json::parse(CdiSpec("c1", edits));
+  EXPECT_EQ(spec["cdiVersion"], "0.6.0");
+  EXPECT_EQ(spec["kind"], "tessera.dev/claim");
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["name"], "c1");
+  const Json& e = spec["devices"][0]["containerEdits"];
+  EXPECT_EQ(e["env"], Json({"NVIDIA_VISIBLE_DEVICES=GPU-2", "TESSERA_LIMITS_FILE=/etc/tessera/limits"}));
+  EXPECT_EQ(e["mounts"][0]["containerPath"], "/etc/tessera");
+  EXPECT_EQ(e["mounts"][0]["options"][0], "ro");
+  EXPECT_EQ(e["mounts"][1]["options"][0], "rw");
+  EXPECT_EQ(e["deviceNodes"][0]["path"], "/dev/nvidia2");
+  EXPECT_EQ(CdiDeviceId("c1"), "tessera.dev/claim=c1");
+  DraDriverConfig config;
+  config.cdi_dir = "/run/cdi";
+  EXPECT_EQ(CdiSpecPath(config, "c1"), "/run/cdi/tessera.dev-claim_c1.json");
+}
+
+class NoApi : public NodeApi {
+ public:
+  absl::StatusOr<std::vector<NodePod>> ListNodePods() override { return std::vector<NodePod>{}; }
+  absl::Status PatchPodAnnotations(const std::string&, const std::string&, const AnnotationPatch&) override {
+    return absl::OkStatus();
+  }
+  absl::Status PatchNodeAnnotations(const AnnotationPatch&) override { return absl::OkStatus(); }
+  absl::Status PostEvent(const NodeEvent&) override { return absl::OkStatus(); }
+};
+
+TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) {
+  TempDir dir;
+  NodeAgentConfig config;
+  config.node_name = "gpu-1";
+  config.state_dir = dir.path() + "/state";
+  config.proc_root = dir.path() + "/proc";
+  NoApi api;
+  auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "8Gi")})), kRef, Config(), Inventory(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string limits_path;
+  {
+    NodeAgent agent(config, &api, Inventory(4), nullptr);
+    ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+    auto r = agent.PrepareClaim(c->record);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->container, "claim_c1");
+    limits_path = r->dir + "/limits";
+    hook::Limits limits;
+    hook::Error error;
+    ASSERT_TRUE(hook::ReadLimitsFile(limits_path.c_str(), &limits, &error)) << error.text;
+    ASSERT_EQ(limits.device_count, 1);
+    EXPECT_STREQ(limits.devices[0].uuid, "GPU-2");
+    EXPECT_EQ(limits.devices[0].cores_percent, 30u);
+    EXPECT_EQ(limits.devices[0].memory_bytes, uint64_t{8192} << 20);
+    // Prepared again (the kubelet after a restart): the same record, no second tenant.
+    auto again = agent.PrepareClaim(c->record);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *r);
+    EXPECT_EQ(agent.Records().size(), 1u);
+    // A reconcile pass with the pod absent from the API does not collect a claim's tenant.
+    ASSERT_TRUE(agent.ReconcileOnce().ok());
+    EXPECT_EQ(agent.Records().size(), 1u);
+    const kubelet::ContainerAllocation edits = agent.Response(*r);
+    EXPECT_EQ(edits.envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-2");
+    EXPECT_EQ(edits.mounts[0].host_path, r->dir);
+    agent.Stop();
+  }
+  {
+    NodeAgent agent(config, &api, Inventory(4), nullptr);
+    ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+    ASSERT_EQ(agent.Records().size(), 1u);  // loaded from its record
+    EXPECT_EQ(agent.Records()[0].claim, c->record.claim);
+    ASSERT_TRUE(agent.UnprepareClaim("c1").ok());
+    EXPECT_TRUE(agent.Records().empty());
+    EXPECT_FALSE(fs::exists(limits_path));
+    EXPECT_TRUE(agent.UnprepareClaim("c1").ok());  // again: nothing to do, no error
+    agent.Stop();
+  }
+}
+
+TEST(AgentClaimTest, AClaimOnAGpuTheNodeDoesNotHaveIsRefused) {
+  TempDir dir;
+  NodeAgentConfig config;
+  config.node_name = "gpu-1";
+  config.state_dir = dir.path() + "/state";
+  config.proc_root = dir.path() + "/proc";
+  NoApi api;
+  NodeAgent agent(config, &api, Inventory(2), nullptr);
+  ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+  auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "8Gi")})), kRef, Config(), Inventory(4));
+  ASSERT_TRUE(c.ok());
+  auto r = agent.PrepareClaim(c->record);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("is not a GPU of this node"));
+  agent.Stop();
+}
+
+}  // namespace
+}  // namespace tessera::node
