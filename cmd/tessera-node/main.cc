@@ -173,7 +173,7 @@ int Run(const Options& o) {
 
   httplib::Server http;
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(agent.MetricsText(), "text/plain; version=0.0.4");
+    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : ""), "text/plain; version=0.0.4");
   });
   http.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content((*plugin)->registered() ? "ok\n" : "not registered with the kubelet yet\n", "text/plain");

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <tuple>
 
+#include "common/exposition.h"
 #include "common/log.h"
 #include "core/strings.h"
 #include "dra-v1-api.grpc.pb.h"
@@ -162,6 +164,24 @@ bool DraPlugin::registered() const {
 DraPluginStats DraPlugin::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+std::string DraPlugin::MetricsText() const {
+  const DraPluginStats s = stats();
+  std::string out;
+  exposition::AppendFamily(&out, "tessera_dra_registered",
+                           "1 when the kubelet has registered the DRA driver (NotifyRegistrationStatus).", "gauge",
+                           StrCat("tessera_dra_registered ", registered() ? 1 : 0, "\n"));
+  for (const auto& [name, help, value] :
+       {std::tuple<const char*, const char*, uint64_t>{"tessera_dra_claims_prepared_total",
+                                                       "Claims the kubelet asked to prepare, prepared.", s.prepared},
+        {"tessera_dra_prepare_errors_total", "Claims the driver could not prepare (the error is in the pod's events).",
+         s.prepare_errors},
+        {"tessera_dra_claims_unprepared_total", "Claims unprepared.", s.unprepared},
+        {"tessera_dra_unprepare_errors_total", "Claims the driver could not unprepare.", s.unprepare_errors}}) {
+    exposition::AppendFamily(&out, name, help, "counter", StrCat(name, " ", value, "\n"));
+  }
+  return out;
 }
 
 absl::Status DraPlugin::StartServer() {

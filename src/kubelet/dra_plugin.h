@@ -98,6 +98,8 @@ class DraPlugin {
   std::string service_socket() const;
   std::string registration_socket() const;
   DraPluginStats stats() const;
+  // Prometheus text: tessera_dra_registered and the prepare/unprepare counters (docs/metrics.md).
+  std::string MetricsText() const;
 
  private:
   class DraService;

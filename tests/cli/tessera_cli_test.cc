@@ -214,3 +214,28 @@ TEST(TesseraCliTest, InspectExplainsWhatItCannotRead) {
   EXPECT_EQ(no_config.status, 2);
   EXPECT_THAT(no_config.output, HasSubstr("--scheduler"));
 }
+
+// tessera-node's DRA flags (docs/dra.md): a clear error before anything is served.
+TEST(TesseraNodeCliTest, DraGpusRefusedWithAClearError) {
+  const std::string kubeconfig = TempFile("dra-kubeconfig.yaml", R"(apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+)");
+  const std::string gpus = Data("examples/fake-gpus/two-socket-8gpu.yaml");
+  const std::string state = ::testing::TempDir() + "dra-state";
+  const std::string base = "--node-name n --fake-gpus " + gpus + " --state-dir " + state +
+                           " --pod-resources-socket " + state + "/none.sock --metrics-listen ''";
+  Result r = tessera::testing::RunBinary("tessera-node", base + " --fake-api " + TempFile("dra-api.json", "{\"pods\": []}") +
+                                                 " --dra-gpus all");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--dra-gpus needs the API server"));
+  r = tessera::testing::RunBinary("tessera-node", base + " --kubeconfig " + kubeconfig + " --dra-gpus 6,9");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--dra-gpus names GPU 9; this node has GPUs 0-7"));
+  r = tessera::testing::RunBinary("tessera-node", base + " --kubeconfig " + kubeconfig + " --dra-gpus six");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("give \"all\" or GPU indices such as 6,7 or 4-7"));
+}

@@ -116,6 +116,10 @@ TEST_F(DraPluginTest, EachClaimGetsItsOwnAnswer) {
   EXPECT_EQ(s.prepared, 1u);
   EXPECT_EQ(s.prepare_errors, 1u);
   EXPECT_EQ(s.unprepared, 1u);
+  const std::string metrics = plugin_->MetricsText();
+  EXPECT_NE(metrics.find("tessera_dra_claims_prepared_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_dra_prepare_errors_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_dra_registered 0\n"), std::string::npos) << metrics;
 }
 
 TEST_F(DraPluginTest, ASocketRemovedUnderItIsServedAgain) {

@@ -251,12 +251,17 @@ class NoApi : public NodeApi {
   absl::Status PostEvent(const NodeEvent&) override { return absl::OkStatus(); }
 };
 
-TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) {
-  TempDir dir;
+NodeAgentConfig AgentConfig(const TempDir& dir) {
   NodeAgentConfig config;
   config.node_name = "gpu-1";
   config.state_dir = dir.path() + "/state";
   config.proc_root = dir.path() + "/proc";
+  return config;
+}
+
+TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) {
+  TempDir dir;
+  const NodeAgentConfig config = AgentConfig(dir);
   NoApi api;
   auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "8Gi")})), kRef, Config(), Inventory(4));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -303,10 +308,7 @@ TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) 
 
 TEST(AgentClaimTest, AClaimOnAGpuTheNodeDoesNotHaveIsRefused) {
   TempDir dir;
-  NodeAgentConfig config;
-  config.node_name = "gpu-1";
-  config.state_dir = dir.path() + "/state";
-  config.proc_root = dir.path() + "/proc";
+  const NodeAgentConfig config = AgentConfig(dir);
   NoApi api;
   NodeAgent agent(config, &api, Inventory(2), nullptr);
   ASSERT_TRUE(agent.Start(/*background=*/false).ok());
