@@ -160,6 +160,7 @@ int Run(const Options& o) {
 
   gpu::HealthMonitor monitor(source->get(), *inventory, [&](const gpu::HealthUpdate& u) {
     const bool healthy = u.health == core::GpuHealth::kHealthy;
+    if (dra) dra->SetGpuHealth(u.uuid, healthy);
     if (healthy && std::any_of(dra_gpus.begin(), dra_gpus.end(), [&](int i) {
           return inventory->gpus[static_cast<size_t>(i)].info.uuid == u.uuid;
         })) {

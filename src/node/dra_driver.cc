@@ -60,7 +60,12 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
     return absl::UnavailableError(StrCat("cannot read claim ", ref.ns, "/", ref.name, " from the API server: ",
                                          Message(claim.status()), "; the kubelet will retry"));
   }
-  absl::StatusOr<ClaimOnNode> on_node = ReadClaim(*claim, ref, config_, inventory_);
+  formats::GpuInventory inventory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inventory = inventory_;
+  }
+  absl::StatusOr<ClaimOnNode> on_node = ReadClaim(*claim, ref, config_, inventory);
   if (!on_node.ok()) return on_node.status();
   absl::StatusOr<ContainerRecord> record = agent_->PrepareClaim(std::move(on_node->record));
   if (!record.ok()) return record.status();
@@ -82,6 +87,11 @@ absl::Status DraDriver::Unprepare(const kubelet::DraClaim& ref) {
 }
 
 absl::Status DraDriver::PublishSlice() {
+  formats::GpuInventory inventory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inventory = inventory_;
+  }
   std::string node_uid;
   if (absl::StatusOr<Json> node = api_->Get(k8s::kNodes, "", config_.node_name); node.ok()) {
     node_uid = node->value("/metadata/uid"_json_pointer, std::string());
@@ -89,16 +99,16 @@ absl::Status DraDriver::PublishSlice() {
   const std::string name = StrCat(config_.node_name, "-", config_.driver);
   absl::StatusOr<Json> current = api_->Get(k8s::kResourceSlices, "", name);
   if (absl::IsNotFound(current.status())) {
-    absl::StatusOr<Json> made = api_->Create(k8s::kResourceSlices, "", ResourceSliceFor(config_, inventory_, node_uid, 1));
+    absl::StatusOr<Json> made = api_->Create(k8s::kResourceSlices, "", ResourceSliceFor(config_, inventory, node_uid, 1));
     if (made.ok()) log::Info("ResourceSlice published", {{"slice", name}, {"devices", StrCat(config_.gpus.size())}});
     return made.status();
   }
   if (!current.ok()) return current.status();
   const Json generation_field = current->value("/spec/pool/generation"_json_pointer, Json());
   const int64_t generation = generation_field.is_number_integer() ? generation_field.get<int64_t>() : 0;
-  Json wanted = ResourceSliceFor(config_, inventory_, node_uid, generation);
+  Json wanted = ResourceSliceFor(config_, inventory, node_uid, generation);
   if ((*current)["spec"] == wanted["spec"]) return absl::OkStatus();
-  wanted = ResourceSliceFor(config_, inventory_, node_uid, generation + 1);
+  wanted = ResourceSliceFor(config_, inventory, node_uid, generation + 1);
   wanted["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
   absl::StatusOr<Json> updated = api_->Update(k8s::kResourceSlices, "", wanted);
   if (updated.ok()) log::Info("ResourceSlice updated", {{"slice", name}, {"generation", StrCat(generation + 1)}});
@@ -117,8 +127,20 @@ void DraDriver::Loop() {
       log::Warn("cannot publish the node's ResourceSlice; will retry", {{"error", Message(s)}});
     }
     lock.lock();
-    cv_.wait_for(lock, config_.resync, [this] { return stopping_; });
+    cv_.wait_for(lock, config_.resync, [this] { return stopping_ || publish_now_; });
+    publish_now_ = false;
   }
+}
+
+void DraDriver::SetGpuHealth(const core::GpuUuid& uuid, bool healthy) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (formats::InventoryGpu& g : inventory_.gpus) {
+      if (g.info.uuid == uuid) g.info.health = healthy ? core::GpuHealth::kHealthy : core::GpuHealth::kUnhealthy;
+    }
+    publish_now_ = true;
+  }
+  cv_.notify_all();
 }
 
 void DraDriver::Stop() {

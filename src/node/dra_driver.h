@@ -55,6 +55,9 @@ class DraDriver : public kubelet::DraBackend {
   absl::Status PublishSlice();
   void Start();
   void Stop();
+  // GPU health (the HealthMonitor): an unhealthy GPU is published with a NoSchedule taint, so no new claim gets
+  // it; claims already prepared keep it. The slice is updated at once.
+  void SetGpuHealth(const core::GpuUuid& uuid, bool healthy);
 
  private:
   void Loop();
@@ -62,10 +65,10 @@ class DraDriver : public kubelet::DraBackend {
   const DraDriverConfig config_;
   k8s::KubeApi* const api_;
   NodeAgent* const agent_;
-  const formats::GpuInventory inventory_;
-
   std::mutex mu_;
+  formats::GpuInventory inventory_;  // guarded by mu_ (health changes)
   bool stopping_ = false;
+  bool publish_now_ = false;
   std::condition_variable cv_;
   std::thread thread_;
 };

@@ -11,7 +11,10 @@
 
 #include "core/strings.h"
 #include "hook/common/limits.h"
+#include "k8s/kube_api.h"
+#include "k8s/objects.h"
 #include "temp_dir.h"
+#include "fake_apiserver.h"
 
 namespace tessera::node {
 namespace {
@@ -317,6 +320,60 @@ TEST(AgentClaimTest, AClaimOnAGpuTheNodeDoesNotHaveIsRefused) {
   auto r = agent.PrepareClaim(c->record);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(r.status().message(), HasSubstr("is not a GPU of this node"));
+  agent.Stop();
+}
+
+// The driver against an API server (the fake, following kube-apiserver's REST contract; the real one in
+// tests/cluster/test_dra.py): the slice published and followed by health, a claim prepared into a CDI spec and
+// unprepared.
+TEST(DraDriverTest, PublishesFollowsHealthPreparesAndUnprepares) {
+  absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> server = fake::FakeApiServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  fake::FakeApiServer& s = **server;
+  ASSERT_TRUE(s.Create("nodes", "", Json{{"metadata", {{"name", "gpu-1"}}}}).ok());
+  k8s::ClientConfig client;
+  client.server = s.url();
+  absl::StatusOr<std::unique_ptr<k8s::KubeApi>> kube = k8s::NewKubeApi(client);
+  ASSERT_TRUE(kube.ok());
+  TempDir dir;
+  NoApi node_api;
+  NodeAgent agent(AgentConfig(dir), &node_api, Inventory(4), nullptr);
+  ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+  DraDriverConfig config = Config();
+  config.cdi_dir = dir.path() + "/cdi";
+  DraDriver driver(config, kube->get(), &agent, Inventory(4));
+
+  ASSERT_TRUE(driver.PublishSlice().ok());
+  Json slice = *s.Get("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev");
+  EXPECT_EQ(slice["spec"]["pool"]["generation"], 1);
+  EXPECT_FALSE(slice["metadata"]["ownerReferences"][0]["uid"].get<std::string>().empty());
+  ASSERT_TRUE(driver.PublishSlice().ok());  // unchanged: no new generation
+  EXPECT_EQ((*s.Get("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev"))["spec"]["pool"]["generation"], 1);
+  driver.SetGpuHealth(core::GpuUuid("GPU-3"), false);
+  ASSERT_TRUE(driver.PublishSlice().ok());
+  slice = *s.Get("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev");
+  EXPECT_EQ(slice["spec"]["pool"]["generation"], 2);
+  EXPECT_EQ(slice["spec"]["devices"][1]["taints"][0]["key"], "gpu.tessera.dev/unhealthy");
+  // The kubelet deleted the slice (its plugin was gone a while): published again.
+  ASSERT_TRUE(s.Delete("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev").ok());
+  ASSERT_TRUE(driver.PublishSlice().ok());
+  EXPECT_TRUE(s.Get("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev").ok());
+
+  Json claim = Claim(Json::array({Result("gpu-2", "30", "8Gi")}));
+  ASSERT_TRUE(s.Create("resourceclaims.resource.k8s.io", "ml", claim).ok());
+  const std::string uid = (*s.Get("resourceclaims.resource.k8s.io", "ml", "share"))["metadata"]["uid"];
+  const kubelet::DraClaim ref{"ml", uid, "share"};
+  // The fake gives the claim a UID of its own; the allocation must be read for that one.
+  absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> devices = driver.Prepare(ref);
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  ASSERT_EQ(devices->size(), 1u);
+  EXPECT_EQ((*devices)[0].cdi_device_ids, std::vector<std::string>{"tessera.dev/claim=" + uid});
+  EXPECT_TRUE(fs::exists(CdiSpecPath(config, uid)));
+  EXPECT_EQ(driver.Prepare({"ml", "other-uid", "share"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(driver.Prepare({"ml", "x", "missing"}).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(driver.Unprepare(ref).ok());
+  EXPECT_FALSE(fs::exists(CdiSpecPath(config, uid)));
+  EXPECT_TRUE(agent.Records().empty());
   agent.Stop();
 }
 

@@ -212,6 +212,9 @@ std::vector<ResourceInfo> BuiltinResources() {
       {"", "v1", "namespaces", "Namespace", false, true, {"status.phase"}},
       {"", "v1", "configmaps", "ConfigMap", true, false, {}},
       {"coordination.k8s.io", "v1", "leases", "Lease", true, false, {}},
+      // Dynamic Resource Allocation (resource.k8s.io/v1; field selectors as kube-apiserver v1.37 registers them).
+      {"resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false, false, {"spec.nodeName", "spec.driver"}},
+      {"resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true, true, {}},
   };
 }
 
