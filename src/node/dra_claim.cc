@@ -200,7 +200,11 @@ absl::StatusOr<ClaimOnNode> ReadClaim(const Json& claim, const kubelet::DraClaim
       return absl::InvalidArgumentError(StrCat(what, " consumes ", percent, "% and ", mib, " MiB of ", device,
                                                ", outside 1-100% and 1-", g.info.memory.value(), " MiB"));
     }
-    our_requests.insert(Str(res, "request"));
+    // A configuration may name the request, or for a firstAvailable alternative "<request>/<subrequest>" or
+    // only its parent request.
+    const std::string request = Str(res, "request");
+    our_requests.insert(request);
+    our_requests.insert(request.substr(0, request.find('/')));
     kubelet::DraPreparedDevice d;
     d.requests = {Str(res, "request")};
     d.pool = config.node_name;

@@ -156,6 +156,22 @@ TEST(ReadClaimTest, WholeGpusAndOpaqueSettings) {
   EXPECT_EQ(c->record.priority, core::Priority::kHigh);
 }
 
+TEST(ReadClaimTest, ConfigurationForTheParentRequestOfAnAlternativeApplies) {
+  const Json config = Json::array(
+      {{{"source", "FromClaim"},
+        {"requests", {"gpu"}},
+        {"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"computePolicy", "elastic"}}}}}},
+       {{"source", "FromClaim"},
+        {"requests", {"other"}},
+        {"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"priority", "high"}}}}}}});
+  auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "8Gi", "gpu/small")}), config), kRef, Config(),
+                     Inventory(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->record.compute_policy, core::ComputePolicy::kElastic);
+  EXPECT_EQ(c->record.priority, core::Priority::kLow);  // configured for another request
+  EXPECT_EQ(c->devices[0].requests, std::vector<std::string>{"gpu/small"});
+}
+
 TEST(ReadClaimTest, TwoRequestsOnOneGpuAddUp) {
   auto c = ReadClaim(Claim(Json::array({Result("gpu-2", "30", "4Gi", "a"), Result("gpu-2", "20", "2Gi", "b")})),
                      kRef, Config(), Inventory(4));
