@@ -15,9 +15,10 @@ namespace {
 
 constexpr char kDevicePrefix[] = "gpu-";
 
-// The GPUs joined to `index` by NVLink, directly or through others: the smallest index among them names the
-// domain (a claim's matchAttribute on nvlinkDomain keeps its GPUs within one).
-int NvLinkDomain(const core::LinkMatrix& links, int index) {
+// The GPUs joined to `index` by links `near` accepts, directly or through others: the smallest index among
+// them names the domain (a claim's matchAttribute on it keeps its GPUs within one).
+template <typename Near>
+int LinkDomain(const core::LinkMatrix& links, int index, Near near) {
   const int n = links.size();
   if (index >= n) return index;
   std::vector<bool> seen(static_cast<size_t>(n), false);
@@ -29,7 +30,7 @@ int NvLinkDomain(const core::LinkMatrix& links, int index) {
     stack.pop_back();
     smallest = std::min(smallest, a);
     for (int b = 0; b < n; ++b) {
-      if (!seen[static_cast<size_t>(b)] && links.at(a, b).kind == core::LinkKind::kNvLink) {
+      if (!seen[static_cast<size_t>(b)] && near(links.at(a, b).kind)) {
         seen[static_cast<size_t>(b)] = true;
         stack.push_back(b);
       }
@@ -104,7 +105,15 @@ Json ResourceSliceFor(const DraDriverConfig& config, const formats::GpuInventory
     Json attributes = {{"model", {{"string", g.info.model}}},
                        {"uuid", {{"string", g.info.uuid.value()}}},
                        {"index", {{"int", g.info.index}}},
-                       {"nvlinkDomain", {{"int", NvLinkDomain(inventory.links, g.info.index)}}}};
+                       {"nvlinkDomain",
+                        {{"int", LinkDomain(inventory.links, g.info.index,
+                                            [](core::LinkKind k) { return k == core::LinkKind::kNvLink; })}}},
+                       // Behind one PCIe switch (nvidia-smi's PIX) or joined by NVLink: peer-to-peer without
+                       // crossing a host bridge.
+                       {"pcieSwitch",
+                        {{"int", LinkDomain(inventory.links, g.info.index, [](core::LinkKind k) {
+                            return k == core::LinkKind::kNvLink || k == core::LinkKind::kPix;
+                          })}}}};
     if (g.info.numa_node >= 0) attributes["numaNode"] = {{"int", g.info.numa_node}};
     if (!g.pci_bus_id.empty()) attributes["pciBusID"] = {{"string", g.pci_bus_id}};
     Json device = {

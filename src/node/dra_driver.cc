@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "common/log.h"
 #include "core/strings.h"
@@ -73,7 +74,12 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
   if (absl::Status s = WriteAtomically(path, CdiSpec(ref.uid, agent_->Response(*record))); !s.ok()) {
     return absl::InternalError(StrCat(Message(s), "; check that tessera-node may write to ", config_.cdi_dir));
   }
-  for (kubelet::DraPreparedDevice& d : on_node->devices) d.cdi_device_ids = {CdiDeviceId(ref.uid)};
+  // One CDI device carries the whole claim. The kubelet gives a container the CDI IDs of every device of the
+  // requests it uses, so the ID goes on the first device of each request only (not once per GPU).
+  std::set<std::string> requests_given;
+  for (kubelet::DraPreparedDevice& d : on_node->devices) {
+    if (requests_given.insert(d.requests.empty() ? "" : d.requests[0]).second) d.cdi_device_ids = {CdiDeviceId(ref.uid)};
+  }
   return on_node->devices;
 }
 

@@ -26,8 +26,11 @@ def c():
         cluster.kubectl("apply", "-f", os.path.join(tc.SOURCE, "deploy/dra/deviceclasses.yaml"))
         templates = [d for d in yaml.safe_load_all(open(os.path.join(tc.SOURCE, "examples/dra/claims.yaml")))
                      if d and d["kind"] == "ResourceClaimTemplate"]
-        cluster.apply("---\n".join(yaml.safe_dump(d) for d in templates) + "\n" + share_template("share-40", 40, "8Gi")
-                      + "---\n" + share_template("too-big", 30, "64Gi"))
+        docs = [yaml.safe_dump(d) for d in templates] + [share_template("share-40", 40, "8Gi"),
+                                                          share_template("too-big", 30, "64Gi")]
+        cluster.apply("---\n".join(docs))
+        made = {t["metadata"]["name"] for t in cluster.get("resourceclaimtemplates", ns="default")["items"]}
+        assert made == {d["metadata"]["name"] for d in templates} | {"share-40", "too-big"}, made
         yield cluster
 
 
@@ -254,3 +257,29 @@ def test_a_running_tenant_is_held_to_its_claim(c):
         code = tenant.stop()
     assert code == 0, f"the tenant exited {code}: {tenant.stderr()[-3000:]}"
     tc.delete(c, "dra-live")
+
+
+def test_topology_constraints_and_the_elastic_class(c):
+    # GPUs 6 and 7 share a PCIe switch (PIX) and no NVLink (examples/fake-gpus/two-socket-8gpu.yaml): a pair
+    # behind one switch is allocated both; a pair joined by NVLink exists on no node, and the pod says why.
+    c.apply(claim_pod("dra-pair", "gpu-pair-pcie-switch"))
+    claim, env, limits, _ = prepared(c, "dra-pair")
+    ids = uuids(c)
+    assert set(limits) == {ids[6], ids[7]} and all(g["cores"] == 100 for g in limits.values()), limits
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [ids[6], ids[7]] or \
+        env["NVIDIA_VISIBLE_DEVICES"].split(",") == [ids[7], ids[6]], env
+    tc.delete(c, "dra-pair")
+    c.apply(claim_pod("dra-nvlink", "gpu-pair-nvlink"))
+    def reason():
+        events = c.kubectl("get", "events", "-n", "default", "--field-selector",
+                           "involvedObject.name=dra-nvlink", "-o", "json")
+        return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
+    messages = c.wait_for(reason, "a FailedScheduling event for dra-nvlink")
+    assert any("cannot allocate all claims" in m for m in messages), messages
+    tc.delete(c, "dra-nvlink")
+    # The elastic class's opaque configuration reaches the limits file; the CEL selector on the model matches.
+    c.apply(claim_pod("dra-elastic", "gpu-share-v100-elastic"))
+    _, _, limits, _ = prepared(c, "dra-elastic")
+    (uuid, gpu), = limits.items()
+    assert gpu["policy"] == "elastic" and gpu["cores"] == 20 and gpu["memory"] == 4096 << 20, limits
+    tc.delete(c, "dra-elastic")

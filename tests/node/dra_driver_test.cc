@@ -101,6 +101,15 @@ TEST(ResourceSliceTest, PublishesTheGivenGpusAsShareableDevices) {
   EXPECT_EQ(devices[0]["attributes"]["numaNode"]["int"], 1);
   EXPECT_EQ(devices[0]["attributes"]["nvlinkDomain"]["int"], 2);
   EXPECT_EQ(devices[1]["attributes"]["nvlinkDomain"]["int"], 2);
+  EXPECT_EQ(devices[1]["attributes"]["pcieSwitch"]["int"], 2);
+  // Without NVLink, each GPU is a domain of its own; PIX pairs share a switch.
+  formats::GpuInventory pcie = Inventory(4);
+  pcie.links = core::LinkMatrix(4, core::Link::Of(core::LinkKind::kSys));
+  pcie.links.Set(2, 3, core::Link::Of(core::LinkKind::kPix));
+  pcie.links.Set(3, 2, core::Link::Of(core::LinkKind::kPix));
+  const Json pcie_slice = ResourceSliceFor(Config(), pcie, "", 1);
+  EXPECT_EQ(pcie_slice["spec"]["devices"][1]["attributes"]["nvlinkDomain"]["int"], 3);
+  EXPECT_EQ(pcie_slice["spec"]["devices"][1]["attributes"]["pcieSwitch"]["int"], 2);
   EXPECT_EQ(devices[0]["capacity"]["cores"]["value"], "100");
   EXPECT_EQ(devices[0]["capacity"]["cores"]["requestPolicy"]["default"], "100");
   EXPECT_EQ(devices[0]["capacity"]["memory"]["value"], "32768Mi");
