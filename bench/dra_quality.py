@@ -16,6 +16,9 @@ read from a real tessera-node: the inventory annotation, and the ResourceSlice i
   GPUs `tessera.dev/gpu`.
 - DRA: the cluster's default kube-scheduler; each pod has a claim from a ResourceClaimTemplate of its shape: a share
   asks `capacity.requests` {cores, memory}, whole GPUs `count` with no capacity (class gpu.tessera.dev).
+- DRA, packing profile: the same pods under a kube-scheduler profile whose NodeResourcesFit scores nodes by
+  MostAllocated (examples/dra/kube-scheduler-packing.yaml): nodes fill up before new ones are started, which a
+  configuration can do without Tessera's extender.
 
 A share of g thousandths asks g/10 percent of the compute and g/1000 of the GPU's memory on both paths; CPU and
 memory as the trace says. Pods are drawn from the trace's GPU pods (seeded) until they ask for all the cluster's
@@ -46,6 +49,7 @@ import cluster as harness  # noqa: E402
 import cluster_scale as scale  # noqa: E402
 
 GPUS_PER_NODE = 8
+PATHS = ("device-plugin", "dra", "dra-packing")
 GPU_MEMORY_MIB = 32768
 
 
@@ -133,13 +137,28 @@ def claim_templates(shapes):
     return out
 
 
+def start_packing_scheduler(c):
+    """A kube-scheduler with examples/dra/kube-scheduler-packing.yaml's profile (schedulerName dra-packing)."""
+    with open(os.path.join(SOURCE, "examples", "dra", "kube-scheduler-packing.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["clientConnection"] = {"kubeconfig": c.path("admin.kubeconfig")}
+    config["leaderElection"] = {"leaderElect": False}
+    path = c.path("kube-scheduler-packing.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f)
+    c._start("kube-scheduler-packing", [c.bin("kube-scheduler"), "--config", path, "--bind-address", "127.0.0.1",
+                                        "--secure-port", str(harness.free_port()), "-v", "0"])
+
+
 def pod(name, shape, path):
     gpus, milli, cpu, mem = shape
     spec = {"containers": [{"name": "main", "image": "registry.invalid/app:1",
                             "resources": {"requests": {"cpu": f"{min(cpu, 96000)}m", "memory": f"{min(mem, 786432)}Mi"}}}],
             "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
             "automountServiceAccountToken": False}
-    if path == "dra":
+    if path.startswith("dra"):
+        if path == "dra-packing":
+            spec["schedulerName"] = "dra-packing"
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template_name(shape)}]
         spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     else:
@@ -223,6 +242,7 @@ def main():
         c.kubectl("apply", "-f", os.path.join(SOURCE, "deploy", "dra", "deviceclasses.yaml"))
         templates = claim_templates([s for w in workloads.values() for s in w])
         c.apply("---\n".join(yaml.safe_dump(t) for t in templates))
+        start_packing_scheduler(c)
         made = c.get("resourceclaimtemplates", ns="default")["items"]
         assert len(made) == len(templates), f"{len(made)} claim templates made of {len(templates)}"
         c.wait_for(lambda: c.get("nodes")["items"] and all(
@@ -231,7 +251,7 @@ def main():
         results = {}
         for seed, shapes in workloads.items():
             print(f"seed {seed}: {len(shapes)} pods asking {sum(map(gpu_milli, shapes)) / 1000:.1f} GPUs", flush=True)
-            for path in ("device-plugin", "dra"):
+            for path in PATHS:
                 allocated, failed, seconds = replay(c, shapes, path)
                 results[seed, path] = (100.0 * (capacity - allocated) / capacity, failed)
                 print(f"  {path}: {results[seed, path][0]:.2f}% of the GPUs unallocated, {failed} pods found no "
@@ -239,16 +259,16 @@ def main():
     finally:
         c.stop()
     print(f"\nGPU unallocated at 100% arrived, {args.nodes} nodes x {GPUS_PER_NODE} GPUs:")
-    print("| seed | device plugin (extender, policy tessera) | DRA (kube-scheduler's allocator) | DRA - device plugin |")
-    print("|---|---:|---:|---:|")
-    diffs = []
+    print("| seed | device plugin (extender, policy tessera) | DRA, default profile | DRA, packing profile | "
+          "DRA - device plugin | DRA packing - device plugin |")
+    print("|---|---:|---:|---:|---:|---:|")
     for seed in seeds:
-        dp, dra = results[seed, "device-plugin"], results[seed, "dra"]
-        diffs.append(dra[0] - dp[0])
-        print(f"| {seed} | {dp[0]:.2f}% ({dp[1]} pods unplaced) | {dra[0]:.2f}% ({dra[1]} unplaced) | {diffs[-1]:+.2f} |")
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    print(f"| mean | {mean([results[s, 'device-plugin'][0] for s in seeds]):.2f}% | "
-          f"{mean([results[s, 'dra'][0] for s in seeds]):.2f}% | {mean(diffs):+.2f} |")
+        dp, dra, pack = (results[seed, p] for p in PATHS)
+        print(f"| {seed} | {dp[0]:.2f}% ({dp[1]} pods unplaced) | {dra[0]:.2f}% ({dra[1]}) | {pack[0]:.2f}% ({pack[1]}) | "
+              f"{dra[0] - dp[0]:+.2f} | {pack[0] - dp[0]:+.2f} |")
+    mean = {p: sum(results[s, p][0] for s in seeds) / len(seeds) for p in PATHS}
+    print(f"| mean | {mean['device-plugin']:.2f}% | {mean['dra']:.2f}% | {mean['dra-packing']:.2f}% | "
+          f"{mean['dra'] - mean['device-plugin']:+.2f} | {mean['dra-packing'] - mean['device-plugin']:+.2f} |")
     return 0
 
 

@@ -128,6 +128,7 @@ int Run(const Options& o) {
   config.state_dir = o.state_dir;
   config.hook_dir = o.hook_dir;
   config.device_nodes = o.device_nodes;
+  for (int i : dra_gpus) config.dra_gpu_uuids.insert(inventory->gpus[static_cast<size_t>(i)].info.uuid.value());
   node::NodeAgent agent(config, api.get(), device_plugin_inventory, pod_resources->get());
   if (absl::Status s = agent.Start(); !s.ok()) return Fail(Message(s));
 

@@ -79,6 +79,9 @@ struct NodeAgentConfig {
   std::chrono::milliseconds region_lock_timeout{5000};
   // How long a reconcile pass waits for the region jobs it started before going on (they keep running).
   std::chrono::milliseconds region_wait{5000};
+  // UUIDs of the GPUs given to the DRA driver (tessera-node --dra-gpus): an assignment naming one is never
+  // allocated through the device plugin, whatever the extender decided (docs/dra.md, "One node, two paths").
+  std::set<std::string> dra_gpu_uuids;
   RegistrationLimits registration;    // caps of the registration socket
   const k8s::Clock* clock = nullptr;  // null: the real clock
 };

@@ -127,7 +127,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
     for (core::VGpuAssignment& v : r.vgpus) {
       auto it = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
                              [&](const formats::InventoryGpu& g) { return g.info.uuid == v.uuid; });
-      if (it == inventory_.gpus.end()) {
+      if (it == inventory_.gpus.end() || config_.dra_gpu_uuids.contains(v.uuid.value())) {
         known = false;
         break;
       }

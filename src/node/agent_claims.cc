@@ -22,11 +22,27 @@ absl::StatusOr<ContainerRecord> NodeAgent::PrepareClaim(ContainerRecord record) 
   record.container = StrCat("claim_", record.claim->uid);
   const std::string key = record.key();
   Tenant t;
+  std::optional<ContainerRecord> refreshed;  // an existing record whose consumers changed, to save
   {
     MutexLock lock(&mu_);
-    for (const auto& [k, existing] : tenants_) {
-      if (existing.record.is_claim() && existing.record.claim->uid == record.claim->uid) return existing.record;
+    for (auto& [k, existing] : tenants_) {
+      if (!existing.record.is_claim() || existing.record.claim->uid != record.claim->uid) continue;
+      // Prepared already (the kubelet prepares again after its restart): the same tenant. The pods that have
+      // reserved the claim since may register from now on.
+      if (existing.record.claim->consumers == record.claim->consumers) return existing.record;
+      existing.record.claim->consumers = record.claim->consumers;
+      refreshed = existing.record;
+      break;
     }
+  }
+  if (refreshed) {
+    if (absl::Status s = records_.Save(*refreshed); !s.ok()) {
+      log::Warn("cannot save a claim's record", {{"tenant", refreshed->key()}, {"error", Message(s)}});
+    }
+    return *refreshed;
+  }
+  {
+    MutexLock lock(&mu_);
     if (claims_.contains(key)) {
       return absl::UnavailableError(StrCat("claim ", record.claim->ns, "/", record.claim->name,
                                            " is being prepared right now; the kubelet will retry"));

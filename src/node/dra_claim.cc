@@ -39,6 +39,19 @@ int LinkDomain(const core::LinkMatrix& links, int index, Near near) {
   return smallest;
 }
 
+// `mib` MiB as kube-apiserver writes a binary quantity back (its canonical form: the largest binary suffix that
+// keeps the number whole, 32768Mi -> 32Gi), so that the slice read back compares equal to the one written.
+std::string CanonicalMiB(int64_t mib) {
+  static constexpr const char* kSuffixes[] = {"Mi", "Gi", "Ti", "Pi", "Ei"};
+  if (mib == 0) return "0";
+  size_t i = 0;
+  while (i + 1 < std::size(kSuffixes) && mib % 1024 == 0) {
+    mib /= 1024;
+    ++i;
+  }
+  return StrCat(mib, kSuffixes[i]);
+}
+
 // A string field of a JSON object, "" when absent or not a string.
 std::string Str(const Json& j, const char* key) {
   if (!j.is_object()) return "";
@@ -101,7 +114,7 @@ Json ResourceSliceFor(const DraDriverConfig& config, const formats::GpuInventory
   Json devices = Json::array();
   for (const formats::InventoryGpu& g : inventory.gpus) {
     if (!config.gpus.contains(g.info.index)) continue;
-    const std::string memory = StrCat(g.info.memory.value(), "Mi");
+    const std::string memory = CanonicalMiB(g.info.memory.value());
     Json attributes = {{"model", {{"string", g.info.model}}},
                        {"uuid", {{"string", g.info.uuid.value()}}},
                        {"index", {{"int", g.info.index}}},
@@ -215,7 +228,11 @@ absl::StatusOr<ClaimOnNode> ReadClaim(const Json& claim, const kubelet::DraClaim
     our_requests.insert(request);
     our_requests.insert(request.substr(0, request.find('/')));
     kubelet::DraPreparedDevice d;
-    d.requests = {Str(res, "request")};
+    // The kubelet gives a container the CDI devices of the devices whose request names contain the request its
+    // resources.claims[].request names, which is always a top-level request: a firstAvailable alternative's
+    // "<request>/<subrequest>" is reported as "<request>" (as k8s.io/dynamic-resource-allocation's kubeletplugin
+    // does).
+    d.requests = {request.substr(0, request.find('/'))};
     d.pool = config.node_name;
     d.device = device;
     d.share_id = Str(res, "shareID");

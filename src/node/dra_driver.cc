@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -24,7 +25,9 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return absl::InternalError(StrCat("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message()));
-  const std::string tmp = path + ".tmp";
+  // A name of its own per write: the claim lock serializes one claim's writes, but nothing else may share it.
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = StrCat(path, ".tmp.", getpid(), ".", writes.fetch_add(1));
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   size_t done = 0;
@@ -54,8 +57,13 @@ DraDriver::DraDriver(DraDriverConfig config, k8s::KubeApi* api, NodeAgent* agent
 
 DraDriver::~DraDriver() { Stop(); }
 
+std::mutex& DraDriver::ClaimLock(const std::string& uid) {
+  return claim_locks_[std::hash<std::string>{}(uid) % claim_locks_.size()];
+}
+
 absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const kubelet::DraClaim& ref) {
   if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
+  std::lock_guard<std::mutex> claim_lock(ClaimLock(ref.uid));
   absl::StatusOr<Json> claim = api_->Get(k8s::kResourceClaims, ref.ns, ref.name);
   if (!claim.ok()) {
     return absl::UnavailableError(StrCat("cannot read claim ", ref.ns, "/", ref.name, " from the API server: ",
@@ -85,6 +93,7 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
 
 absl::Status DraDriver::Unprepare(const kubelet::DraClaim& ref) {
   if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
+  std::lock_guard<std::mutex> claim_lock(ClaimLock(ref.uid));
   if (absl::Status s = agent_->UnprepareClaim(ref.uid); !s.ok()) return s;
   std::error_code ec;
   fs::remove(CdiSpecPath(config_, ref.uid), ec);
@@ -113,7 +122,18 @@ absl::Status DraDriver::PublishSlice() {
   const Json generation_field = current->value("/spec/pool/generation"_json_pointer, Json());
   const int64_t generation = generation_field.is_number_integer() ? generation_field.get<int64_t>() : 0;
   Json wanted = ResourceSliceFor(config_, inventory, node_uid, generation);
-  if ((*current)["spec"] == wanted["spec"]) return absl::OkStatus();
+  // The API server writes quantities in canonical form (ResourceSliceFor does too) and stamps each taint's
+  // timeAdded: compare without the stamps, or the slice would be rewritten at every resync.
+  Json have = (*current)["spec"];
+  if (have.contains("devices") && have["devices"].is_array()) {
+    for (Json& d : have["devices"]) {
+      if (!d.is_object() || !d.contains("taints") || !d["taints"].is_array()) continue;
+      for (Json& t : d["taints"]) {
+        if (t.is_object()) t.erase("timeAdded");
+      }
+    }
+  }
+  if (have == wanted["spec"]) return absl::OkStatus();
   wanted = ResourceSliceFor(config_, inventory, node_uid, generation + 1);
   wanted["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
   absl::StatusOr<Json> updated = api_->Update(k8s::kResourceSlices, "", wanted);

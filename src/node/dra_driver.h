@@ -22,6 +22,7 @@
 #ifndef TESSERA_NODE_DRA_DRIVER_H_
 #define TESSERA_NODE_DRA_DRIVER_H_
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -65,6 +66,11 @@ class DraDriver : public kubelet::DraBackend {
   const DraDriverConfig config_;
   k8s::KubeApi* const api_;
   NodeAgent* const agent_;
+  // Prepare and Unprepare of one claim never overlap (the kubelet may unprepare a claim whose prepare it gave up
+  // waiting for): each holds the lock its claim UID hashes to for the whole call.
+  std::mutex& ClaimLock(const std::string& uid);
+  std::array<std::mutex, 64> claim_locks_;
+
   std::mutex mu_;
   formats::GpuInventory inventory_;  // guarded by mu_ (health changes)
   bool stopping_ = false;

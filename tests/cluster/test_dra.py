@@ -283,3 +283,12 @@ def test_topology_constraints_and_the_elastic_class(c):
     (uuid, gpu), = limits.items()
     assert gpu["policy"] == "elastic" and gpu["cores"] == 20 and gpu["memory"] == 4096 << 20, limits
     tc.delete(c, "dra-elastic")
+
+
+def test_an_unchanged_slice_is_never_rewritten(c):
+    # The agent compares its slice with the API server's every 10 s; the API server writes quantities in canonical
+    # form (32768Mi reads back as 32Gi). Nothing changed during this module (about a minute, several resyncs,
+    # one agent restart), so the pool is at its first generation and the agent never updated it.
+    s = c.get("resourceslice", f"{NODE}-gpu.tessera.dev")
+    assert s["spec"]["pool"]["generation"] == 1, s["spec"]["pool"]
+    assert "ResourceSlice updated" not in c.procs["tessera-node"].tail(1000000)

@@ -252,6 +252,23 @@ TEST_F(AgentTest, FiftyPodsOfOneShapeAllocatedConcurrentlyAllGetCorrectRecords) 
   EXPECT_EQ(agent->Records().size(), 50u);
 }
 
+// A GPU given to DRA (tessera-node --dra-gpus) is never allocated through the device plugin, whatever the
+// assignment says (an extender of an older inventory, a pod placed before the flag): no share twice.
+TEST_F(AgentTest, AnAssignmentOnADraGpuIsNeverAllocated) {
+  config_.dra_gpu_uuids = {"GPU-2"};
+  api_.UpsertPod(BoundPod(1, {{2, 30, 1024}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  auto refused = client->Allocate({{"GPU-2::0"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("no pod bound to node gpu-1"));
+  EXPECT_TRUE(agent->Records().empty());
+  api_.UpsertPod(BoundPod(2, {{1, 30, 1024}}));  // the same shape on a device-plugin GPU is allocated
+  auto allowed = client->Allocate({{"GPU-1::0"}});
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_EQ((*allowed)[0].envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-1");
+}
+
 TEST_F(AgentTest, ResponseCarriesMountsEnvAndNumaCpus) {
   NodePod p = BoundPod(1, {{2, 50, 4096}, {3, 50, 4096}});
   auto a = formats::ParseAssignment(p.annotations[formats::kAnnotationAssignment]);

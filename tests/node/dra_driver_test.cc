@@ -112,7 +112,11 @@ TEST(ResourceSliceTest, PublishesTheGivenGpusAsShareableDevices) {
   EXPECT_EQ(pcie_slice["spec"]["devices"][1]["attributes"]["pcieSwitch"]["int"], 2);
   EXPECT_EQ(devices[0]["capacity"]["cores"]["value"], "100");
   EXPECT_EQ(devices[0]["capacity"]["cores"]["requestPolicy"]["default"], "100");
-  EXPECT_EQ(devices[0]["capacity"]["memory"]["value"], "32768Mi");
+  // As kube-apiserver writes it back (canonical form), so that an unchanged slice compares equal.
+  EXPECT_EQ(devices[0]["capacity"]["memory"]["value"], "32Gi");
+  formats::GpuInventory odd = Inventory(4);
+  odd.gpus[2].info.memory = core::MiB(81559);  // an H100's 80 GB as NVML reports it
+  EXPECT_EQ(ResourceSliceFor(Config(), odd, "", 1)["spec"]["devices"][0]["capacity"]["memory"]["value"], "81559Mi");
   EXPECT_EQ(devices[0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "1Mi");
   EXPECT_FALSE(devices[0].contains("taints"));
 }
@@ -178,7 +182,9 @@ TEST(ReadClaimTest, ConfigurationForTheParentRequestOfAnAlternativeApplies) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->record.compute_policy, core::ComputePolicy::kElastic);
   EXPECT_EQ(c->record.priority, core::Priority::kLow);  // configured for another request
-  EXPECT_EQ(c->devices[0].requests, std::vector<std::string>{"gpu/small"});
+  // Reported under the top-level request, the name a container's resources.claims[].request can hold (the
+  // kubelet matches it against these names to give the container the claim's CDI device).
+  EXPECT_EQ(c->devices[0].requests, std::vector<std::string>{"gpu"});
 }
 
 TEST(ReadClaimTest, TwoRequestsOnOneGpuAddUp) {
@@ -313,6 +319,15 @@ TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) 
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(*again, *r);
     EXPECT_EQ(agent.Records().size(), 1u);
+    // ... and with a pod that reserved the claim since: that pod's processes may register now.
+    ContainerRecord shared = c->record;
+    shared.claim->consumers.push_back("p2");
+    auto refreshed = agent.PrepareClaim(shared);
+    ASSERT_TRUE(refreshed.ok());
+    EXPECT_EQ(refreshed->claim->consumers, (std::vector<std::string>{"p1", "p2"}));
+    EXPECT_EQ(refreshed->dir, r->dir);
+    ASSERT_EQ(agent.Records().size(), 1u);
+    EXPECT_EQ(agent.Records()[0].claim->consumers, (std::vector<std::string>{"p1", "p2"}));
     // A reconcile pass with the pod absent from the API does not collect a claim's tenant.
     ASSERT_TRUE(agent.ReconcileOnce().ok());
     EXPECT_EQ(agent.Records().size(), 1u);
@@ -325,7 +340,7 @@ TEST(AgentClaimTest, APreparedClaimIsATenantUntilUnpreparedAndSurvivesARestart) 
     NodeAgent agent(config, &api, Inventory(4), nullptr);
     ASSERT_TRUE(agent.Start(/*background=*/false).ok());
     ASSERT_EQ(agent.Records().size(), 1u);  // loaded from its record
-    EXPECT_EQ(agent.Records()[0].claim, c->record.claim);
+    EXPECT_EQ(agent.Records()[0].claim->consumers, (std::vector<std::string>{"p1", "p2"}));  // saved
     ASSERT_TRUE(agent.UnprepareClaim("c1").ok());
     EXPECT_TRUE(agent.Records().empty());
     EXPECT_FALSE(fs::exists(limits_path));
