@@ -1,6 +1,10 @@
 #include "common/files.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -46,6 +50,27 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
   if (!ReadCapped(in, max_bytes, &out)) return too_big();
   if (in.bad()) return absl::DataLossError(StrCat(path, ": read error"));
   return out;
+}
+
+absl::Status WriteTextFileAtomically(const std::string& path, std::string_view text) {
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = StrCat(path, ".tmp.", getpid(), ".", writes.fetch_add(1));
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      const int e = errno;
+      std::remove(tmp.c_str());
+      return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(e)));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(e)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

@@ -20,6 +20,11 @@ inline constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
 // (ResourceExhausted) that says so, without reading past the cap.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 
+// Writes `text` to `path` atomically: a temporary file of this write's own beside it (concurrent writers of one
+// path never share it), then rename(2), so readers see the old content or the new, never a part. Not fsynced:
+// the callers' files need not outlive a crash of the machine.
+absl::Status WriteTextFileAtomically(const std::string& path, std::string_view text);
+
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_FILES_H_

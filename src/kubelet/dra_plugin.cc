@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <tuple>
 
 #include "common/exposition.h"
 #include "common/log.h"
@@ -172,14 +171,19 @@ std::string DraPlugin::MetricsText() const {
   exposition::AppendFamily(&out, "tessera_dra_registered",
                            "1 when the kubelet has registered the DRA driver (NotifyRegistrationStatus).", "gauge",
                            StrCat("tessera_dra_registered ", registered() ? 1 : 0, "\n"));
-  for (const auto& [name, help, value] :
-       {std::tuple<const char*, const char*, uint64_t>{"tessera_dra_claims_prepared_total",
-                                                       "Claims the kubelet asked to prepare, prepared.", s.prepared},
-        {"tessera_dra_prepare_errors_total", "Claims the driver could not prepare (the error is in the pod's events).",
-         s.prepare_errors},
-        {"tessera_dra_claims_unprepared_total", "Claims unprepared.", s.unprepared},
-        {"tessera_dra_unprepare_errors_total", "Claims the driver could not unprepare.", s.unprepare_errors}}) {
-    exposition::AppendFamily(&out, name, help, "counter", StrCat(name, " ", value, "\n"));
+  struct Counter {
+    const char* name;
+    const char* help;
+    uint64_t value;
+  };
+  const Counter counters[] = {
+      {"tessera_dra_claims_prepared_total", "Claims the kubelet asked to prepare, prepared.", s.prepared},
+      {"tessera_dra_prepare_errors_total", "Claims the driver could not prepare (the error is in the pod's events).",
+       s.prepare_errors},
+      {"tessera_dra_claims_unprepared_total", "Claims unprepared.", s.unprepared},
+      {"tessera_dra_unprepare_errors_total", "Claims the driver could not unprepare.", s.unprepare_errors}};
+  for (const Counter& c : counters) {
+    exposition::AppendFamily(&out, c.name, c.help, "counter", StrCat(c.name, " ", c.value, "\n"));
   }
   return out;
 }

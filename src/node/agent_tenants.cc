@@ -156,12 +156,11 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
   // A pod with only claims: a process of any of its containers belongs to the claim whose GPUs it names (the
   // first when it names none). One Tessera claim per container is supported (docs/dra.md).
   if (mine.empty() && !claims.empty()) {
+    const std::string_view first_gpu = StrSplit(hello.gpus, ',')[0];  // "" when it names none
     mine.push_back(claims[0]);
     for (const Tenant* t : claims) {
-      if (hello.gpus[0] != 0 && std::any_of(t->record.vgpus.begin(), t->record.vgpus.end(),
-                                            [&](const core::VGpuAssignment& v) {
-                                              return StrSplit(hello.gpus, ',')[0] == v.uuid.value();
-                                            })) {
+      if (!first_gpu.empty() && std::any_of(t->record.vgpus.begin(), t->record.vgpus.end(),
+                                            [&](const core::VGpuAssignment& v) { return v.uuid.value() == first_gpu; })) {
         mine[0] = t;
       }
     }

@@ -6,6 +6,7 @@
 
 #include "core/quantity.h"
 #include "core/strings.h"
+#include "k8s/objects.h"
 
 namespace tessera::node {
 
@@ -169,7 +170,7 @@ absl::StatusOr<ClaimOnNode> ReadClaim(const Json& claim, const kubelet::DraClaim
                                       const DraDriverConfig& config, const formats::GpuInventory& inventory) {
   const std::string what = StrCat("claim ", ref.ns, "/", ref.name);
   if (!claim.is_object()) return absl::InvalidArgumentError(StrCat(what, " is not a JSON object"));
-  const std::string uid = Path(claim, {"metadata", "uid"}) ? Str(claim["metadata"], "uid") : "";
+  const std::string uid = k8s::Uid(claim);
   if (uid != ref.uid) {
     return absl::NotFoundError(StrCat(what, " is now another object (UID ", uid, ", the kubelet asked for ",
                                       ref.uid, "); it was deleted and made again"));

@@ -1,14 +1,9 @@
 #include "node/dra_driver.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <set>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "core/strings.h"
 #include "k8s/api_status.h"
@@ -18,39 +13,6 @@ namespace tessera::node {
 
 namespace fs = std::filesystem;
 using k8s::Json;
-
-namespace {
-
-absl::Status WriteAtomically(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return absl::InternalError(StrCat("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message()));
-  // A name of its own per write: the claim lock serializes one claim's writes, but nothing else may share it.
-  static std::atomic<uint64_t> writes{0};
-  const std::string tmp = StrCat(path, ".tmp.", getpid(), ".", writes.fetch_add(1));
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      const int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return absl::InternalError(StrCat("cannot write ", tmp, ": ", std::strerror(e)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(StrCat("cannot rename ", tmp, ": ", std::strerror(e)));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 DraDriver::DraDriver(DraDriverConfig config, k8s::KubeApi* api, NodeAgent* agent, formats::GpuInventory inventory)
     : config_(std::move(config)), api_(api), agent_(agent), inventory_(std::move(inventory)) {}
@@ -78,8 +40,10 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
   if (!on_node.ok()) return on_node.status();
   absl::StatusOr<ContainerRecord> record = agent_->PrepareClaim(std::move(on_node->record));
   if (!record.ok()) return record.status();
-  const std::string path = CdiSpecPath(config_, ref.uid);
-  if (absl::Status s = WriteAtomically(path, CdiSpec(ref.uid, agent_->Response(*record))); !s.ok()) {
+  std::error_code ec;
+  fs::create_directories(config_.cdi_dir, ec);
+  if (absl::Status s = WriteTextFileAtomically(CdiSpecPath(config_, ref.uid), CdiSpec(ref.uid, agent_->Response(*record)));
+      !s.ok()) {
     return absl::InternalError(StrCat(Message(s), "; check that tessera-node may write to ", config_.cdi_dir));
   }
   // One CDI device carries the whole claim. The kubelet gives a container the CDI IDs of every device of the
@@ -109,7 +73,7 @@ absl::Status DraDriver::PublishSlice() {
   }
   std::string node_uid;
   if (absl::StatusOr<Json> node = api_->Get(k8s::kNodes, "", config_.node_name); node.ok()) {
-    node_uid = node->value("/metadata/uid"_json_pointer, std::string());
+    node_uid = k8s::Uid(*node);
   }
   const std::string name = StrCat(config_.node_name, "-", config_.driver);
   absl::StatusOr<Json> current = api_->Get(k8s::kResourceSlices, "", name);
@@ -135,7 +99,7 @@ absl::Status DraDriver::PublishSlice() {
   }
   if (have == wanted["spec"]) return absl::OkStatus();
   wanted = ResourceSliceFor(config_, inventory, node_uid, generation + 1);
-  wanted["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
+  wanted["metadata"]["resourceVersion"] = k8s::ResourceVersion(*current);
   absl::StatusOr<Json> updated = api_->Update(k8s::kResourceSlices, "", wanted);
   if (updated.ok()) log::Info("ResourceSlice updated", {{"slice", name}, {"generation", StrCat(generation + 1)}});
   return updated.status();

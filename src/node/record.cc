@@ -247,17 +247,8 @@ std::string RecordStore::PathOf(std::string_view pod_uid, std::string_view conta
 absl::Status RecordStore::Save(const ContainerRecord& r) const {
   // Not fsynced, as the limits files: the page cache outlives a crash of the agent, and a crash of the
   // machine takes the containers with it.
-  const std::string path = PathOf(r);
-  const std::string tmp = StrCat(path, ".tmp.", gettid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << SerializeRecord(r) << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(StrCat("cannot write ", tmp, "; is ", dir_, " full?"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(StrCat("cannot rename ", tmp, ": ", ec.message()));
+  absl::Status s = WriteTextFileAtomically(PathOf(r), SerializeRecord(r) + "\n");
+  if (!s.ok()) return absl::InternalError(StrCat(Message(s), "; is ", dir_, " full?"));
   return absl::OkStatus();
 }
 

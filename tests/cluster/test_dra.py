@@ -87,6 +87,12 @@ def prepared(c, pod):
     return claim, env, limits, spec_path
 
 
+def scheduling_failures(c, pod):
+    """kube-scheduler's FailedScheduling messages about a pod, from its events."""
+    events = c.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={pod}", "-o", "json")
+    return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
+
+
 def test_the_node_publishes_its_dra_gpus_and_keeps_them_from_the_device_plugin(c):
     slices = [s for s in c.get("resourceslices")["items"] if s["spec"]["driver"] == "gpu.tessera.dev"]
     assert len(slices) == 1, slices
@@ -142,9 +148,7 @@ def test_claims_share_a_gpu_up_to_its_capacity_and_the_next_waits(c):
         assert gpu["cores"] == 40 and gpu["memory"] == 8192 << 20, limits
     assert sorted(len(v) for v in devices.values()) == [2, 2], devices
     # The one that waits says why, in its events (kube-scheduler's DRA plugin).
-    events = c.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={waiting}",
-                       "-o", "json")
-    messages = [e["message"] for e in json.loads(events.stdout)["items"]]
+    messages = scheduling_failures(c, waiting)
     assert any("cannot allocate all claims" in m for m in messages), messages
     # One leaves: the waiting pod gets its share.
     tc.delete(c, running[0])
@@ -166,11 +170,7 @@ def test_deleting_the_pod_unprepares_the_claim(c):
 
 def test_a_claim_no_node_can_satisfy_says_why(c):
     c.apply(claim_pod("dra-too-big", "too-big"))  # 64 GiB of a 32 GiB GPU
-    def reason():
-        events = c.kubectl("get", "events", "-n", "default", "--field-selector",
-                           "involvedObject.name=dra-too-big", "-o", "json")
-        return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
-    messages = c.wait_for(reason, "a FailedScheduling event for dra-too-big")
+    messages = c.wait_for(lambda: scheduling_failures(c, "dra-too-big"), "a FailedScheduling event for dra-too-big")
     assert any("cannot allocate all claims" in m for m in messages), messages
     assert c.pod("default", "dra-too-big")["status"]["phase"] == "Pending"
     tc.delete(c, "dra-too-big")
@@ -270,11 +270,7 @@ def test_topology_constraints_and_the_elastic_class(c):
         env["NVIDIA_VISIBLE_DEVICES"].split(",") == [ids[7], ids[6]], env
     tc.delete(c, "dra-pair")
     c.apply(claim_pod("dra-nvlink", "gpu-pair-nvlink"))
-    def reason():
-        events = c.kubectl("get", "events", "-n", "default", "--field-selector",
-                           "involvedObject.name=dra-nvlink", "-o", "json")
-        return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
-    messages = c.wait_for(reason, "a FailedScheduling event for dra-nvlink")
+    messages = c.wait_for(lambda: scheduling_failures(c, "dra-nvlink"), "a FailedScheduling event for dra-nvlink")
     assert any("cannot allocate all claims" in m for m in messages), messages
     tc.delete(c, "dra-nvlink")
     # The elastic class's opaque configuration reaches the limits file; the CEL selector on the model matches.
