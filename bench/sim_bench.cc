@@ -5,7 +5,8 @@
 //   build/bin/sim_bench [--traces DIR] [--policy tessera] [--seed 42]
 //   build/bin/sim_bench --quick       # CI: examples/sim (in the repository), several policies and seeds
 //
-// Target (issue "Simulator and placement quality"): under 5 s; the FGD study's simulator needs about 10
+// Target (issue 13, "Placement that generalises"): load and replay under 1 s (an earlier issue asked
+// for 5 s); the FGD study's simulator needs about 10
 // minutes per run on 2 vCPUs. The full run exits 1 when the target is missed.
 //
 // Checks, in every mode (exit 1 on a wrong answer; quick mode judges no time): with and without the cache,
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
       std::printf(
           "sim_bench [--traces=DIR] [--policy=tessera] [--seed=42]: time one replay of the default trace\n"
           "  (../shared/traces/alibaba-gpu-v2023) at 130%%, with the evaluation cache and without it.\n"
-          "  Target: load and replay under 5 s; the full run exits 1 when it is missed.\n"
+          "  Target: load and replay under 1 s; the full run exits 1 when it is missed.\n"
           "sim_bench --quick: CI mode, on examples/sim (in the repository): tessera, fgd, bestfit, dotprod\n"
           "  and packing (the policies the cache serves), seeds 42-45; times are printed, never judged.\n"
           "Every run checks the answers (exit 1 on a wrong one): with and without the cache, every\n"
@@ -144,8 +145,8 @@ int main(int argc, char** argv) {
       if (quick) {
         std::printf("  replay:                           %6.3f s\n", cached);
       } else {
-        std::printf("  replay:                           %6.2f s  (target < 5 s: %s)\n", cached,
-                    load + cached < 5 ? "met" : "NOT met");
+        std::printf("  replay:                           %6.2f s  (target < 1 s: %s)\n", cached,
+                    load + cached < 1 ? "met" : "NOT met");
       }
       std::printf("  replay without evaluation cache:  %6.3f s  (baseline, same run; ratio %.1fx)\n",
                   uncached, uncached / cached);
@@ -163,8 +164,8 @@ int main(int argc, char** argv) {
                  failures);
     return 1;
   }
-  if (!quick && load + worst >= 5) {
-    std::fprintf(stderr, "sim_bench: target missed: load and replay %.2f s, target < 5 s\n", load + worst);
+  if (!quick && load + worst >= 1) {
+    std::fprintf(stderr, "sim_bench: target missed: load and replay %.2f s, target < 1 s\n", load + worst);
     return 1;
   }
   return 0;

@@ -181,9 +181,10 @@ absl::Status Cluster::AddNode(NodeInfo info) {
   state.tenants_.resize(static_cast<size_t>(n));
   state.info_ = std::move(info);
   state.Recompute();
-  Touch(state);
   node_index_[state.info_.name.value()] = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(state));
+  versions_.push_back(0);
+  Touch(nodes_.back());
   return absl::OkStatus();
 }
 
@@ -203,9 +204,12 @@ absl::Status Cluster::RemoveNode(const NodeName& name) {
     for (auto& [uid, record] : pods_) {
       if (record.node == last) record.node = i;
     }
+    // What caches remembered for position i was about the removed node.
+    Touch(nodes_[static_cast<size_t>(i)]);
   }
   node_index_.erase(name.value());
   nodes_.pop_back();
+  versions_.pop_back();
   return absl::OkStatus();
 }
 

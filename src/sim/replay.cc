@@ -38,6 +38,9 @@ std::string FailureCause(const core::Cluster& cluster, const core::PodRequest& p
   // Whether the node's GPUs among `eligible` could take every container's vGPUs (each container's on distinct
   // GPUs, the least free fitting GPU first), whatever its CPU and memory.
   auto gpu_room = [&](const core::NodeState& node, core::GpuMask eligible) {
+    // The node's summaries (over all its healthy GPUs) refuse most nodes of a full cluster at once.
+    if (req.min_cores() > node.max_free_cores() || req.exclusive_count() > node.whole_free_gpus())
+      return false;
     core::NodeScratch scratch(node, options);
     for (size_t c = 0; c < req.container_count(); ++c) {
       core::GpuMask taken;

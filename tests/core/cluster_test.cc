@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "test_util.h"
 
 namespace tessera::core {
@@ -145,6 +147,32 @@ TEST(ClusterTest, HealthAndRemoval) {
   ASSERT_TRUE(c.Release(PodUid("q")).ok());
   EXPECT_EQ(c.FindNode(NodeName("b"))->free_cores(0), kWholeGpu);
   EXPECT_EQ(c.FindNode(NodeName("a")), nullptr);
+}
+
+// Caches keyed by a node's position and version (EvaluationCache, RankedIndex) rely on node_versions():
+// every change gives the node a version newer than any before, and a node moved to another position by a
+// removal counts as changed there.
+TEST(ClusterTest, NodeVersionsFollowEveryChangeAndMove) {
+  Cluster c;
+  for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(c.AddNode(MakeNode(name, 2)).ok());
+  auto newest = [&] { return *std::max_element(c.node_versions().begin(), c.node_versions().end()); };
+  ASSERT_EQ(c.node_versions().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.node_versions()[i], c.nodes()[i].version());
+
+  uint64_t before = newest();
+  ASSERT_TRUE(c.Commit(MakePod("p", {}), On("b", {Vgpu(0, 100, 10)})).ok());
+  EXPECT_GT(c.node_versions()[1], before);
+  before = newest();
+  ASSERT_TRUE(c.SetSchedulable(NodeName("a"), false).ok());
+  EXPECT_GT(c.node_versions()[0], before);
+
+  before = newest();
+  ASSERT_TRUE(c.RemoveNode(NodeName("a")).ok());  // "c" moves to position 0
+  ASSERT_EQ(c.node_versions().size(), 2u);
+  EXPECT_EQ(c.nodes()[0].name().value(), "c");
+  EXPECT_GT(c.node_versions()[0], before);
+  EXPECT_EQ(c.node_versions()[0], c.nodes()[0].version());
+  EXPECT_EQ(c.node_versions()[1], c.nodes()[1].version());
 }
 
 TEST(ClusterTest, QuotaUseFollowsCommitAndRelease) {

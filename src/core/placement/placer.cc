@@ -353,6 +353,11 @@ Placement Placer::Materialize(const NodeState& node, const CompiledRequest& req,
   return p;
 }
 
+uint64_t Placer::CacheKey(const CompiledRequest& req) const {
+  // The policy's cluster-wide state is part of the question.
+  return req.fingerprint() ^ (policy_->state_key() * 0x9e3779b97f4a7c15ULL);
+}
+
 const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& node,
                                       const CompiledRequest& req, Rng& rng, EvaluationCache* cache,
                                       NodeFit& scratch) const {
@@ -361,8 +366,7 @@ const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& n
     return scratch;
   }
   const size_t index = static_cast<size_t>(&node - cluster.nodes().data());
-  // The policy's cluster-wide state is part of the question.
-  const uint64_t key = req.fingerprint() ^ (policy_->state_key() * 0x9e3779b97f4a7c15ULL);
+  const uint64_t key = CacheKey(req);
   if (const NodeFit* hit = cache->Find(index, node.version(), key)) return *hit;
   scratch = Evaluate(node, req, rng);
   cache->Store(index, node.version(), key, scratch);
@@ -391,7 +395,18 @@ absl::StatusOr<Placement> Placer::Place(const Cluster& cluster, const PodRequest
   // The best node: highest tier, then highest score; ties random, or by rank.
   NodeFit best_fit;
   const NodeState* chosen = nullptr;
-  if (node_rank.empty()) {
+  if (cache != nullptr && candidates.empty() && node_rank.size() == nodes.size()) {
+    // Every node under a fixed ranking: the cache's per-shape index knows the winner, up to the nodes that
+    // changed since this shape was last asked. The same choice as the scan below (a test compares them).
+    const int best = cache->ranked().Best(CacheKey(req), cluster.node_versions(), node_rank, [&](size_t i) {
+      const NodeFit& fit = evaluate(cluster.nodes()[i]);
+      return RankedIndex::Answer{fit.fits(), fit.tier, fit.score};
+    });
+    if (best >= 0) {
+      chosen = &cluster.nodes()[static_cast<size_t>(best)];
+      best_fit = evaluate(*chosen);
+    }
+  } else if (node_rank.empty()) {
     TieBreaker<const NodeState*, std::pair<int, double>> best(rng);
     for (const NodeState* node : nodes) {
       const NodeFit& fit = evaluate(*node);

@@ -98,6 +98,9 @@ class Placer {
                                   std::span<const uint32_t> node_rank = {},
                                   EvaluationCache* cache = nullptr) const;
 
+  // What EvaluationCache remembers an answer under: the pod's fingerprint and the policy's state_key.
+  uint64_t CacheKey(const CompiledRequest& request) const;
+
   // Turns a fitting NodeFit into a Placement (GPU UUIDs, shares, memory limits, NUMA CPUs).
   Placement Materialize(const NodeState& node, const CompiledRequest& request, const NodeFit& fit) const;
 
