@@ -209,6 +209,11 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
     https_->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(limits_.idle_timeout).count());
     https_->set_keep_alive_timeout(
         std::chrono::duration_cast<std::chrono::seconds>(limits_.idle_timeout).count());
+    // httplib closes a connection after 5 requests by default: the API server then made a new TLS handshake
+    // every few pod creations, which halved the creation rate (bench/cluster_scale.py). An idle keep-alive
+    // connection holds one of the pool's threads until idle_timeout, hence a pool as large as the extender's.
+    https_->set_keep_alive_max_count(limits_.keep_alive_requests);
+    https_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     if (!https_->is_valid()) {
       return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
                                                " as the webhook's certificate and key (PEM)"));

@@ -416,8 +416,8 @@ class Cluster:
         self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
                       "-days", "2", "-subj", "/CN=tessera-harness-ca")
 
-        def cert(name, subj, san=None, client=False):
-            self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+        def cert(name, subj, san=None, client=False, key=("rsa:2048",)):
+            self._openssl("req", "-newkey", *key, "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
                           "-subj", subj)
             ext = [f"extendedKeyUsage={'clientAuth' if client else 'serverAuth'}"]
             if san:
@@ -430,7 +430,9 @@ class Cluster:
         cert("apiserver", "/CN=kube-apiserver",
              "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc,IP:10.0.0.1")
         cert("admin", "/O=system:masters/CN=harness-admin", client=True)
-        cert("webhook", "/CN=tessera-scheduler-webhook", "IP:127.0.0.1,DNS:localhost")
+        # ECDSA, as deploy/scheduler/gen-webhook-tls.sh makes it.
+        cert("webhook", "/CN=tessera-scheduler-webhook", "IP:127.0.0.1,DNS:localhost",
+             key=("ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"))
         self._openssl("genrsa", "-out", "sa.key", "2048")
         self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
