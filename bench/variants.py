@@ -46,8 +46,9 @@ unallocated at 130% than at 100%).
 
     ./scripts/build && bench/variants.py [--traces DIR] [--seeds 42-51] [--only cpu-heavy,odd-shares] [--seen] [--bound]
     bench/variants.py --policies none    # only the LP bound and the online floor of each variant
-    bench/variants.py --bound --write    # and the "Variants" section of docs/quality.md (rows of variants not
-                                         # run this time are carried over; bench/quality.py keeps the section)
+    bench/variants.py --bound --write    # and the "Variants" section of docs/quality.md (what is not run this
+                                         # time is carried over; bench/quality.py keeps the section)
+    bench/variants.py --policies none --write   # the bounds alone (they do not depend on the policy)
     bench/variants.py --quick            # CI: the variants of examples/sim (in the repository), a few seconds
 
 --quick derives every variant from the bundled example instead of the trace and checks that each is what it
@@ -412,7 +413,8 @@ DOC = os.path.join(ROOT, "docs", "quality.md")
 
 
 def previous_variant_rows(path):
-    """{variant: table row} from the Variants section of an earlier docs/quality.md."""
+    """{variant: [cells after the name]} from the Variants section of an earlier docs/quality.md: GPUs, six
+    policy cells, two bound cells, the distance to the floor."""
     try:
         text = open(path).read()
     except FileNotFoundError:
@@ -423,13 +425,31 @@ def previous_variant_rows(path):
     rows = {}
     for line in section.splitlines():
         if line.startswith("| ") and not line.startswith("| variant") and not line.startswith("|---"):
-            name = line.split("|")[1].strip().replace(" (held out)", "")
-            rows[name] = line
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 11:
+                rows[cells[0].replace(" (held out)", "")] = cells[1:]
     return rows
 
 
+def mean_of(cell):
+    """The mean of a "4.19 ± 0.01" cell, or None when empty."""
+    try:
+        return float(cell.split("±")[0])
+    except ValueError:
+        return None
+
+
+def row_text(name, cells):
+    """A Variants row from its cells; the distance to the floor recomputed from the policy's and the floor's."""
+    ours, floor = mean_of(cells[1]), mean_of(cells[8])
+    cells = cells[:9] + [f"{ours - floor:+.2f}" if ours is not None and floor is not None else ""]
+    label = f"{name} (held out)" if name in HELD_OUT else name
+    return "| " + " | ".join([label] + cells) + " |"
+
+
 def write_section(path, rows, order, args, ours, base):
-    """Replaces (or appends) the Variants section of docs/quality.md with `rows` ({variant: row}), in `order`."""
+    """Replaces (or appends) the Variants section of docs/quality.md with `rows` ({variant: cells}), in
+    `order`."""
     held = sum(1 for n in rows if n in HELD_OUT)
     lines = [
         SECTION_BEGIN,
@@ -448,7 +468,7 @@ def write_section(path, rows, order, args, ours, base):
         f"margin @130% | LP bound @100% | online floor @100% | {ours} - floor |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines += [rows[n] for n in order if n in rows]
+    lines += [row_text(n, rows[n]) for n in order if n in rows]
     lines += ["", SECTION_END]
     section = "\n".join(lines)
     try:
@@ -475,7 +495,8 @@ def main():
     ap.add_argument("--bound", action="store_true",
                     help="also the LP bound and the online floor at 100%% (tessera simulate --bound)")
     ap.add_argument("--write", action="store_true",
-                    help="also rewrite the Variants section of docs/quality.md (needs --bound and two policies)")
+                    help="also rewrite the Variants section of docs/quality.md: the policies' columns, and the "
+                         "bound's with --bound (--policies none: the bound's alone); what is not run is kept")
     ap.add_argument("--quick", action="store_true",
                     help="CI: the variants of examples/sim, checked against their claims; five run (see above)")
     args = ap.parse_args()
@@ -490,8 +511,8 @@ def main():
         args.bound = True
     else:
         ours, base = args.policies.split(",")[:2]
-    if args.write and (only_bound or not args.bound):
-        sys.exit("--write needs --bound and two policies: the section shows both and the bound beside them")
+    if only_bound:
+        ours, base = "tessera", "fgd"  # the section's columns; a bounds-only pass fills only the bound's
     doc_rows = previous_variant_rows(DOC) if args.write else {}
     order = []
 
@@ -537,6 +558,12 @@ def main():
                 b = out["bound"]
                 bound_cells = (f" {b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f} |"
                                f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f} |")
+            if args.write and args.bound:
+                b = out["bound"]
+                cells = doc_rows.setdefault(name, [""] * 10)
+                cells[0] = str(gpus)
+                cells[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}"
+                cells[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
             if only_bound:
                 print(f"| {label} | {gpus} |{bound_cells}", flush=True)
                 continue
@@ -554,19 +581,18 @@ def main():
                 doc_cells += [f"{t[0]:.2f} ± {t[1]:.2f}", f"{f[0]:.2f} ± {f[1]:.2f}",
                               f"{margin:+.2f} ± {err:.2f}" + ("" if margin > 2 * err else " (tie)")]
             if args.write:
-                b = out["bound"]
-                floor = stats(result[ours], "unallocated_pct_at_100")[0] - b["online_floor_pct_at_100"]
-                doc_rows[name] = (f"| {label} | {gpus} | " + " | ".join(doc_cells) + " |" + bound_cells
-                                  + f" {floor:+.2f} |")
+                cells = doc_rows.setdefault(name, [""] * 10)
+                cells[0] = str(gpus)
+                cells[1:7] = doc_cells
             print(f"| {label} | {gpus} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |{bound_cells}",
                   flush=True)
     for m in impossible:
         print(f"FAILED: {m}")
-    if only_bound:
-        return 1 if impossible else 0
     if args.write and not impossible:
         write_section(DOC, doc_rows, order, args, ours, base)
         print(f"wrote the Variants section of {DOC}")
+    if only_bound:
+        return 1 if impossible else 0
     print(f"\n{ours} below {base} at 100% and 130% on every variant (seeds {args.seeds}): "
           f"{'yes' if not lost else 'NO: ' + ', '.join(lost)}")
     print(f"margin ({base} - {ours}, paired by seed) within two standard errors, a tie rather than a win: "
