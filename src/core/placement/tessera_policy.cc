@@ -21,7 +21,8 @@
 //     already waiting for j), where future pods are the free GPU in the workload's proportions and a gap
 //     waits for the largest class that fits it; what is left then is valued the same way. A share taking a
 //     gap adds waste(after) - waste(before) to FGD's growth, in GPUs; a wholly free GPU's waste is 0 (whole
-//     pods use it).
+//     pods use it). The chances are read again each time the cluster's free GPU moves by 1/128 of its GPUs, and
+//     the count of readings is part of state_key: between readings nodes' remembered answers stay valid.
 //   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. A node strands its free GPUs
 //     beyond what its free CPU and memory can feed at the CPU and memory per GPU the workload's GPU pods ask;
 //     each GPU a placement strands counts a quarter (a stranded GPU may still take a pod of less CPU).
@@ -52,8 +53,11 @@ constexpr double kPressureWeight = 1.0;
 constexpr double kStrandWeight = 0.25;
 // A GPU of shares' terminal waste, in GPUs of FGD's fragmentation (measured: docs/placement.md).
 constexpr double kGapWeight = 12;
-// The fill chances of the share classes move in 1/8 steps, part of state_key.
+// The fill chances of the share classes move in 1/8 steps; they are read again each time the cluster's free
+// GPU moves by 1/128 of its GPUs (a count of those readings is part of state_key, so that nodes' remembered
+// answers stay valid in between).
 constexpr int kFillSteps = 8;
+constexpr int kFreeSteps = 128;
 
 uint64_t Mix(uint64_t key, uint64_t value) {
   key ^= value + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
@@ -98,25 +102,33 @@ class TesseraPolicy : public Policy {
   // answers stay valid between steps.
   void Observe(const Cluster& cluster) const override {
     std::vector<double> free(demand_share_.size(), 0);
-    std::vector<double> gaps(class_share_.size(), 0);
     double free_total = 0;
+    double capacity = 0;
     for (const NodeState& n : cluster.nodes()) {
       if (!n.schedulable() || n.gpu_count() == 0) continue;
       const double node_free = n.total_free_cores().value() / 1000.0;
       free_total += node_free;
+      capacity += n.healthy().Count();
       const auto m = static_cast<size_t>(n.model_id(0));
       if (m < free.size()) free[m] += node_free;
-      if (class_share_.empty()) continue;
-      for (int g : n.healthy()) {
-        const int64_t f = n.free_cores(g).value();
-        if (f <= 0 || f >= kWholeGpu.value()) continue;
-        // The gap waits for the largest class that fits it.
-        auto it = std::upper_bound(class_share_.begin(), class_share_.end(), f);
-        if (it != class_share_.begin()) gaps[static_cast<size_t>(it - class_share_.begin() - 1)] += 1;
-      }
     }
     SetPressure(free);
-    SetFill(gaps, free_total);
+    const int free_step = capacity > 0 ? static_cast<int>(free_total / capacity * kFreeSteps) : 0;
+    if (!class_share_.empty() && (!filled_ || free_step != free_step_)) {
+      free_step_ = free_step;
+      std::vector<double> gaps(class_share_.size(), 0);
+      for (const NodeState& n : cluster.nodes()) {
+        if (!n.schedulable()) continue;
+        for (int g : n.healthy()) {
+          const int64_t f = n.free_cores(g).value();
+          if (f <= 0 || f >= kWholeGpu.value()) continue;
+          // The gap waits for the largest class that fits it.
+          auto it = std::upper_bound(class_share_.begin(), class_share_.end(), f);
+          if (it != class_share_.begin()) gaps[static_cast<size_t>(it - class_share_.begin() - 1)] += 1;
+        }
+      }
+      SetFill(gaps, free_total);
+    }
     key_ = Mix(pressure_key_, fill_key_);
   }
   uint64_t state_key() const override { return key_; }
@@ -285,8 +297,9 @@ class TesseraPolicy : public Policy {
       fill[j] = step / static_cast<double>(kFillSteps);
       key = Mix(key, static_cast<uint64_t>(step));
     }
-    if (key == fill_key_ && filled_) return;
-    fill_key_ = key;
+    if (key == fill_chances_ && filled_) return;
+    fill_chances_ = key;
+    fill_key_ = ++fill_readings_;
     filled_ = true;
     for (size_t g = 1; g < 1000; ++g) {
       const double gap = static_cast<double>(g) / 1000.0;
@@ -308,7 +321,10 @@ class TesseraPolicy : public Policy {
   std::vector<double> class_popularity_;
   double gpus_per_pod_ = 0;
   mutable std::vector<double> waste_;
-  mutable uint64_t fill_key_ = 0;
+  mutable uint64_t fill_chances_ = 0;  // the chances' steps, hashed
+  mutable uint64_t fill_readings_ = 0;
+  mutable uint64_t fill_key_ = 0;  // which waste table: the count of tables computed
+  mutable int free_step_ = -1;
   mutable bool filled_ = false;
   FragmentationViews views_;
 };
