@@ -97,7 +97,8 @@ TEST_F(StudyPoliciesTest, StudyGpuChoiceIsBestFitLowestIndex) {
 }
 
 // A pod's CPU changes fragmentation once, however many containers it has: tessera's cost for two containers
-// of half a GPU equals its cost for one container of two half GPUs.
+// of 0.6 GPU equals its cost for one container of two 0.6 GPUs. (Shares of 0.6, so that both pods leave the
+// same gaps: two containers of half a GPU may share one GPU, which leaves no gap and costs less.)
 TEST_F(StudyPoliciesTest, ContainersCountThePodsCpuOnce) {
   NodeInfo n = MakeNode("n", 4, MiB(16384), "T4");
   n.cpu = MilliCpu(16000);
@@ -111,10 +112,10 @@ TEST_F(StudyPoliciesTest, ContainersCountThePodsCpuOnce) {
   std::unique_ptr<Policy> tessera = *MakePolicy("tessera", MakePolicyContext(cluster_, workload));
   Placer placer(*tessera);
   Rng rng(1);
-  PodRequest one = MakePod("one", {Milli(500), Milli(500)});
+  PodRequest one = MakePod("one", {Milli(600), Milli(600)});
   one.cpu = MilliCpu(10000);
-  PodRequest two = MakePod("two", {Milli(500)});
-  two.containers.push_back({"second", {Milli(500)}});
+  PodRequest two = MakePod("two", {Milli(600)});
+  two.containers.push_back({"second", {Milli(600)}});
   two.cpu = MilliCpu(10000);
   const NodeState& node = *cluster_.FindNode(NodeName("n"));
   const double a = placer.Evaluate(cluster_, node, one, rng).choice.selection_cost;

@@ -13,6 +13,16 @@
 //     each free GPU of m those pods will need; a GPU taken there by a pod that could go elsewhere loses that
 //     much. It is read from the cluster before each pod (Observe), so it rises as other pods fill a model and
 //     falls when they leave; FGD's measure counts a model's idle GPUs alike however scarce the model is.
+//   - Shares' terminal waste. FGD counts a GPU's free share as fragment while it is free; but shares keep
+//     arriving, and a gap that the workload's shares fill closely is soon closed (a lone 0.32 gap of 0.68 by a
+//     0.65), while one they cannot fill stays waste (0.21 after 0.47 + 0.32: only 0.16 and 0.11 shares fit, and
+//     the 0.19 gaps of 0.81 shares already outnumber them). waste(gap) is the GPU a gap is expected to leave
+//     when it is closed: filled by share class j with the chance fill(j) = min(1, future pods of j / gaps
+//     already waiting for j), where future pods are the free GPU in the workload's proportions and a gap
+//     waits for the largest class that fits it; what is left then is valued the same way. A share taking a
+//     gap adds waste(after) - waste(before) to FGD's growth, in GPUs; a wholly free GPU's waste is 0 (whole
+//     pods use it). The chances are read again each time the cluster's free GPU moves by 1/128 of its GPUs, and
+//     the count of readings is part of state_key: between readings nodes' remembered answers stay valid.
 //   - Host resources. FGD's measure ignores memory, and CPU but as a cliff. A node strands its free GPUs
 //     beyond what its free CPU and memory can feed at the CPU and memory per GPU the workload's GPU pods ask;
 //     each GPU a placement strands counts a quarter (a stranded GPU may still take a pod of less CPU).
@@ -22,6 +32,7 @@
 // node whose group is nearest. What still ties goes to the Placer's tie-break (random, or a fixed node order).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/placement/policies_internal.h"
 
@@ -40,6 +51,18 @@ constexpr double kStrandResolution = 0.25;
 // bench/variants.py, docs/placement.md).
 constexpr double kPressureWeight = 1.0;
 constexpr double kStrandWeight = 0.25;
+// A GPU of shares' terminal waste, in GPUs of FGD's fragmentation (measured: docs/placement.md).
+constexpr double kGapWeight = 12;
+// The fill chances of the share classes move in 1/8 steps; they are read again each time the cluster's free
+// GPU moves by 1/128 of its GPUs (a count of those readings is part of state_key, so that nodes' remembered
+// answers stay valid in between).
+constexpr int kFillSteps = 8;
+constexpr int kFreeSteps = 128;
+
+uint64_t Mix(uint64_t key, uint64_t value) {
+  key ^= value + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2);
+  return key;
+}
 
 class TesseraPolicy : public Policy {
  public:
@@ -53,6 +76,23 @@ class TesseraPolicy : public Policy {
     std::vector<double> free = c.model_supply;
     free.resize(demand_share_.size(), 0);
     SetPressure(free);
+    // The share classes: the typical pods' shares below a GPU, with their part of the GPUs pods use.
+    std::map<int64_t, double> classes;
+    for (const TypicalPod& t : model_->profile().pods) {
+      gpus_per_pod_ += t.popularity * t.gpus * static_cast<double>(t.share.value()) / 1000.0;
+      if (t.gpus > 0 && t.share.value() > 0 && t.share < kWholeGpu) {
+        classes[t.share.value()] += t.popularity * t.gpus;
+      }
+    }
+    for (const auto& [share, popularity] : classes) {
+      class_share_.push_back(share);
+      class_popularity_.push_back(popularity);
+    }
+    // Until the cluster is observed: no gap is expected to be filled.
+    waste_.resize(1001);
+    for (size_t g = 0; g < 1000; ++g) waste_[g] = static_cast<double>(g) / 1000.0;
+    waste_[1000] = 0;
+    key_ = Mix(pressure_key_, fill_key_);
   }
 
   // Model pressure: how much of a model's free GPUs the constrained pods still to come will need. Pods keep
@@ -62,14 +102,42 @@ class TesseraPolicy : public Policy {
   // answers stay valid between steps.
   void Observe(const Cluster& cluster) const override {
     std::vector<double> free(demand_share_.size(), 0);
+    double free_total = 0;
+    double capacity = 0;
     for (const NodeState& n : cluster.nodes()) {
       if (!n.schedulable() || n.gpu_count() == 0) continue;
+      const double node_free = n.total_free_cores().value() / 1000.0;
+      free_total += node_free;
+      capacity += n.healthy().Count();
       const auto m = static_cast<size_t>(n.model_id(0));
-      if (m < free.size()) free[m] += n.total_free_cores().value() / 1000.0;
+      if (m < free.size()) free[m] += node_free;
     }
     SetPressure(free);
+    const int free_step = capacity > 0 ? static_cast<int>(free_total / capacity * kFreeSteps) : 0;
+    if (!class_share_.empty() && (!filled_ || free_step != free_step_)) {
+      free_step_ = free_step;
+      std::vector<double> gaps(class_share_.size(), 0);
+      for (const NodeState& n : cluster.nodes()) {
+        if (!n.schedulable()) continue;
+        for (int g : n.healthy()) {
+          const int64_t f = n.free_cores(g).value();
+          if (f <= 0 || f >= kWholeGpu.value()) continue;
+          // The gap waits for the largest class that fits it.
+          auto it = std::upper_bound(class_share_.begin(), class_share_.end(), f);
+          if (it != class_share_.begin()) gaps[static_cast<size_t>(it - class_share_.begin() - 1)] += 1;
+        }
+      }
+      SetFill(gaps, free_total);
+    }
+    key_ = Mix(pressure_key_, fill_key_);
   }
   uint64_t state_key() const override { return key_; }
+
+  // A share changing a GPU's free share: the terminal waste it adds, in thousandths of a GPU.
+  double GapCost(MilliGpu before, MilliGpu after) const {
+    return 1000 * kGapWeight *
+           (waste_[static_cast<size_t>(after.value())] - waste_[static_cast<size_t>(before.value())]);
+  }
   std::string_view name() const override { return "tessera"; }
 
   bool SelectGpus(const NodeScratch& node, const CompiledRequest& pod, std::span<const VGpuDemand> vgpus,
@@ -113,8 +181,10 @@ class TesseraPolicy : public Policy {
       taken = *chosen;
       after = model_->FragmentAfter(e.node, cpu, {changes.data(), n});
     }
-    // Then each share: the GPU where fragmentation grows least; among equals the one with the least free
-    // share (best fit), then the lowest index. GPUs with the same free share are the same candidate.
+    // Then each share: the GPU where fragmentation and the gap's terminal waste grow least; among equals the
+    // one with the least free share (best fit), then the lowest index.
+    // GPUs with the same free share are the same candidate.
+    double gap_cost = 0;
     for (size_t i = 0; i < vgpus.size(); ++i) {
       if (vgpus[i].exclusive()) continue;
       double best = 0;
@@ -130,7 +200,8 @@ class TesseraPolicy : public Policy {
         }
         seen[seen_count++] = free;
         changes[n] = {free, free - node.RealizeOn(vgpus[i], g).cores};
-        const double f = model_->FragmentAfter(e.node, cpu, {changes.data(), n + 1});
+        const double f = model_->FragmentAfter(e.node, cpu, {changes.data(), n + 1}) +
+                         GapCost(changes[n].first, changes[n].second);
         if (best_gpu < 0 || f < best - 1e-9 || (f < best + 1e-9 && free < best_free)) {
           best = f;
           best_gpu = g;
@@ -140,10 +211,13 @@ class TesseraPolicy : public Policy {
       if (best_gpu < 0) return false;
       out[i] = static_cast<int8_t>(best_gpu);
       taken.Add(best_gpu);
-      changes[n++] = {best_free, best_free - node.RealizeOn(vgpus[i], best_gpu).cores};
-      after = best;
+      changes[n] = {best_free, best_free - node.RealizeOn(vgpus[i], best_gpu).cores};
+      const double gap = GapCost(changes[n].first, changes[n].second);
+      ++n;
+      gap_cost += gap;
+      after = best - gap;
     }
-    cost += after - before;
+    cost += after - before + gap_cost;
     return true;
   }
 
@@ -205,13 +279,53 @@ class TesseraPolicy : public Policy {
       pressure_[m] = step / static_cast<double>(kPressureSteps);
       key = key * 31 + static_cast<uint64_t>(step);
     }
-    key_ = key;
+    pressure_key_ = key;
   }
   static constexpr int kPressureSteps = 16;
 
+  // Each share class's chance to fill a gap waiting for it: the pods of the class still to come (the free
+  // GPU, in the workload's proportions) over those gaps (and the one being made), at most 1, in 1/8 steps;
+  // then the terminal waste of every gap size, the best class to wait for, recursively.
+  void SetFill(const std::vector<double>& gaps, double free_total) const {
+    if (class_share_.empty()) return;
+    const double pods = gpus_per_pod_ > 0 ? free_total / gpus_per_pod_ : 0;
+    std::vector<double> fill(class_share_.size());
+    uint64_t key = 0x51ab1e;
+    for (size_t j = 0; j < fill.size(); ++j) {
+      const double chance = std::min(1.0, class_popularity_[j] * pods / (gaps[j] + 1));
+      const int step = static_cast<int>(std::round(chance * kFillSteps));
+      fill[j] = step / static_cast<double>(kFillSteps);
+      key = Mix(key, static_cast<uint64_t>(step));
+    }
+    if (key == fill_chances_ && filled_) return;
+    fill_chances_ = key;
+    fill_key_ = ++fill_readings_;
+    filled_ = true;
+    for (size_t g = 1; g < 1000; ++g) {
+      const double gap = static_cast<double>(g) / 1000.0;
+      double w = gap;
+      for (size_t j = 0; j < fill.size() && static_cast<size_t>(class_share_[j]) <= g; ++j) {
+        w = std::min(w, fill[j] * waste_[g - static_cast<size_t>(class_share_[j])] + (1 - fill[j]) * gap);
+      }
+      waste_[g] = w;
+    }
+  }
+
   std::vector<double> demand_share_;
   mutable std::vector<double> pressure_;
+  mutable uint64_t pressure_key_ = 0;
   mutable uint64_t key_ = 0;
+  // Share classes (typical shares below a GPU, ascending) and their part of the pods' GPUs; the GPUs a pod
+  // uses on average; the terminal waste of a gap by its size in thousandths (1000: a wholly free GPU, 0).
+  std::vector<int64_t> class_share_;
+  std::vector<double> class_popularity_;
+  double gpus_per_pod_ = 0;
+  mutable std::vector<double> waste_;
+  mutable uint64_t fill_chances_ = 0;  // the chances' steps, hashed
+  mutable uint64_t fill_readings_ = 0;
+  mutable uint64_t fill_key_ = 0;  // which waste table: the count of tables computed
+  mutable int free_step_ = -1;
+  mutable bool filled_ = false;
   FragmentationViews views_;
 };
 
