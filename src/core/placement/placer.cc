@@ -355,7 +355,7 @@ Placement Placer::Materialize(const NodeState& node, const CompiledRequest& req,
 
 uint64_t Placer::CacheKey(const CompiledRequest& req) const {
   // The policy's cluster-wide state is part of the question.
-  return req.fingerprint() ^ (policy_->state_key() * 0x9e3779b97f4a7c15ULL);
+  return req.fingerprint() ^ (policy_->state_key(req) * 0x9e3779b97f4a7c15ULL);
 }
 
 const NodeFit& Placer::EvaluateCached(const Cluster& cluster, const NodeState& node,

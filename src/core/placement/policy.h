@@ -130,6 +130,9 @@ class Policy {
   // for a pod. state_key() names what was read: answers remembered under another key are not reused.
   virtual void Observe(const Cluster&) const {}
   virtual uint64_t state_key() const { return 0; }
+  // The part of state_key() this pod's answers depend on (all of it unless the policy knows better): a pod
+  // that reads nothing of what changed keeps its remembered answers (EvaluationCache, RankedIndex).
+  virtual uint64_t state_key(const CompiledRequest&) const { return state_key(); }
 };
 
 // What some policies need to know beyond one node.

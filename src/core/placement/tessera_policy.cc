@@ -132,6 +132,16 @@ class TesseraPolicy : public Policy {
     key_ = Mix(pressure_key_, fill_key_);
   }
   uint64_t state_key() const override { return key_; }
+  // Model pressure prices the GPUs a pod takes, the waste table the shares it places: a pod without GPU
+  // reads neither, a pod of whole GPUs only the pressure. So the readings that follow the cluster as it fills
+  // leave those pods' remembered answers valid.
+  uint64_t state_key(const CompiledRequest& pod) const override {
+    if (!pod.request().wants_gpu()) return 0;
+    for (const VGpuDemand& v : pod.vgpus()) {
+      if (!v.exclusive()) return key_;
+    }
+    return pressure_key_;
+  }
 
   // A share changing a GPU's free share: the terminal waste it adds, in thousandths of a GPU.
   double GapCost(MilliGpu before, MilliGpu after) const {
