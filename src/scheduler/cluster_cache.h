@@ -29,6 +29,7 @@
 #include <span>
 #include <tuple>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +71,18 @@ struct HostScore {
   int64_t score = 0;
 };
 inline constexpr int64_t kMaxExtenderPriority = 10;
+
+// The same answers by position in the list of names asked about, for the extender: it writes them from the
+// request's own text, so that no node name is copied per node (5,000 per request on a large cluster).
+struct FilterVerdicts {
+  std::vector<uint32_t> fits;                                  // positions, in the order asked
+  std::vector<std::pair<uint32_t, std::string>> failed;        // position, why: preemption might help
+  std::vector<std::pair<uint32_t, std::string>> unresolvable;  // position, why: nothing could help
+};
+struct PositionScore {
+  uint32_t position;
+  int64_t score;
+};
 
 // A decision held while its bind is written to the API.
 struct Reservation {
@@ -113,6 +126,11 @@ class ClusterCache {
   // The extender's verbs, over the nodes named (kube-scheduler's candidates; none named, none fit).
   FilterOutcome Filter(const core::PodRequest& request, std::span<const std::string> nodes);
   std::vector<HostScore> Prioritize(const core::PodRequest& request, std::span<const std::string> nodes);
+  // The same by position in `nodes` (see FilterVerdicts). Prioritize's answer is in the verb's order: the
+  // fitting nodes as asked, then the others (unknown or not fitting) as asked.
+  FilterVerdicts FilterAt(const core::PodRequest& request, std::span<const std::string_view> nodes);
+  std::vector<PositionScore> PrioritizeAt(const core::PodRequest& request,
+                                          std::span<const std::string_view> nodes);
   // Decides the pod's GPUs on `node` and holds them. AlreadyExists when the pod already holds GPUs on `node`
   // (an earlier bind of the same pod: FindPod gives what it holds); FailedPrecondition when on another node.
   absl::StatusOr<Reservation> Reserve(const core::PodRequest& request, const core::NodeName& node);
@@ -150,6 +168,7 @@ class ClusterCache {
   void RebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeRebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteWorkloadLocked(const core::PodRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ObserveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RecordLocked(const core::PodRequest& request, core::Placement placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(const core::PodUid& uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -162,6 +181,12 @@ class ClusterCache {
 // Scores policies' node scores into kube-scheduler's 0-10 range: the best node 10, the worst 0, linear
 // between (tiers first: a node of a better SharedGPU tier always scores above one of a worse tier).
 std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits);
+// The same over (tier, score) pairs: the 0-10 score of each, in order.
+struct TierScore {
+  int tier = 0;
+  double score = 0;
+};
+std::vector<int64_t> ScaleTierScores(std::span<const TierScore> fits);
 
 }  // namespace tessera::scheduler
 
