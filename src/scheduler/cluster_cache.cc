@@ -148,14 +148,15 @@ void ClusterCache::WarmLoop() {
     if (s.stop) break;
     s.warm_due = false;
     s.warming = true;
-    // The shape whose next pod is due soonest first: its usual gap less the pods since it was last seen (a
-    // shape seen once last). Pods of a few shapes in turn come in the order they were last seen, pods of one
+    // The shape whose next pod is due soonest first: its usual gap less the pods since it was last seen. Pods of a few shapes in turn come in the order they were last seen, pods of one
     // frequent shape come at once; warming in the order of recency came last for the former.
+    // Only shapes that come back: seen twice at least, and within the last `rebuild_after` pods (a shape of
+    // the past is not worth 5,000 evaluations after every rebuild; under load they took 12% of the pods/s).
     std::vector<std::pair<double, const core::PodRequest*>> order;
     for (const State::Shape& k : s.shapes) {
-      const double due =
-          k.gap > 0 ? k.gap - static_cast<double>(s.shape_clock - k.last_seen) : 1e18;
-      order.emplace_back(due, &k.request);
+      const auto age = static_cast<double>(s.shape_clock - k.last_seen);
+      if (k.gap == 0 || age > static_cast<double>(std::max<size_t>(options_.rebuild_after, 1))) continue;
+      order.emplace_back(k.gap - age, &k.request);
     }
     std::stable_sort(order.begin(), order.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
