@@ -23,9 +23,10 @@
 //
 // The cluster is filled first (40,000 tenants over 5,000 nodes) and its pods are part of the workload the
 // policy weighs, as they are for a scheduler that listed them from the API (ClusterCache::ObservePod): the
-// extender is measured in its steady state, where the policy is rebuilt from a full window every 256 new pods.
-// A pod of a shape not seen before, and the pod that triggers a rebuild, evaluate every node they name afresh;
-// the latency phase reports them apart too (9 first pods of a shape and about 12 rebuilds in its 3,000 pods).
+// extender is measured in its steady state, where the policy is rebuilt from a full window every 256 new
+// pods. A pod of a shape not seen before, and the pod that triggers a rebuild, evaluate every node they name
+// afresh; the latency phase reports them apart too (9 first pods of a shape and about 12 rebuilds in its
+// 3,000 pods).
 #include <httplib.h>
 #include <time.h>
 
@@ -35,10 +36,10 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/random.h"
@@ -60,9 +61,9 @@ struct Args {
   int nodes = 5000;
   int pods = 3000;  // through the throughput phase
   int clients = 8;
-  // Enough pods for a p99 of the steady state: the first pod of each of the 9 shapes and the pod that triggers
-  // each rebuild of the policy (every 256) evaluate every node afresh, 21 of 3,000 (300 pods would make the
-  // p99 one of those 9 first pods).
+  // Enough pods for a p99 of the steady state: the first pod of each of the 9 shapes and the pod that
+  // triggers each rebuild of the policy (every 256) evaluate every node afresh, 21 of 3,000 (300 pods would
+  // make the p99 one of those 9 first pods).
   int latency_pods = 3000;
   std::string policy = "tessera";
   bool quick = false;
@@ -203,8 +204,8 @@ json Pod(const std::string& uid, int cores, int memory) {
 }
 
 // The best-scored host of a prioritize answer as the extender writes it ([{"Host":"n","Score":7},...]), read
-// without a JSON tree: on two shared cores the clients' parsing of 500 entries per pod took as much CPU as the
-// extender's work. Returns the number of entries, or -1 when the answer is not that list of scores 0-10.
+// without a JSON tree: on two shared cores the clients' parsing of 500 entries per pod took as much CPU as
+// the extender's work. Returns the number of entries, or -1 when the answer is not that list of scores 0-10.
 int BestHost(std::string_view answer, std::string* best) {
   constexpr std::string_view kHost = R"({"Host":")", kScore = R"(","Score":)";
   if (answer.size() < 2 || answer.front() != '[' || answer.back() != ']') return -1;
@@ -222,8 +223,10 @@ int BestHost(std::string_view answer, std::string* best) {
     i += kScore.size();
     int64_t score = 0;
     const size_t digits = i;
-    while (i < answer.size() && answer[i] >= '0' && answer[i] <= '9') score = score * 10 + (answer[i++] - '0');
-    if (i == digits || i - digits > 2 || score > scheduler::kMaxExtenderPriority || answer[i++] != '}') return -1;
+    while (i < answer.size() && answer[i] >= '0' && answer[i] <= '9')
+      score = score * 10 + (answer[i++] - '0');
+    if (i == digits || i - digits > 2 || score > scheduler::kMaxExtenderPriority || answer[i++] != '}')
+      return -1;
     if (score > top) {
       top = score;
       *best = std::string(host);
@@ -358,9 +361,10 @@ int Main(const Args& args) {
   }
   std::printf("  server CPU time p50 %8.0f us  p99 %8.0f us\n", Percentile(server_cpu_us, 0.5),
               Percentile(server_cpu_us, 0.99));
-  std::printf("  of which %zu evaluated every node afresh (%d the first of their shape, %d triggered a rebuild "
-              "of the policy): p50 %.0f us, max %.0f us\n",
-              fresh_us.size(), first_of_shape, rebuilt, Percentile(fresh_us, 0.5), Percentile(fresh_us, 1.0));
+  std::printf(
+      "  of which %zu evaluated every node afresh (%d the first of their shape, %d triggered a rebuild "
+      "of the policy): p50 %.0f us, max %.0f us\n",
+      fresh_us.size(), first_of_shape, rebuilt, Percentile(fresh_us, 0.5), Percentile(fresh_us, 1.0));
   std::printf("  HTTP round trip p50 %8.0f us  p99 %8.0f us\n", Percentile(round_trip_us, 0.5),
               Percentile(round_trip_us, 0.99));
   std::printf(
@@ -368,9 +372,9 @@ int Main(const Args& args) {
       Percentile(echo_us, 0.5), Percentile(echo_us, 0.99),
       Percentile(round_trip_us, 0.5) / std::max(1.0, Percentile(echo_us, 0.5)));
 
-  // Phase 2: throughput, `clients` concurrent schedulers' worth of pods through filter, prioritize, bind; first
-  // the same requests to the echo handler (the baseline). The bodies are written before the clock starts:
-  // kube-scheduler's cost of writing them is not the extender's.
+  // Phase 2: throughput, `clients` concurrent schedulers' worth of pods through filter, prioritize, bind;
+  // first the same requests to the echo handler (the baseline). The bodies are written before the clock
+  // starts: kube-scheduler's cost of writing them is not the extender's.
   std::vector<std::string> bodies(static_cast<size_t>(args.pods));
   {
     core::Rng rng(100);
@@ -410,9 +414,8 @@ int Main(const Args& args) {
           const int entries = BestHost(rp->body, &best);
           if (entries != static_cast<int>(std::min<size_t>(500, all_nodes.size()))) ++bad_scores;
         }
-        const std::string bind =
-            StrCat(R"({"PodName":")", uid, R"(","PodNamespace":"bench","PodUID":")", uid, R"(","Node":")",
-                   best, R"("})");
+        const std::string bind = StrCat(R"({"PodName":")", uid, R"(","PodNamespace":"bench","PodUID":")", uid,
+                                        R"(","Node":")", best, R"("})");
         auto rb = client.Post(echo ? "/echo" : "/scheduler/bind", bind, "application/json");
         if (rb && rb->status == 200 && rb->body == R"({"Error":""})") {
           if (!echo) {
@@ -440,15 +443,17 @@ int Main(const Args& args) {
     std::printf("  %.0f pods/s through filter + prioritize + bind   target >= 2000: %s (%.2fx)\n", rate,
                 rate >= 2000 ? "met" : "MISSED", rate / 2000.0);
   }
-  std::printf("  baseline: the same three requests per pod to a bare HTTP echo, %.0f pods/s -> Tessera runs at "
-              "%.2fx of it\n",
-              echo_rate, rate / std::max(1.0, echo_rate));
+  std::printf(
+      "  baseline: the same three requests per pod to a bare HTTP echo, %.0f pods/s -> Tessera runs at "
+      "%.2fx of it\n",
+      echo_rate, rate / std::max(1.0, echo_rate));
   server.Stop();
 
   // What the throughput phase left: every pod bound where the bind said, in the cache and in its assignment.
   checks.Expect(failed.load() == 0 && bound.load() == args.pods,
                 StrCat(bound.load(), " of ", args.pods, " pods bound, ", failed.load(), " failed"));
-  checks.Expect(bad_scores.load() == 0, StrCat(bad_scores.load(), " prioritize answers of the throughput phase do "
+  checks.Expect(bad_scores.load() == 0, StrCat(bad_scores.load(),
+                                               " prioritize answers of the throughput phase do "
                                                "not score every node 0-10"));
   checks.Expect(cache.pod_count() == filled + bound.load(),
                 StrCat("the cache holds ", cache.pod_count(), " pods, not ", filled, " + ", bound.load()));

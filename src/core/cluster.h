@@ -160,7 +160,8 @@ class Cluster {
   std::span<const NodeState> nodes() const { return nodes_; }
   int node_count() const { return static_cast<int>(nodes_.size()); }
   // The newest node version issued: it changes whenever a node is added or changes (a pod placed or gone, a
-  // GPU's health, schedulability); a removal shows in node_count(). Equal values and counts: the same cluster.
+  // GPU's health, schedulability); a removal shows in node_count(). Equal values and counts: the same
+  // cluster.
   uint64_t last_version() const { return last_version_; }
 
   // Cluster-wide GPU model ids, so that placement compares integers, not strings. -1: no such model here.

@@ -50,7 +50,7 @@ struct ClusterCache::State {
   bool warm_due = false;
   bool warming = false;  // the thread is at work on what was due
   bool stop = false;
-  uint64_t warmed = 0;  // evaluations made by the thread
+  uint64_t warmed = 0;    // evaluations made by the thread
   core::Rng warm_rng{1};  // its own: the verbs' Rng sequence stays what it would be without warming
   std::unordered_map<PodUid, PodEntry> pods;
   std::map<std::string, PodEntry> orphans;  // uid -> a pod whose node or GPUs are gone
@@ -148,10 +148,11 @@ void ClusterCache::WarmLoop() {
     if (s.stop) break;
     s.warm_due = false;
     s.warming = true;
-    // The shape whose next pod is due soonest first: its usual gap less the pods since it was last seen. Pods of a few shapes in turn come in the order they were last seen, pods of one
-    // frequent shape come at once; warming in the order of recency came last for the former.
-    // Only shapes that come back: seen twice at least, and within the last `rebuild_after` pods (a shape of
-    // the past is not worth 5,000 evaluations after every rebuild; under load they took 12% of the pods/s).
+    // The shape whose next pod is due soonest first: its usual gap less the pods since it was last seen. Pods
+    // of a few shapes in turn come in the order they were last seen, pods of one frequent shape come at once;
+    // warming in the order of recency came last for the former. Only shapes that come back: seen twice at
+    // least, and within the last `rebuild_after` pods (a shape of the past is not worth 5,000 evaluations
+    // after every rebuild; under load they took 12% of the pods/s).
     std::vector<std::pair<double, const core::PodRequest*>> order;
     for (const State::Shape& k : s.shapes) {
       const auto age = static_cast<double>(s.shape_clock - k.last_seen);
@@ -163,8 +164,8 @@ void ClusterCache::WarmLoop() {
     std::vector<core::PodRequest> shapes;
     for (const auto& [due, request] : order) shapes.push_back(*request);
     core::NodeFit scratch;
-    // Stop as soon as what is warmed would go stale: a verb has marked a newer state due (NoteShapeLocked), or
-    // the cluster moved the policy's state_key (then mark it here).
+    // Stop as soon as what is warmed would go stale: a verb has marked a newer state due (NoteShapeLocked),
+    // or the cluster moved the policy's state_key (then mark it here).
     for (size_t k = 0; k < shapes.size(); ++k) {
       for (int next = 0; !s.stop && !s.warm_due && next < s.cluster.node_count();) {
         ObserveLocked();  // what the verbs would read first; nothing when the cluster did not change
@@ -204,7 +205,6 @@ uint64_t ClusterCache::warmed_evaluations() const {
   CacheLock lock(&mu_, &waiting_);
   return state_->warmed;
 }
-
 
 void ClusterCache::RebuildPolicyLocked() {
   State& s = *state_;

@@ -29,10 +29,10 @@
 #include <optional>
 #include <set>
 #include <span>
-#include <tuple>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -62,9 +62,9 @@ struct CacheOptions {
   // weighs from the whole cluster (Policy::state_key), invalidates every node's remembered answer, and the
   // next pod of each shape would evaluate every node it names again (4 ms over 5,000 nodes for tessera,
   // more while the policy's own per-node views are cold). A background thread evaluates every node for the
-  // last `warm_shapes` distinct pod shapes seen instead, a few nodes per hold of the lock, so that only the pod
-  // that triggered the change pays. The answers are the ones a request would compute (deterministic policies
-  // only; it draws from its own Rng). 0: no thread, no warming.
+  // last `warm_shapes` distinct pod shapes seen instead, a few nodes per hold of the lock, so that only the
+  // pod that triggered the change pays. The answers are the ones a request would compute (deterministic
+  // policies only; it draws from its own Rng). 0: no thread, no warming.
   size_t warm_shapes = 16;
   // Time (reservations' age) through the clock seam; null: the real clock. Must outlive the cache.
   const k8s::Clock* clock = nullptr;
@@ -172,7 +172,8 @@ class ClusterCache {
   int pod_count() const;
   int node_count() const;
   std::string policy_name() const;
-  // How many times the policy was built (at start, then from the workload window: CacheOptions::rebuild_after).
+  // How many times the policy was built (at start, then from the workload window:
+  // CacheOptions::rebuild_after).
   uint64_t policy_builds() const;
 
   // Warming (CacheOptions::warm_shapes), for tests: waits until the warming thread has nothing left to do
@@ -185,7 +186,8 @@ class ClusterCache {
   void WarmLoop();
   // Notes the pod's shape among those to warm, and wakes the warming thread when the answers it keeps were
   // invalidated (a rebuilt policy, another state_key) since it last warmed.
-  void NoteShapeLocked(const core::PodRequest& request, uint64_t fingerprint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteShapeLocked(const core::PodRequest& request, uint64_t fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::chrono::steady_clock::time_point SteadyNow() const;
   void RebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeRebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -198,8 +200,8 @@ class ClusterCache {
   CacheOptions options_;
   mutable Mutex mu_;
   std::unique_ptr<State> state_ ABSL_PT_GUARDED_BY(mu_);
-  mutable CondVar warm_cv_;  // wakes the warming thread (work due, or stop)
-  mutable CondVar warm_idle_cv_;  // the warming thread finished what was due
+  mutable CondVar warm_cv_;              // wakes the warming thread (work due, or stop)
+  mutable CondVar warm_idle_cv_;         // the warming thread finished what was due
   mutable std::atomic<int> waiting_{0};  // callers waiting for mu_: the warming thread lets them in first
   std::thread warm_thread_;
 };

@@ -3,16 +3,16 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <span>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "core/strings.h"
 #include "formats/bounded_json.h"
-#include "scheduler/extender_args.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/extender_args.h"
 
 namespace tessera::scheduler {
 

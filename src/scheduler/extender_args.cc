@@ -150,7 +150,9 @@ absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out) {
   return absl::OkStatus();
 }
 
-bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool IsJsonSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 // Bytes a name may hold on the fast path: printable ASCII but the quote and the backslash. JSON takes them
 // as they are (no escape, no UTF-8 to check), so the name is its own bytes. Node names are DNS subdomains.
@@ -285,7 +287,8 @@ class TopLevelScan {
         if (!Take('"')) return false;
         const size_t start = i_;
         while (i_ < s_.size() && kPlainNameByte[static_cast<unsigned char>(s_[i_])]) ++i_;
-        if (!Take('"')) return false;  // the end, or a byte that needs the JSON parser: escape, control, UTF-8
+        if (!Take('"'))
+          return false;  // the end, or a byte that needs the JSON parser: escape, control, UTF-8
         out.names.push_back(s_.substr(start, i_ - 1 - start));
         SkipSpace();
         if (Take(',')) {

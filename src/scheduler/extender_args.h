@@ -1,5 +1,6 @@
-// Reading the body of the extender's filter, prioritize and preempt verbs (ExtenderArgs) as JSON: the document
-// and its NodeNames, the one part of it that is large (5,000 node names in a 60 KB body on a large cluster).
+// Reading the body of the extender's filter, prioritize and preempt verbs (ExtenderArgs) as JSON: the
+// document and its NodeNames, the one part of it that is large (5,000 node names in a 60 KB body on a large
+// cluster).
 //
 //   absl::StatusOr<ExtenderArgsDoc> args = ReadExtenderArgs(body);
 //   if (!args.ok()) return BadRequest(args.status());   // "the request body is not valid JSON; ..."
@@ -15,10 +16,10 @@
 // bytes in a name, a NodeNames that is not a list of strings, a key written with escapes, a top level it
 // cannot follow) sends the whole body to the general path, which gives the errors it always gave. So both
 // paths accept the same bodies with the same result and refuse the same bodies with the same message: a list
-// of valid strings and `null` are both JSON values, so the body is valid JSON (within the depth limit) exactly
-// when what remains is, and the parser meets its errors in the same order. fuzz/extender_args_fuzz.cc checks
-// that on every input it runs (ArgsPath::kGeneral against kFast); tests/scheduler/extender_args_test.cc on
-// hand-written malformed bodies.
+// of valid strings and `null` are both JSON values, so the body is valid JSON (within the depth limit)
+// exactly when what remains is, and the parser meets its errors in the same order. fuzz/extender_args_fuzz.cc
+// checks that on every input it runs (ArgsPath::kGeneral against kFast);
+// tests/scheduler/extender_args_test.cc on hand-written malformed bodies.
 //
 // Thread-safety: pure functions.
 #ifndef TESSERA_SCHEDULER_EXTENDER_ARGS_H_

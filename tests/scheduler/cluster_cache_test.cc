@@ -252,7 +252,8 @@ TEST(ClusterCacheTest, WarmingChangesNoAnswer) {
   for (int i = 0; i < 12; ++i) {
     names.push_back("n" + std::to_string(i));
     for (ClusterCache* c : {&warmed, &cold}) {
-      ASSERT_TRUE(c->UpsertNode(MakeNode(names.back(), 2 + i % 3, core::MiB(16384), i % 2 ? "T4" : "L4")).ok());
+      ASSERT_TRUE(
+          c->UpsertNode(MakeNode(names.back(), 2 + i % 3, core::MiB(16384), i % 2 ? "T4" : "L4")).ok());
     }
   }
   for (int i = 0; i < 40; ++i) {

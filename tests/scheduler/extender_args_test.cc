@@ -18,7 +18,9 @@ using ::testing::IsEmpty;
 
 constexpr char kPod[] = R"({"metadata":{"name":"p","namespace":"default","uid":"u1"}})";
 
-std::string Body(const std::string& names_part) { return std::string(R"({"Pod":)") + kPod + names_part + "}"; }
+std::string Body(const std::string& names_part) {
+  return std::string(R"({"Pod":)") + kPod + names_part + "}";
+}
 
 // Both paths agree; returns the fast path's answer.
 absl::StatusOr<ExtenderArgsDoc> ReadBoth(const std::string& body) {
@@ -66,8 +68,8 @@ TEST(ExtenderArgsTest, ValidBodiesGiveTheSameAnswerOnBothPaths) {
            Body(R"(,"NodeNames":["a"],"NodeNames":null)"),
            Body(R"(,"NodeNames":[""])"),
            Body(R"(,"NodeNames":["caf\u00e9","tab\t"])"),  // escapes: the general path
-           Body(R"(,"NodeNames":["über"])"),                   // UTF-8: the general path
-           Body(R"(,"Node\u004eames":["a"])"),                 // a key with escapes: the general path
+           Body(R"(,"NodeNames":["über"])"),               // UTF-8: the general path
+           Body(R"(,"Node\u004eames":["a"])"),             // a key with escapes: the general path
            Body(R"(,"Nodes":{"items":[{"metadata":{"name":"n1"}}]},"x":[{"NodeNames":5}])"),
            Body(R"(,"NodeNames":["a"],"s":"\"NodeNames\":[1]")"),
            "\xEF\xBB\xBF" + Body(R"(,"NodeNames":["a"])"),  // a byte-order mark: the parser skips it
@@ -96,8 +98,8 @@ TEST(ExtenderArgsTest, MalformedBodiesGetTheSameErrorOnBothPaths) {
            {Body(R"(,"NodeNames":["a",])"), "not valid JSON"},
            {Body(R"(,"NodeNames":["a"])").substr(0, 60), "not valid JSON"},
            {Body(R"(,"NodeNames":["a"])") + "x", "not valid JSON"},
-           {Body(R"(,"NodeNames":["\xff"])"), "not valid JSON"},   // not UTF-8
-           {Body(R"(,"NodeNames":["a	b"])"), "not valid JSON"},    // a raw tab
+           {Body(R"(,"NodeNames":["\xff"])"), "not valid JSON"},    // not UTF-8
+           {Body(R"(,"NodeNames":["a	b"])"), "not valid JSON"},  // a raw tab
            {Body(R"(,"NodeNames":["\q"])"), "not valid JSON"},      // no such escape
            {Body(R"(,"NodeNames":[1e999])"), "not valid JSON"},     // out of a double's range
            {Body(R"(,"NodeNames":[tru])"), "not valid JSON"},
