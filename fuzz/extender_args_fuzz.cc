@@ -1,10 +1,14 @@
 // The extender's verbs (filter, prioritize, preempt, bind) on arbitrary request bodies: what anyone who can
-// reach the unauthenticated extender port sends. Every answer must be JSON; nothing may crash or throw.
+// reach the unauthenticated extender port sends. Every answer must be JSON; nothing may crash or throw. And
+// the two ways of reading ExtenderArgs (scheduler/extender_args.h) must agree: the fast path (NodeNames
+// scanned by hand) accepts exactly what the general path (the bounded SAX parser) accepts, with the same
+// document and names, and refuses with the same message.
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
+#include "scheduler/extender_args.h"
 #include "scheduler/standalone.h"
 #include "test_util.h"
 
@@ -37,11 +41,26 @@ void CheckJson(const Response& r) {
   if (!nlohmann::json::accept(r.body)) __builtin_trap();
 }
 
+void CheckPathsAgree(std::string_view body) {
+  using tessera::scheduler::ArgsPath;
+  using tessera::scheduler::ReadExtenderArgs;
+  const auto fast = ReadExtenderArgs(body, ArgsPath::kFast);
+  const auto general = ReadExtenderArgs(body, ArgsPath::kGeneral);
+  if (fast.ok() != general.ok()) __builtin_trap();
+  if (!fast.ok()) {
+    if (fast.status() != general.status()) __builtin_trap();
+    return;
+  }
+  if (fast->has_names != general->has_names || fast->names != general->names) __builtin_trap();
+  if (fast->doc != general->doc) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static World* world = new World();
   const std::string_view body = tessera::fuzz::Text(data, size);
+  CheckPathsAgree(body);
   CheckJson(world->extender.Filter(body));
   CheckJson(world->extender.Prioritize(body));
   CheckJson(world->extender.Preempt(body));

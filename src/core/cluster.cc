@@ -107,6 +107,13 @@ const NodeState* Cluster::FindNode(const NodeName& name) const {
   return i < 0 ? nullptr : &nodes_[static_cast<size_t>(i)];
 }
 
+const NodeState* Cluster::FindNode(std::string_view name) const {
+  // absl's string hash is transparent: no std::string is built (absl::string_view: this absl does not alias
+  // std::string_view).
+  auto it = node_index_.find(absl::string_view(name.data(), name.size()));
+  return it == node_index_.end() ? nullptr : &nodes_[static_cast<size_t>(it->second)];
+}
+
 absl::Status Cluster::AddNode(NodeInfo info) {
   if (info.name.empty()) return absl::InvalidArgumentError("a node needs a name");
   if (node_index_.contains(info.name.value())) {

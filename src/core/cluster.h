@@ -154,12 +154,19 @@ class Cluster {
   absl::Status SetSchedulable(const NodeName& node, bool schedulable);
 
   const NodeState* FindNode(const NodeName& name) const;
+  // The same by a name not (yet) held as a NodeName: the extender resolves thousands of names per request
+  // straight from the request body, without a string each.
+  const NodeState* FindNode(std::string_view name) const;
   std::span<const NodeState> nodes() const { return nodes_; }
   int node_count() const { return static_cast<int>(nodes_.size()); }
   // Each node's version() by position, side by side: finding the nodes changed since some version reads 8
   // bytes per node instead of a NodeState each (RankedIndex). A node moved to another position by RemoveNode
   // gets a new version.
   std::span<const uint64_t> node_versions() const { return versions_; }
+  // The newest node version issued: it changes whenever a node is added or changes (a pod placed or gone, a
+  // GPU's health, schedulability); a removal shows in node_count(). Equal values and counts: the same
+  // cluster.
+  uint64_t last_version() const { return last_version_; }
 
   // Cluster-wide GPU model ids, so that placement compares integers, not strings. -1: no such model here.
   int ModelId(std::string_view model) const;

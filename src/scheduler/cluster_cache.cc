@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <thread>
 
 #include "core/placement/policy.h"
 #include "core/strings.h"
@@ -25,10 +26,57 @@ struct ClusterCache::State {
   std::unordered_map<PodUid, size_t> in_workload;  // pods in `workload`, so that a pod counts once
   size_t since_rebuild = 0;
   int models_at_rebuild = -1;
+  uint64_t policy_generation = 0;  // counts rebuilds
+  // What the policy last observed (Policy::Observe): the policy, and the cluster by its last node version and
+  // node count. Filter and prioritize of one pod come in a row with nothing changed between them, and
+  // observing 5,000 nodes each time was 5% of the verbs' time.
+  uint64_t observed_generation = ~uint64_t{0};
+  uint64_t observed_version = 0;
+  int observed_nodes = -1;
+  // Warming (CacheOptions::warm_shapes): the last distinct pod shapes seen (by CompiledRequest fingerprint),
+  // with when each was last seen and how many pods apart its pods come (to warm the shape due soonest first);
+  // the policy and state_key the warming thread was last woken for; whether it has work.
+  struct Shape {
+    uint64_t fingerprint = 0;
+    core::PodRequest request;  // its last pod
+    uint64_t last_seen = 0;    // shape_clock then
+    double gap = 0;            // pods between two of its pods, a moving average; 0: seen once
+  };
+  std::vector<Shape> shapes;
+  uint64_t shape_clock = 0;  // pods seen (filter and prioritize of one pod count once)
+  PodUid last_shape_pod;
+  uint64_t warm_generation = ~uint64_t{0};
+  uint64_t warm_state_key = 0;
+  bool warm_due = false;
+  bool warming = false;  // the thread is at work on what was due
+  bool stop = false;
+  uint64_t warmed = 0;    // evaluations made by the thread
+  core::Rng warm_rng{1};  // its own: the verbs' Rng sequence stays what it would be without warming
   std::unordered_map<PodUid, PodEntry> pods;
   std::map<std::string, PodEntry> orphans;  // uid -> a pod whose node or GPUs are gone
   std::set<PodUid> changed;  // pods whose shares changed under them (compressed, or given back)
 };
+
+namespace {
+
+// The cache's lock, taken by every method but the warming thread's loop: it counts the caller among those
+// waiting for the lock while it waits, and the warming thread lets each of them go first.
+class ABSL_SCOPED_LOCKABLE CacheLock {
+ public:
+  CacheLock(Mutex* mu, std::atomic<int>* waiting) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    waiting->fetch_add(1, std::memory_order_relaxed);
+    mu_->Lock();
+    waiting->fetch_sub(1, std::memory_order_relaxed);
+  }
+  ~CacheLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  Mutex* mu_;
+};
+
+}  // namespace
 
 std::chrono::steady_clock::time_point ClusterCache::SteadyNow() const {
   return options_.clock != nullptr ? options_.clock->Steady() : std::chrono::steady_clock::now();
@@ -40,11 +88,123 @@ ClusterCache::ClusterCache(CacheOptions options)
   if (seed == 0)
     seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
   state_->rng = core::Rng(seed);
-  MutexLock lock(&mu_);
-  RebuildPolicyLocked();
+  {
+    CacheLock lock(&mu_, &waiting_);
+    RebuildPolicyLocked();
+  }
+  if (options_.warm_shapes > 0) warm_thread_ = std::thread([this] { WarmLoop(); });
 }
 
-ClusterCache::~ClusterCache() = default;
+ClusterCache::~ClusterCache() {
+  if (warm_thread_.joinable()) {
+    {
+      CacheLock lock(&mu_, &waiting_);
+      state_->stop = true;
+    }
+    warm_cv_.SignalAll();
+    warm_idle_cv_.SignalAll();
+    warm_thread_.join();
+  }
+}
+
+void ClusterCache::NoteShapeLocked(const core::PodRequest& request, uint64_t fingerprint) {
+  State& s = *state_;
+  if (options_.warm_shapes == 0 || !s.policy->deterministic()) return;
+  if (request.uid != s.last_shape_pod) {
+    s.last_shape_pod = request.uid;
+    ++s.shape_clock;
+  }
+  auto shape = std::find_if(s.shapes.begin(), s.shapes.end(),
+                            [&](const State::Shape& k) { return k.fingerprint == fingerprint; });
+  if (shape == s.shapes.end()) {
+    if (s.shapes.size() >= options_.warm_shapes) {  // forget the one seen longest ago
+      s.shapes.erase(std::min_element(s.shapes.begin(), s.shapes.end(), [](const auto& a, const auto& b) {
+        return a.last_seen < b.last_seen;
+      }));
+    }
+    s.shapes.push_back({fingerprint, request, s.shape_clock, 0});
+  } else if (shape->last_seen != s.shape_clock) {
+    const auto gap = static_cast<double>(s.shape_clock - shape->last_seen);
+    shape->gap = shape->gap == 0 ? gap : 0.75 * shape->gap + 0.25 * gap;
+    shape->last_seen = s.shape_clock;
+    shape->request = request;
+  }
+  if (s.warm_generation != s.policy_generation || s.warm_state_key != s.policy->state_key()) {
+    s.warm_generation = s.policy_generation;
+    s.warm_state_key = s.policy->state_key();
+    s.warm_due = true;
+    warm_cv_.Signal();
+  }
+}
+
+void ClusterCache::WarmLoop() {
+  // Nodes evaluated per hold of the lock: about 0.5 ms while the policy's per-node views are cold (tessera:
+  // 16 us a node over a full workload window), some 20 us once they are warm.
+  constexpr int kNodesPerHold = 32;
+  mu_.Lock();
+  State& s = *state_;
+  while (true) {
+    while (!s.stop && !s.warm_due) warm_cv_.Wait(&mu_);
+    if (s.stop) break;
+    s.warm_due = false;
+    s.warming = true;
+    // The shape whose next pod is due soonest first: its usual gap less the pods since it was last seen. Pods
+    // of a few shapes in turn come in the order they were last seen, pods of one frequent shape come at once;
+    // warming in the order of recency came last for the former. Only shapes that come back: seen twice at
+    // least, and within the last `rebuild_after` pods (a shape of the past is not worth 5,000 evaluations
+    // after every rebuild; under load they took 12% of the pods/s).
+    std::vector<std::pair<double, const core::PodRequest*>> order;
+    for (const State::Shape& k : s.shapes) {
+      const auto age = static_cast<double>(s.shape_clock - k.last_seen);
+      if (k.gap == 0 || age > static_cast<double>(std::max<size_t>(options_.rebuild_after, 1))) continue;
+      order.emplace_back(k.gap - age, &k.request);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<core::PodRequest> shapes;
+    for (const auto& [due, request] : order) shapes.push_back(*request);
+    core::NodeFit scratch;
+    // Stop as soon as what is warmed would go stale: a verb has marked a newer state due (NoteShapeLocked),
+    // or the cluster moved the policy's state_key (then mark it here).
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      for (int next = 0; !s.stop && !s.warm_due && next < s.cluster.node_count();) {
+        ObserveLocked();  // what the verbs would read first; nothing when the cluster did not change
+        if (s.policy->state_key() != s.warm_state_key) {
+          s.warm_state_key = s.policy->state_key();
+          s.warm_due = true;
+          break;
+        }
+        const core::CompiledRequest compiled(s.cluster, shapes[k]);
+        const int end = std::min(next + kNodesPerHold, s.cluster.node_count());
+        for (; next < end; ++next) {
+          s.placer->EvaluateCached(s.cluster, s.cluster.nodes()[static_cast<size_t>(next)], compiled,
+                                   s.warm_rng, &s.evaluations, scratch);
+          ++s.warmed;
+        }
+        // Whoever waits for the lock goes first: warming is for them. (Not a yield each time: on a loaded
+        // machine each one gave the core away for a whole time slice, and warming never caught up.)
+        if (waiting_.load(std::memory_order_relaxed) > 0) {
+          mu_.Unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          mu_.Lock();
+        }
+      }
+    }
+    s.warming = false;
+    warm_idle_cv_.SignalAll();
+  }
+  mu_.Unlock();
+}
+
+void ClusterCache::WaitForWarming() const {
+  CacheLock lock(&mu_, &waiting_);
+  while (!state_->stop && (state_->warm_due || state_->warming)) warm_idle_cv_.Wait(&mu_);
+}
+
+uint64_t ClusterCache::warmed_evaluations() const {
+  CacheLock lock(&mu_, &waiting_);
+  return state_->warmed;
+}
 
 void ClusterCache::RebuildPolicyLocked() {
   State& s = *state_;
@@ -60,6 +220,7 @@ void ClusterCache::RebuildPolicyLocked() {
   s.policy_name = std::string(s.policy->name());
   s.placer = std::make_unique<core::Placer>(*s.policy, options_.placement);
   s.evaluations.Clear();
+  ++s.policy_generation;
   s.since_rebuild = 0;
   s.models_at_rebuild = s.cluster.model_count();
 }
@@ -72,6 +233,21 @@ void ClusterCache::MaybeRebuildPolicyLocked() {
   if (s.since_rebuild >= due || s.models_at_rebuild != s.cluster.model_count()) {
     RebuildPolicyLocked();
   }
+}
+
+// What the policy weighs from the cluster as a whole (tessera: how full each GPU model is), read before each
+// pod as Placer::Place does; answers cached under another reading are not reused (state_key). Observe reads
+// nothing but the cluster, so an unchanged cluster needs no second reading.
+void ClusterCache::ObserveLocked() {
+  State& s = *state_;
+  if (s.observed_generation == s.policy_generation && s.observed_version == s.cluster.last_version() &&
+      s.observed_nodes == s.cluster.node_count()) {
+    return;
+  }
+  s.policy->Observe(s.cluster);
+  s.observed_generation = s.policy_generation;
+  s.observed_version = s.cluster.last_version();
+  s.observed_nodes = s.cluster.node_count();
 }
 
 void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
@@ -87,12 +263,12 @@ void ClusterCache::NoteWorkloadLocked(const core::PodRequest& request) {
 }
 
 void ClusterCache::NoteWorkload(const core::PodRequest& request) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   NoteWorkloadLocked(request);
 }
 
 absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   const core::NodeState* existing = s.cluster.FindNode(info.name);
   if (existing != nullptr) {
@@ -142,7 +318,7 @@ absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
 }
 
 void ClusterCache::RemoveNode(const NodeName& name) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   std::vector<PodUid> on_node;
   for (const auto& [uid, entry] : s.pods) {
@@ -157,18 +333,18 @@ void ClusterCache::RemoveNode(const NodeName& name) {
 }
 
 absl::Status ClusterCache::SetSchedulable(const NodeName& name, bool schedulable) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   return state_->cluster.SetSchedulable(name, schedulable);
 }
 
 void ClusterCache::SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   state_->cluster.SetQuota(ns, model, limit);
 }
 
 void ClusterCache::ReplaceQuotas(
     const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   state_->cluster.ClearQuotas();
   for (const auto& [ns, model, limit] : quotas) state_->cluster.SetQuota(ns, model, limit);
 }
@@ -221,7 +397,7 @@ void ClusterCache::ReleaseLocked(const PodUid& uid) {
 
 absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod.spec, options_.parse);
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   const PodUid uid(pod.spec.uid);
   if (!request.ok()) {
@@ -279,122 +455,160 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
 }
 
 void ClusterCache::ForgetPod(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   ReleaseLocked(uid);
 }
 
 FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {
-  MutexLock lock(&mu_);
+  const std::vector<std::string_view> views(nodes.begin(), nodes.end());
+  FilterVerdicts v = FilterAt(request, views);
+  FilterOutcome out;
+  for (uint32_t k : v.fits) out.fits.push_back(nodes[k]);
+  for (auto& [k, why] : v.failed) out.failed[nodes[k]] = std::move(why);
+  for (auto& [k, why] : v.unresolvable) out.unresolvable[nodes[k]] = std::move(why);
+  return out;
+}
+
+FilterVerdicts ClusterCache::FilterAt(const core::PodRequest& request,
+                                      std::span<const std::string_view> nodes) {
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   NoteWorkloadLocked(request);
   MaybeRebuildPolicyLocked();
-  // What the policy weighs from the cluster as a whole (tessera: how full each GPU model is), read before each
-  // pod as Placer::Place does; answers cached under another reading are not reused (state_key).
-  s.policy->Observe(s.cluster);
-  FilterOutcome out;
+  ObserveLocked();
+  FilterVerdicts out;
   const core::CompiledRequest compiled(s.cluster, request);
+  NoteShapeLocked(request, compiled.fingerprint());
   core::NodeFit scratch;
-  std::vector<const core::NodeState*> known;
-  known.reserve(nodes.size());
-  out.fits.reserve(known.capacity());
-  auto consider = [&](const core::NodeState& node) {
-    known.push_back(&node);
-    const core::NodeFit& fit =
-        s.placer->EvaluateCached(s.cluster, node, compiled, s.rng, &s.evaluations, scratch);
-    if (fit.fits()) {
-      out.fits.push_back(node.name().value());
-      return;
-    }
-    core::Explanation why = s.placer->Explain(s.cluster, node, request);
-    (why.unresolvable ? out.unresolvable : out.failed)[node.name().value()] = why.message;
-  };
-  for (const std::string& name : nodes) {
-    const core::NodeState* node = s.cluster.FindNode(NodeName(name));
+  bool any_known = false;
+  out.fits.reserve(nodes.size());
+  for (uint32_t k = 0; k < nodes.size(); ++k) {
+    const core::NodeState* node = s.cluster.FindNode(nodes[k]);
     if (node == nullptr) {
-      out.unresolvable[name] =
-          StrCat("node ", name, ": no Tessera GPU inventory (is tessera-node running there?)");
+      out.unresolvable.emplace_back(
+          k, StrCat("node ", nodes[k], ": no Tessera GPU inventory (is tessera-node running there?)"));
       continue;
     }
-    consider(*node);
+    any_known = true;
+    const core::NodeFit& fit =
+        s.placer->EvaluateCached(s.cluster, *node, compiled, s.rng, &s.evaluations, scratch);
+    if (fit.fits()) {
+      out.fits.push_back(k);
+      continue;
+    }
+    core::Explanation why = s.placer->Explain(s.cluster, *node, request);
+    (why.unresolvable ? out.unresolvable : out.failed).emplace_back(k, std::move(why.message));
   }
   // A high-priority pod that fits nowhere may still fit by compressing low-priority tenants (SharedGPU).
-  if (out.fits.empty() && request.priority == core::Priority::kHigh && !known.empty()) {
+  if (out.fits.empty() && request.priority == core::Priority::kHigh && any_known) {
     std::vector<NodeName> names;
-    for (const core::NodeState* n : known) names.push_back(n->name());
+    for (std::string_view n : nodes) {
+      if (s.cluster.FindNode(n) != nullptr) names.emplace_back(n);
+    }
     absl::StatusOr<core::Placement> p = s.placer->Place(s.cluster, request, s.rng, names);
     if (p.ok() && !p->compressions.empty()) {
-      const std::string node = p->node.value();
-      out.failed.erase(node);
-      out.unresolvable.erase(node);
-      out.fits.push_back(node);
+      const std::string_view node = p->node.value();
+      auto named = [&](const std::pair<uint32_t, std::string>& v) { return nodes[v.first] == node; };
+      std::erase_if(out.failed, named);
+      std::erase_if(out.unresolvable, named);
+      for (uint32_t k = 0; k < nodes.size(); ++k) {
+        if (nodes[k] == node) {
+          out.fits.push_back(k);
+          break;
+        }
+      }
     }
   }
   return out;
 }
 
-std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits) {
-  std::vector<HostScore> out;
+std::vector<int64_t> ScaleTierScores(std::span<const TierScore> fits) {
+  std::vector<int64_t> out;
   if (fits.empty()) return out;
+  out.reserve(fits.size());
   // Tiers first, then scores: map each fit to one number where any better tier wins.
-  int top_tier = fits[0].second.tier;
+  int top_tier = fits[0].tier;
   double lo = 0, hi = 0;
   bool first = true;
-  for (const auto& [name, fit] : fits) top_tier = std::max(top_tier, fit.tier);
-  for (const auto& [name, fit] : fits) {
+  for (const TierScore& fit : fits) top_tier = std::max(top_tier, fit.tier);
+  for (const TierScore& fit : fits) {
     if (fit.tier != top_tier) continue;
     if (first || fit.score < lo) lo = fit.score;
     if (first || fit.score > hi) hi = fit.score;
     first = false;
   }
-  for (const auto& [name, fit] : fits) {
+  for (const TierScore& fit : fits) {
     int64_t score = 0;
     if (fit.tier == top_tier) {
       // The best tier spans 1-10 (or 10 when all equal); lower tiers get 0.
       score = hi > lo ? 1 + static_cast<int64_t>(std::floor(9.0 * (fit.score - lo) / (hi - lo) + 1e-9))
                       : kMaxExtenderPriority;
     }
-    out.push_back({name, std::clamp<int64_t>(score, 0, kMaxExtenderPriority)});
+    out.push_back(std::clamp<int64_t>(score, 0, kMaxExtenderPriority));
   }
+  return out;
+}
+
+std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits) {
+  std::vector<TierScore> tiers;
+  tiers.reserve(fits.size());
+  for (const auto& [name, fit] : fits) tiers.push_back({fit.tier, fit.score});
+  const std::vector<int64_t> scores = ScaleTierScores(tiers);
+  std::vector<HostScore> out;
+  for (size_t i = 0; i < fits.size(); ++i) out.push_back({fits[i].first, scores[i]});
   return out;
 }
 
 std::vector<HostScore> ClusterCache::Prioritize(const core::PodRequest& request,
                                                 std::span<const std::string> nodes) {
-  MutexLock lock(&mu_);
-  State& s = *state_;
-  NoteWorkloadLocked(request);
-  MaybeRebuildPolicyLocked();
-  // What the policy weighs from the cluster as a whole (tessera: how full each GPU model is), read before each
-  // pod as Placer::Place does; answers cached under another reading are not reused (state_key).
-  s.policy->Observe(s.cluster);
-  const core::CompiledRequest compiled(s.cluster, request);
-  core::NodeFit scratch;
-  std::vector<std::pair<std::string, core::NodeFit>> fits;
-  std::vector<HostScore> zero;
-  auto consider = [&](const core::NodeState& node) {
-    const core::NodeFit& fit =
-        s.placer->EvaluateCached(s.cluster, node, compiled, s.rng, &s.evaluations, scratch);
-    if (fit.fits()) {
-      fits.emplace_back(node.name().value(), fit);
-    } else {
-      zero.push_back({node.name().value(), 0});
+  const std::vector<std::string_view> views(nodes.begin(), nodes.end());
+  std::vector<HostScore> out;
+  for (const PositionScore& p : PrioritizeAt(request, views)) out.push_back({nodes[p.position], p.score});
+  return out;
+}
+
+std::vector<PositionScore> ClusterCache::PrioritizeAt(const core::PodRequest& request,
+                                                      std::span<const std::string_view> nodes) {
+  std::vector<uint32_t> fitting, others;
+  std::vector<TierScore> fits;
+  fitting.reserve(nodes.size());
+  fits.reserve(nodes.size());
+  {
+    CacheLock lock(&mu_, &waiting_);
+    State& s = *state_;
+    NoteWorkloadLocked(request);
+    MaybeRebuildPolicyLocked();
+    ObserveLocked();
+    const core::CompiledRequest compiled(s.cluster, request);
+    NoteShapeLocked(request, compiled.fingerprint());
+    core::NodeFit scratch;
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      const core::NodeState* node = s.cluster.FindNode(nodes[k]);
+      if (node == nullptr) {
+        others.push_back(k);
+        continue;
+      }
+      const core::NodeFit& fit =
+          s.placer->EvaluateCached(s.cluster, *node, compiled, s.rng, &s.evaluations, scratch);
+      if (fit.fits()) {
+        fitting.push_back(k);
+        fits.push_back({fit.tier, fit.score});
+      } else {
+        others.push_back(k);
+      }
     }
-  };
-  for (const std::string& name : nodes) {
-    const core::NodeState* node = s.cluster.FindNode(NodeName(name));
-    if (node == nullptr) {
-      zero.push_back({name, 0});
-      continue;
-    }
-    consider(*node);
   }
-  std::vector<HostScore> out = ScaleScores(fits);
-  out.insert(out.end(), zero.begin(), zero.end());
+  // Scaled outside the lock: it needs nothing of the cache.
+  const std::vector<int64_t> scaled = ScaleTierScores(fits);
+  std::vector<PositionScore> out;
+  out.reserve(nodes.size());
+  for (size_t i = 0; i < fitting.size(); ++i) out.push_back({fitting[i], scaled[i]});
+  for (uint32_t k : others) out.push_back({k, 0});
   return out;
 }
 
 absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& request, const NodeName& node) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   if (auto it = s.pods.find(request.uid); it != s.pods.end()) {
     if (it->second.placement.node == node) {
@@ -428,20 +642,20 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
 }
 
 void ClusterCache::Confirm(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   auto it = state_->pods.find(uid);
   if (it != state_->pods.end()) it->second.reserved = false;
 }
 
 void ClusterCache::Unreserve(const PodUid& uid) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end() || !it->second.reserved) return;
   ReleaseLocked(uid);
 }
 
 int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   const auto now = SteadyNow();
   std::vector<PodUid> expired;
   for (const auto& [uid, entry] : state_->pods) {
@@ -453,7 +667,7 @@ int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
 
 std::set<std::string> ClusterCache::FitsAfterEvicting(
     const core::PodRequest& request, const std::map<std::string, std::vector<std::string>>& victims) {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   // On a copy, with a policy of its own: the live policy's caches are keyed by the live nodes.
   core::Cluster copy = s.cluster;
@@ -473,7 +687,7 @@ std::set<std::string> ClusterCache::FitsAfterEvicting(
 }
 
 std::vector<PodEntry> ClusterCache::TakeChangedShares() {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   State& s = *state_;
   std::vector<PodEntry> out;
   for (const PodUid& uid : s.changed) {
@@ -485,26 +699,26 @@ std::vector<PodEntry> ClusterCache::TakeChangedShares() {
 }
 
 std::optional<PodEntry> ClusterCache::FindPod(const PodUid& uid) const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   auto it = state_->pods.find(uid);
   if (it == state_->pods.end()) return std::nullopt;
   return it->second;
 }
 
 core::Cluster ClusterCache::Snapshot() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   return state_->cluster;
 }
 
 std::map<std::string, std::string> ClusterCache::PodNames() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   std::map<std::string, std::string> out;
   for (const auto& [uid, entry] : state_->pods) out[uid.value()] = entry.request.FullName();
   return out;
 }
 
 std::vector<std::string> ClusterCache::Orphans() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   std::vector<std::string> out;
   for (const auto& [uid, entry] : state_->orphans) {
     out.push_back(StrCat(entry.request.FullName(), " (", uid, ") on node ", entry.placement.node.value()));
@@ -513,18 +727,27 @@ std::vector<std::string> ClusterCache::Orphans() const {
 }
 
 int ClusterCache::pod_count() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   return static_cast<int>(state_->pods.size());
 }
 
 int ClusterCache::node_count() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   return state_->cluster.node_count();
 }
 
 std::string ClusterCache::policy_name() const {
-  MutexLock lock(&mu_);
+  CacheLock lock(&mu_, &waiting_);
   return state_->policy_name;
+}
+
+}  // namespace tessera::scheduler
+
+namespace tessera::scheduler {
+
+uint64_t ClusterCache::policy_builds() const {
+  CacheLock lock(&mu_, &waiting_);
+  return state_->policy_generation;
 }
 
 }  // namespace tessera::scheduler

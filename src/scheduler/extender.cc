@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "core/strings.h"
 #include "formats/bounded_json.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/extender_args.h"
 
 namespace tessera::scheduler {
 
@@ -61,153 +64,45 @@ std::string NodeName(const json& node) {
   return name != nullptr && name->is_string() ? name->get<std::string>() : "";
 }
 
-// Parses ExtenderArgs, collecting the top-level NodeNames (thousands of strings) straight into a vector
-// instead of a JSON tree: with 5,000 nodes, building and freeing that tree was a third of the verb's time.
-// Everything else goes to nlohmann's own DOM builder. Keys are matched as Go's decoder matches them (any
-// case); a NodeNames that is not a list of strings is reported, as the DOM path did.
-class ArgsSax {
- public:
-  explicit ArgsSax(json& root) : dom_(root, /*allow_exceptions=*/false) {}
-
-  bool null() {
-    return InNames() ? Bad() : Value([&] { return dom_.null(); }, /*null=*/true);
-  }
-  bool boolean(bool v) {
-    return InNames() ? Bad() : Value([&] { return dom_.boolean(v); });
-  }
-  bool number_integer(json::number_integer_t v) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_integer(v); });
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_unsigned(v); });
-  }
-  bool number_float(json::number_float_t v, const std::string& text) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_float(v, text); });
-  }
-  bool string(std::string& v) {
-    if (InNames()) {
-      names_.push_back(std::move(v));
-      return true;
-    }
-    return Value([&] { return dom_.string(v); });
-  }
-  bool binary(json::binary_t& v) {
-    return InNames() ? Bad() : Value([&] { return dom_.binary(v); });
-  }
-  bool start_object(std::size_t n) {
-    if (InNames()) return Bad();
-    if (names_next_) return Bad();
-    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
-    return dom_.start_object(n);
-  }
-  bool end_object() {
-    --depth_;
-    return dom_.end_object();
-  }
-  bool start_array(std::size_t n) {
-    if (InNames()) return Bad();
-    if (names_next_) {
-      names_next_ = false;
-      in_names_ = true;
-      has_names_ = true;
-      return true;
-    }
-    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
-    return dom_.start_array(n);
-  }
-  bool end_array() {
-    if (in_names_) {
-      in_names_ = false;
-      return true;
-    }
-    --depth_;
-    return dom_.end_array();
-  }
-  bool key(std::string& k) {
-    if (depth_ == 1 && EqualsIgnoreCase(k, "NodeNames")) {
-      names_next_ = true;
-      return true;
-    }
-    return dom_.key(k);
-  }
-  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
-    return dom_.parse_error(position, token, e);
-  }
-
-  bool bad_names() const { return bad_names_; }
-  bool too_deep() const { return too_deep_; }
-  bool has_names() const { return has_names_; }
-  std::vector<std::string>& names() { return names_; }
-
- private:
-  bool InNames() const { return in_names_; }
-  bool Bad() {
-    bad_names_ = true;
-    return false;
-  }
-  // Objects and arrays nested deeper than any Kubernetes object: refused before anything walks them
-  // recursively (copying a fitting node to echo it back, dumping the answer).
-  bool TooDeep() {
-    too_deep_ = true;
-    return false;
-  }
-  // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
-  template <typename F>
-  bool Value(F forward, bool null = false) {
-    if (names_next_) {
-      names_next_ = false;
-      return null ? true : Bad();
-    }
-    return forward();
-  }
-
-  nlohmann::detail::json_sax_dom_parser<json> dom_;
-  int depth_ = 0;
-  bool names_next_ = false;
-  bool in_names_ = false;
-  bool has_names_ = false;
-  bool bad_names_ = false;
-  bool too_deep_ = false;
-  std::vector<std::string> names_;
-};
-
-// Appends `s` as a JSON string.
+// Appends `s` as a JSON string: runs of plain bytes at once, escapes where JSON needs them (bytes from 0x80
+// are written as they are: names and reasons come from parsed, valid UTF-8).
 void AppendJsonString(std::string* out, std::string_view s) {
   out->push_back('"');
-  for (char c : s) {
+  size_t plain = 0;  // start of the run not yet written
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (u < 0x20) {
+    if (c != '"' && c != '\\' && u >= 0x20) continue;
+    out->append(s.substr(plain, i - plain));
+    plain = i + 1;
+    if (u < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", u);
       out->append(buf);
     } else {
+      out->push_back('\\');
       out->push_back(c);
     }
   }
+  out->append(s.substr(plain));
   out->push_back('"');
 }
 
-void AppendStringList(std::string* out, const std::vector<std::string>& list) {
-  out->push_back('[');
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (i > 0) out->push_back(',');
-    AppendJsonString(out, list[i]);
-  }
-  out->push_back(']');
-}
-
-void AppendStringMap(std::string* out, const std::map<std::string, std::string>& map) {
+// Reasons by node, as a JSON object with the nodes in name order, each once (a node named twice in the
+// request: its last reason, as a map keyed by name would keep).
+void AppendReasons(std::string* out, std::span<const std::string_view> nodes,
+                   std::vector<std::pair<uint32_t, std::string>>& reasons) {
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [&](const auto& a, const auto& b) { return nodes[a.first] < nodes[b.first]; });
   out->push_back('{');
   bool first = true;
-  for (const auto& [k, v] : map) {
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    if (i + 1 < reasons.size() && nodes[reasons[i + 1].first] == nodes[reasons[i].first]) continue;
     if (!first) out->push_back(',');
     first = false;
-    AppendJsonString(out, k);
+    AppendJsonString(out, nodes[reasons[i].first]);
     out->push_back(':');
-    AppendJsonString(out, v);
+    AppendJsonString(out, reasons[i].second);
   }
   out->push_back('}');
 }
@@ -217,9 +112,12 @@ void AppendStringMap(std::string* out, const std::map<std::string, std::string>&
 struct Extender::ParsedArgs {
   formats::PodObject pod;
   absl::StatusOr<core::PodRequest> request = absl::UnknownError("unset");
-  std::vector<std::string> nodes;
+  ExtenderArgsDoc args;
+  // The nodes asked about: views into the request body or into `args` (NodeNames), or into `list_names`.
+  std::vector<std::string_view> nodes;
   // The NodeList form (nodeCacheCapable: false): the node objects, to echo the fitting ones back.
   bool node_list = false;
+  std::vector<std::string> list_names;
   std::map<std::string, json> node_objects;
 };
 
@@ -228,43 +126,34 @@ Extender::Extender(ClusterCache& cache, Binder& binder, PodSource* pods, core::P
     : cache_(cache), binder_(binder), pods_(pods), parse_(parse), options_(options) {}
 
 absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) {
-  json root;
-  ArgsSax sax(root);
-  const bool parsed_ok = json::sax_parse(body.begin(), body.end(), &sax);
-  if (sax.bad_names()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
-  if (sax.too_deep()) {
-    return absl::InvalidArgumentError(StrCat("the request body is nested deeper than ",
-                                             formats::kMaxJsonDepth,
-                                             " levels of objects and arrays; no ExtenderArgs is"));
-  }
-  if (!parsed_ok || root.is_discarded()) {
-    return absl::InvalidArgumentError(
-        "the request body is not valid JSON; kube-scheduler sends JSON objects");
-  }
-  if (!root.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  const json* doc = &root;
+  absl::StatusOr<ExtenderArgsDoc> read = ReadExtenderArgs(body);
+  if (!read.ok()) return read.status();
   ParsedArgs args;
+  args.args = *std::move(read);
+  const json* doc = &args.args.doc;
   const json* pod = Field(*doc, "Pod");
   if (pod == nullptr) return absl::InvalidArgumentError("the request has no Pod; send ExtenderArgs");
   absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(*pod);
   if (!parsed.ok()) return parsed.status();
   args.pod = *std::move(parsed);
   args.request = core::ParsePodRequest(args.pod.spec, parse_);
-  if (sax.has_names()) {
-    args.nodes = std::move(sax.names());
+  if (args.args.has_names) {
+    args.nodes = std::move(args.args.names);
   } else if (const json* list = Field(*doc, "Nodes")) {
     const json* items = Field(*list, "items");
     if (items != nullptr && !items->is_array())
       return absl::InvalidArgumentError("Nodes.items must be a list");
     args.node_list = true;
     if (items != nullptr) {
-      for (json& n : const_cast<json&>(*items)) {  // root is ours: move the nodes out instead of copying
+      for (json& n : const_cast<json&>(*items)) {  // the document is ours: move the nodes out, not copy
         std::string name = NodeName(n);
         if (name.empty()) return absl::InvalidArgumentError("a node in Nodes.items has no metadata.name");
-        args.nodes.push_back(name);
+        args.list_names.push_back(name);
         args.node_objects[name] = std::move(n);
       }
     }
+    // Views once the list is complete: growing it moves short strings' bytes.
+    args.nodes.assign(args.list_names.begin(), args.list_names.end());
   }
   return args;
 }
@@ -345,44 +234,55 @@ Response Extender::Filter(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
   Count(&Counters::filter, !args.ok());
   if (!args.ok()) return BadRequest("filter", Message(args.status()));
-  FilterOutcome outcome;
+  const std::vector<std::string_view>& nodes = args->nodes;
+  FilterVerdicts verdicts;
   if (!args->request.ok()) {
     // The pod asks for something no node can give: say so on every node, where no preemption helps.
-    for (const std::string& n : args->nodes) {
-      outcome.unresolvable[n] = StrCat("pod ", args->pod.key(), ": ", Message(args->request.status()));
-    }
+    const std::string why = StrCat("pod ", args->pod.key(), ": ", Message(args->request.status()));
+    for (uint32_t k = 0; k < nodes.size(); ++k) verdicts.unresolvable.emplace_back(k, why);
   } else if (!args->request->wants_gpu()) {
-    outcome.fits = args->nodes;  // not ours to judge: kube-scheduler checks CPU and memory
+    // Not ours to judge: kube-scheduler checks CPU and memory.
+    for (uint32_t k = 0; k < nodes.size(); ++k) verdicts.fits.push_back(k);
   } else {
     Remember(*args->request, args->pod);
-    outcome = cache_.Filter(*args->request, args->nodes);
+    verdicts = cache_.FilterAt(*args->request, nodes);
   }
   // kube-scheduler posts its FailedScheduling event with the reasons as a printf format and no arguments, so
   // "60% and" shows as "60%!a(MISSING)nd" in `kubectl describe pod` (seen with the real kube-scheduler 1.37).
-  for (auto* reasons : {&outcome.failed, &outcome.unresolvable}) {
-    for (auto& [node, reason] : *reasons) reason = WithoutPercentSigns(reason);
+  for (auto* reasons : {&verdicts.failed, &verdicts.unresolvable}) {
+    for (auto& [node, reason] : *reasons) {
+      if (reason.find('%') != std::string::npos) reason = WithoutPercentSigns(reason);
+    }
   }
   if (args->node_list) {
     json result;
     json items = json::array();
-    for (const std::string& n : outcome.fits) items.push_back(std::move(args->node_objects[n]));
+    for (uint32_t k : verdicts.fits) items.push_back(std::move(args->node_objects[std::string(nodes[k])]));
+    std::map<std::string, std::string> failed, unresolvable;
+    for (auto& [k, why] : verdicts.failed) failed[std::string(nodes[k])] = std::move(why);
+    for (auto& [k, why] : verdicts.unresolvable) unresolvable[std::string(nodes[k])] = std::move(why);
     result["Nodes"] = {
         {"apiVersion", "v1"}, {"kind", "NodeList"}, {"metadata", json::object()}, {"items", items}};
     result["NodeNames"] = nullptr;
-    result["FailedNodes"] = outcome.failed;
-    result["FailedAndUnresolvableNodes"] = outcome.unresolvable;
+    result["FailedNodes"] = failed;
+    result["FailedAndUnresolvableNodes"] = unresolvable;
     result["Error"] = "";
     return {200, formats::DumpJson(result)};
   }
-  // Written by hand: the answer may name thousands of nodes (see ArgsSax).
+  // Written by hand into one buffer: the answer may name thousands of nodes.
+  size_t bytes = 128;
+  for (uint32_t k : verdicts.fits) bytes += nodes[k].size() + 3;
   std::string out;
-  out.reserve(64 + 16 * outcome.fits.size());
-  out += R"({"Nodes":null,"NodeNames":)";
-  AppendStringList(&out, outcome.fits);
-  out += R"(,"FailedNodes":)";
-  AppendStringMap(&out, outcome.failed);
+  out.reserve(bytes);
+  out += R"({"Nodes":null,"NodeNames":[)";
+  for (size_t i = 0; i < verdicts.fits.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonString(&out, nodes[verdicts.fits[i]]);
+  }
+  out += R"(],"FailedNodes":)";
+  AppendReasons(&out, nodes, verdicts.failed);
   out += R"(,"FailedAndUnresolvableNodes":)";
-  AppendStringMap(&out, outcome.unresolvable);
+  AppendReasons(&out, nodes, verdicts.unresolvable);
   out += R"(,"Error":""})";
   return {200, std::move(out)};
 }
@@ -391,22 +291,28 @@ Response Extender::Prioritize(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
   Count(&Counters::prioritize, !args.ok());
   if (!args.ok()) return BadRequest("prioritize", Message(args.status()));
-  std::vector<HostScore> scores;
+  const std::vector<std::string_view>& nodes = args->nodes;
+  std::vector<PositionScore> scores;
   if (args->request.ok() && args->request->wants_gpu()) {
     Remember(*args->request, args->pod);
-    scores = cache_.Prioritize(*args->request, args->nodes);
+    scores = cache_.PrioritizeAt(*args->request, nodes);
   } else {
-    for (const std::string& n : args->nodes) scores.push_back({n, 0});
+    scores.reserve(nodes.size());
+    for (uint32_t k = 0; k < nodes.size(); ++k) scores.push_back({k, 0});
   }
+  size_t bytes = 16;
+  for (const PositionScore& s : scores) bytes += nodes[s.position].size() + 24;
   std::string out;
-  out.reserve(16 + 32 * scores.size());
+  out.reserve(bytes);
   out.push_back('[');
   for (size_t i = 0; i < scores.size(); ++i) {
     if (i > 0) out.push_back(',');
     out += R"({"Host":)";
-    AppendJsonString(&out, scores[i].host);
+    AppendJsonString(&out, nodes[scores[i].position]);
     out += R"(,"Score":)";
-    out += std::to_string(scores[i].score);
+    char digits[24];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), scores[i].score);
+    out.append(digits, end);
     out.push_back('}');
   }
   out.push_back(']');

@@ -215,6 +215,75 @@ TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
   EXPECT_TRUE(f.unresolvable.contains("nowhere"));
 }
 
+// Filter by position answers as Filter by name does, and Prioritize lists the fitting nodes first.
+TEST(ClusterCacheTest, AnswersByPositionNameTheSameNodes) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n2", 2)).ok());
+  ASSERT_TRUE(cache.Reserve(MakePod("full", {Share(100)}), core::NodeName("n1")).ok());
+  const std::vector<std::string_view> nodes = {"nowhere", "n1", "n2", "n2"};
+  FilterVerdicts f = cache.FilterAt(MakePod("a", {Share(30)}), nodes);
+  EXPECT_EQ(f.fits, (std::vector<uint32_t>{2, 3}));
+  ASSERT_EQ(f.unresolvable.size(), 1u);
+  EXPECT_EQ(f.unresolvable[0].first, 0u);
+  ASSERT_EQ(f.failed.size(), 1u);
+  EXPECT_EQ(f.failed[0].first, 1u);
+  const std::vector<PositionScore> p = cache.PrioritizeAt(MakePod("a", {Share(30)}), nodes);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].position, 2u);
+  EXPECT_EQ(p[1].position, 3u);
+  EXPECT_EQ(p[0].score, kMaxExtenderPriority);
+  EXPECT_EQ(p[2].position, 0u);
+  EXPECT_EQ(p[3].position, 1u);
+  EXPECT_EQ(p[3].score, 0);
+}
+
+// The warming thread evaluates ahead of the verbs (CacheOptions::warm_shapes) and changes no answer: a cache
+// that waits for it after every verb decides as one without it, through policy rebuilds and binds.
+TEST(ClusterCacheTest, WarmingChangesNoAnswer) {
+  auto options = [](size_t warm) {
+    CacheOptions o = Options();
+    o.rebuild_after = 3;
+    o.warm_shapes = warm;
+    return o;
+  };
+  ClusterCache warmed(options(16)), cold(options(0));
+  std::vector<std::string> names;
+  for (int i = 0; i < 12; ++i) {
+    names.push_back("n" + std::to_string(i));
+    for (ClusterCache* c : {&warmed, &cold}) {
+      ASSERT_TRUE(
+          c->UpsertNode(MakeNode(names.back(), 2 + i % 3, core::MiB(16384), i % 2 ? "T4" : "L4")).ok());
+    }
+  }
+  for (int i = 0; i < 40; ++i) {
+    const core::PodRequest pod = MakePod("p" + std::to_string(i), {Share(10 * (1 + i % 4))});
+    FilterOutcome a = warmed.Filter(pod, names);
+    warmed.WaitForWarming();
+    FilterOutcome b = cold.Filter(pod, names);
+    ASSERT_EQ(a.fits, b.fits) << i;
+    ASSERT_EQ(a.failed, b.failed) << i;
+    std::vector<HostScore> sa = warmed.Prioritize(pod, names);
+    warmed.WaitForWarming();
+    std::vector<HostScore> sb = cold.Prioritize(pod, names);
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t k = 0; k < sa.size(); ++k) {
+      ASSERT_EQ(sa[k].host, sb[k].host) << i;
+      ASSERT_EQ(sa[k].score, sb[k].score) << i;
+    }
+    if (i % 2 == 0 && !a.fits.empty()) {
+      absl::StatusOr<Reservation> ra = warmed.Reserve(pod, core::NodeName(a.fits[0]));
+      absl::StatusOr<Reservation> rb = cold.Reserve(pod, core::NodeName(b.fits[0]));
+      ASSERT_EQ(ra.ok(), rb.ok());
+      if (ra.ok()) {
+        EXPECT_EQ(formats::FormatAssignment(ra->placement), formats::FormatAssignment(rb->placement));
+      }
+    }
+  }
+  EXPECT_GT(warmed.warmed_evaluations(), 0u);
+  EXPECT_EQ(cold.warmed_evaluations(), 0u);
+}
+
 // tessera-scheduler --quota-file: the quotas in force follow the file; a file that stops parsing keeps them.
 TEST(QuotaFileTest, FollowsTheFileAndKeepsTheQuotasWhenItBreaks) {
   ::tessera::testing::TempDir dir;

@@ -1,0 +1,339 @@
+#include "scheduler/extender_args.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <utility>
+
+#include "core/strings.h"
+#include "formats/bounded_json.h"
+
+namespace tessera::scheduler {
+
+namespace {
+
+using nlohmann::json;
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// The general path: nlohmann's SAX parser over the whole text, collecting the top-level NodeNames (thousands
+// of strings) straight into a vector instead of a JSON tree, everything else into nlohmann's own DOM builder.
+// Keys are matched as Go's decoder matches them (any case); a NodeNames that is not a list of strings is
+// reported.
+class ArgsSax {
+ public:
+  explicit ArgsSax(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+
+  bool null() {
+    return InNames() ? Bad() : Value([&] { return dom_.null(); }, /*null=*/true);
+  }
+  bool boolean(bool v) {
+    return InNames() ? Bad() : Value([&] { return dom_.boolean(v); });
+  }
+  bool number_integer(json::number_integer_t v) {
+    return InNames() ? Bad() : Value([&] { return dom_.number_integer(v); });
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return InNames() ? Bad() : Value([&] { return dom_.number_unsigned(v); });
+  }
+  bool number_float(json::number_float_t v, const std::string& text) {
+    return InNames() ? Bad() : Value([&] { return dom_.number_float(v, text); });
+  }
+  bool string(std::string& v) {
+    if (InNames()) {
+      names_.push_back(std::move(v));
+      return true;
+    }
+    return Value([&] { return dom_.string(v); });
+  }
+  bool binary(json::binary_t& v) {
+    return InNames() ? Bad() : Value([&] { return dom_.binary(v); });
+  }
+  bool start_object(std::size_t n) {
+    if (InNames()) return Bad();
+    if (names_next_) return Bad();
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
+    return dom_.start_object(n);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (InNames()) return Bad();
+    if (names_next_) {
+      names_next_ = false;
+      in_names_ = true;
+      has_names_ = true;
+      return true;
+    }
+    if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (in_names_) {
+      in_names_ = false;
+      return true;
+    }
+    --depth_;
+    return dom_.end_array();
+  }
+  bool key(std::string& k) {
+    if (depth_ == 1 && EqualsIgnoreCase(k, "NodeNames")) {
+      names_next_ = true;
+      return true;
+    }
+    return dom_.key(k);
+  }
+  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
+    return dom_.parse_error(position, token, e);
+  }
+
+  bool bad_names() const { return bad_names_; }
+  bool too_deep() const { return too_deep_; }
+  bool has_names() const { return has_names_; }
+  std::vector<std::string>& names() { return names_; }
+
+ private:
+  bool InNames() const { return in_names_; }
+  bool Bad() {
+    bad_names_ = true;
+    return false;
+  }
+  // Objects and arrays nested deeper than any Kubernetes object: refused before anything walks them
+  // recursively (copying a fitting node to echo it back, dumping the answer).
+  bool TooDeep() {
+    too_deep_ = true;
+    return false;
+  }
+  // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
+  template <typename F>
+  bool Value(F forward, bool null = false) {
+    if (names_next_) {
+      names_next_ = false;
+      return null ? true : Bad();
+    }
+    return forward();
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int depth_ = 0;
+  bool names_next_ = false;
+  bool in_names_ = false;
+  bool has_names_ = false;
+  bool bad_names_ = false;
+  bool too_deep_ = false;
+  std::vector<std::string> names_;
+};
+
+// Parses `text` through ArgsSax into `out`: the document, and NodeNames into out.owned_names.
+absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out) {
+  ArgsSax sax(out.doc);
+  const bool parsed_ok = json::sax_parse(text.begin(), text.end(), &sax);
+  if (sax.bad_names()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
+  if (sax.too_deep()) {
+    return absl::InvalidArgumentError(StrCat("the request body is nested deeper than ",
+                                             formats::kMaxJsonDepth,
+                                             " levels of objects and arrays; no ExtenderArgs is"));
+  }
+  if (!parsed_ok || out.doc.is_discarded()) {
+    return absl::InvalidArgumentError(
+        "the request body is not valid JSON; kube-scheduler sends JSON objects");
+  }
+  if (!out.doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  out.has_names = out.has_names || sax.has_names();
+  out.owned_names = std::move(sax.names());
+  return absl::OkStatus();
+}
+
+bool IsJsonSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+// Bytes a name may hold on the fast path: printable ASCII but the quote and the backslash. JSON takes them
+// as they are (no escape, no UTF-8 to check), so the name is its own bytes. Node names are DNS subdomains.
+constexpr std::array<bool, 256> kPlainNameByte = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x80; ++c) t[static_cast<size_t>(c)] = c != '"' && c != '\\';
+  return t;
+}();
+
+// The fast path's reading of the top level. It follows the grammar of the top-level object itself; values
+// other than NodeNames are skipped by matching brackets outside strings, without judging them: the JSON
+// parser reads them afterwards, in `rest`. Every method returns false for "take the general path".
+class TopLevelScan {
+ public:
+  explicit TopLevelScan(std::string_view s) : s_(s) {}
+
+  bool Run(NodeNamesScan& out) {
+    SkipSpace();
+    if (!Take('{')) return false;
+    SkipSpace();
+    if (!Take('}')) {
+      while (true) {
+        std::string_view key;
+        if (!Key(key)) return false;
+        SkipSpace();
+        if (!Take(':')) return false;
+        SkipSpace();
+        if (EqualsIgnoreCase(key, "NodeNames")) {
+          if (!NodeNamesValue(out)) return false;
+        } else if (!SkipValue()) {
+          return false;
+        }
+        SkipSpace();
+        if (Take(',')) {
+          SkipSpace();
+          continue;
+        }
+        if (Take('}')) break;
+        return false;
+      }
+    }
+    SkipSpace();
+    if (i_ != s_.size()) return false;
+    // The body without the lists: what the JSON parser still has to read.
+    out.rest.reserve(s_.size() - cut_bytes_ + 4 * cuts_.size());
+    size_t from = 0;
+    for (const auto& [begin, end] : cuts_) {
+      out.rest.append(s_.substr(from, begin - from));
+      out.rest.append("null");
+      from = end;
+    }
+    out.rest.append(s_.substr(from));
+    return true;
+  }
+
+ private:
+  void SkipSpace() {
+    while (i_ < s_.size() && IsJsonSpace(s_[i_])) ++i_;
+  }
+  bool Take(char c) {
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  // A string at s_[i_] == '"', up to its closing quote (a backslash escapes the next byte); `escaped` says
+  // whether it held a backslash. What else it holds is the JSON parser's to judge.
+  bool SkipString(bool& escaped) {
+    ++i_;
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c == '"') {
+        ++i_;
+        return true;
+      }
+      if (c == '\\') {
+        escaped = true;
+        ++i_;
+      }
+      ++i_;
+    }
+    return false;
+  }
+  // A top-level key. One written with escapes could spell NodeNames: the general path decodes it.
+  bool Key(std::string_view& key) {
+    if (i_ >= s_.size() || s_[i_] != '"') return false;
+    const size_t start = i_ + 1;
+    bool escaped = false;
+    if (!SkipString(escaped) || escaped) return false;
+    key = s_.substr(start, i_ - 1 - start);
+    return true;
+  }
+  // Any other value: a string, an object or array to its matching bracket, or a scalar to the next delimiter.
+  bool SkipValue() {
+    if (i_ >= s_.size()) return false;
+    bool escaped = false;
+    if (s_[i_] == '"') return SkipString(escaped);
+    if (s_[i_] == '{' || s_[i_] == '[') {
+      size_t depth = 0;  // a counter, not recursion: any nesting costs nothing here (the parser limits it)
+      while (i_ < s_.size()) {
+        const char c = s_[i_];
+        if (c == '"') {
+          if (!SkipString(escaped)) return false;
+          continue;
+        }
+        ++i_;
+        if (c == '{' || c == '[') {
+          ++depth;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+          return true;
+        }
+      }
+      return false;
+    }
+    const size_t start = i_;
+    while (i_ < s_.size() && !IsJsonSpace(s_[i_]) && s_[i_] != ',' && s_[i_] != '}' && s_[i_] != ']') ++i_;
+    return i_ > start;
+  }
+  // NodeNames' value: null (no list: left in place for the parser, which reads it as absent), or a list of
+  // plain names, read here and cut out. Anything else, even a valid list of other strings: general path.
+  bool NodeNamesValue(NodeNamesScan& out) {
+    if (s_.substr(i_).starts_with("null")) {
+      i_ += 4;
+      return true;
+    }
+    const size_t begin = i_;
+    if (!Take('[')) return false;
+    SkipSpace();
+    if (!Take(']')) {
+      while (true) {
+        if (!Take('"')) return false;
+        const size_t start = i_;
+        while (i_ < s_.size() && kPlainNameByte[static_cast<unsigned char>(s_[i_])]) ++i_;
+        if (!Take('"'))
+          return false;  // the end, or a byte that needs the JSON parser: escape, control, UTF-8
+        out.names.push_back(s_.substr(start, i_ - 1 - start));
+        SkipSpace();
+        if (Take(',')) {
+          SkipSpace();
+          continue;
+        }
+        if (Take(']')) break;
+        return false;
+      }
+    }
+    out.has_names = true;
+    cuts_.emplace_back(begin, i_);
+    cut_bytes_ += i_ - begin;
+    return true;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  std::vector<std::pair<size_t, size_t>> cuts_;  // [begin, end) of each NodeNames list
+  size_t cut_bytes_ = 0;
+};
+
+}  // namespace
+
+std::optional<NodeNamesScan> ScanNodeNames(std::string_view body) {
+  NodeNamesScan out;
+  if (!TopLevelScan(body).Run(out)) return std::nullopt;
+  return out;
+}
+
+absl::StatusOr<ExtenderArgsDoc> ReadExtenderArgs(std::string_view body, ArgsPath path) {
+  ExtenderArgsDoc out;
+  if (path == ArgsPath::kFast) {
+    if (std::optional<NodeNamesScan> scan = ScanNodeNames(body)) {
+      out.fast = true;
+      out.has_names = scan->has_names;
+      out.names = std::move(scan->names);
+      if (absl::Status st = ParseGeneral(scan->rest, out); !st.ok()) return st;
+      // Every top-level NodeNames left in `rest` is null: the general path found no names there.
+      return out;
+    }
+  }
+  if (absl::Status st = ParseGeneral(body, out); !st.ok()) return st;
+  out.names.assign(out.owned_names.begin(), out.owned_names.end());
+  return out;
+}
+
+}  // namespace tessera::scheduler
