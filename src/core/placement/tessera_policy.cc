@@ -51,6 +51,12 @@ constexpr double kStrandResolution = 0.25;
 // bench/variants.py, docs/placement.md).
 constexpr double kPressureWeight = 1.0;
 constexpr double kStrandWeight = 0.25;
+// Where the CPU pods without GPU ask is at least kCpuOnlyShare of what the GPU pods ask, the CPU per GPU of
+// the strand estimate is kCpuCompetition x the GPU pods' (measured on cpu-only-200/300, seeds 42-45: 1.5 left
+// 45.86 and 59.94% against 46.12 and 60.45% at 1, 46.59 and 60.14% at 0.7; on the default trace, where they
+// ask 0.29 of it, 1.5 left 4.00% against 3.87%, hence the gate).
+constexpr double kCpuOnlyShare = 0.5;
+constexpr double kCpuCompetition = 1.5;
 // A GPU of shares' terminal waste, in GPUs of FGD's fragmentation (measured: docs/placement.md).
 constexpr double kGapWeight = 12;
 // The fill chances of the share classes move in 1/8 steps; they are read again each time the cluster's free
@@ -78,6 +84,15 @@ class TesseraPolicy : public Policy {
     SetPressure(free);
     // The share classes: the typical pods' shares below a GPU, with their part of the GPUs pods use.
     std::map<int64_t, double> classes;
+    // Where pods without GPU ask much of the CPU (at least half of what the GPU pods ask), a free GPU needs
+    // more CPU than its own pods ask: the CPU-only pods to come compete for it. Strands are then counted at
+    // 1.5 x the GPU pods' CPU per GPU (measured: docs/placement.md, cpu-only-F).
+    double cpu_only = 0;
+    double cpu_gpu_pods = 0;
+    for (const TypicalPod& t : model_->profile().pods) {
+      (t.gpus > 0 ? cpu_gpu_pods : cpu_only) += t.popularity * static_cast<double>(t.cpu.value());
+    }
+    if (cpu_gpu_pods > 0 && cpu_only >= kCpuOnlyShare * cpu_gpu_pods) cpu_per_gpu_ *= kCpuCompetition;
     for (const TypicalPod& t : model_->profile().pods) {
       gpus_per_pod_ += t.popularity * t.gpus * static_cast<double>(t.share.value()) / 1000.0;
       if (t.gpus > 0 && t.share.value() > 0 && t.share < kWholeGpu) {
