@@ -448,8 +448,13 @@ def row_text(name, cells):
 
 
 def write_section(path, rows, order, args, ours, base):
-    """Replaces (or appends) the Variants section of docs/quality.md with `rows` ({variant: cells}), in
-    `order`."""
+    """Replaces (or appends) the Variants section of docs/quality.md: the rows it has, with the cells this run
+    filled (`rows`: {variant: cells}, empty where not measured) put in, in `order`."""
+    merged = previous_variant_rows(path)
+    for name, cells in rows.items():
+        old = merged.get(name, [""] * 10)
+        merged[name] = [new or prev for new, prev in zip(cells, old)]
+    rows = merged
     held = sum(1 for n in rows if n in HELD_OUT)
     lines = [
         SECTION_BEGIN,
@@ -513,7 +518,7 @@ def main():
         ours, base = args.policies.split(",")[:2]
     if only_bound:
         ours, base = "tessera", "fgd"  # the section's columns; a bounds-only pass fills only the bound's
-    doc_rows = previous_variant_rows(DOC) if args.write else {}
+    doc_rows = {}  # this run's cells; merged into the file's rows when written (another run may write meanwhile)
     order = []
 
     wanted = set(filter(None, args.only.split(",")))
