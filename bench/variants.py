@@ -565,10 +565,10 @@ def main():
                                f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f} |")
             if args.write and args.bound:
                 b = out["bound"]
-                cells = doc_rows.setdefault(name, [""] * 10)
-                cells[0] = str(gpus)
-                cells[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}"
-                cells[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
+                row = doc_rows.setdefault(name, [""] * 10)
+                row[0] = str(gpus)
+                row[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}"
+                row[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
             if only_bound:
                 print(f"| {label} | {gpus} |{bound_cells}", flush=True)
                 continue
@@ -586,9 +586,9 @@ def main():
                 doc_cells += [f"{t[0]:.2f} ± {t[1]:.2f}", f"{f[0]:.2f} ± {f[1]:.2f}",
                               f"{margin:+.2f} ± {err:.2f}" + ("" if margin > 2 * err else " (tie)")]
             if args.write:
-                cells = doc_rows.setdefault(name, [""] * 10)
-                cells[0] = str(gpus)
-                cells[1:7] = doc_cells
+                row = doc_rows.setdefault(name, [""] * 10)
+                row[0] = str(gpus)
+                row[1:7] = doc_cells
             print(f"| {label} | {gpus} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |{bound_cells}",
                   flush=True)
     for m in impossible:
