@@ -208,7 +208,13 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
   }
   // Columns z[c,p]: a pattern of copies per share size; one GPU.
   Bound bound;
+  // The patterns in the LP, per class. Pricing may propose one already there: the LP is optimal, so its
+  // reduced cost is not positive, and only rounding in the big-M penalty's duals (1e7) made it look so. Taking
+  // that as converged ends what otherwise repeats until the iteration limit (seen on bench/variants.py's
+  // memory-heavy, seed 43).
+  std::vector<std::set<std::vector<int>>> in_lp(classes.size());
   auto add_pattern = [&](size_t c, const std::vector<int>& copies) {
+    if (!in_lp[c].insert(copies).second) return false;
     std::vector<int> ind(1);
     std::vector<double> val(1);
     ind.push_back(rows[c].gpu);
@@ -222,6 +228,7 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
     glp_set_col_bnds(lp.get(), col, GLP_LO, 0, 0);
     glp_set_mat_col(lp.get(), col, static_cast<int>(ind.size()) - 1, ind.data(), val.data());
     ++bound.patterns;
+    return true;
   };
   // Start from one share per GPU, which always fits.
   for (size_t c = 0; c < classes.size(); ++c) {
@@ -281,8 +288,7 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
         ++copies[static_cast<size_t>(v)];
         w -= sizes[static_cast<size_t>(v)];
       }
-      add_pattern(c, copies);
-      added = true;
+      if (add_pattern(c, copies)) added = true;
     }
     if (!added) break;
     if (bound.iterations > 10000) return absl::InternalError("column generation did not converge");
