@@ -196,8 +196,10 @@ def scaled_cpu(pods, nodes, target):
 
 
 # Variants held out of the design: written down before the policy's last change, run once at the end.
+# cpu-only-200 was one until the strand estimate's CPU competition factor was measured on it (docs/placement.md):
+# no longer held out.
 HELD_OUT = {"host-rich", "memory-heavy", "more-cpu-pods", "split-nodes", "constrained",
-            "spec-traced-25", "spec-capacity-15", "cpu-only-200", "gpushare60", "multigpu35"}
+            "spec-traced-25", "spec-capacity-15", "gpushare60", "multigpu35"}
 
 
 def trace_files(traces):
