@@ -84,6 +84,8 @@ std::vector<std::string_view> SplitAny(std::string_view text, std::string_view s
 
 std::string_view StripWhitespace(std::string_view text);
 std::string AsciiLower(std::string_view text);
+// Whether two strings are equal ignoring ASCII case (Go's encoding/json matches field names so).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 std::string AsciiUpper(std::string_view text);
 
 // Parses a whole string as a decimal integer (optional leading '-'), nothing else allowed.

@@ -20,12 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // A field as Go's encoding/json finds it: the exact name first, then any case. Null counts as absent.
 const json* Field(const json& object, std::string_view name) {
   if (!object.is_object()) return nullptr;

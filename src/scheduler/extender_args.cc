@@ -14,12 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // The general path: nlohmann's SAX parser over the whole text, collecting the top-level NodeNames (thousands
 // of strings) straight into a vector instead of a JSON tree, everything else into nlohmann's own DOM builder.
 // Keys are matched as Go's decoder matches them (any case); a NodeNames that is not a list of strings is
