@@ -433,6 +433,15 @@ def previous_variant_rows(path):
     return rows
 
 
+def grouping_note(bound):
+    """What a bound cell adds when the share sizes were too many for the exact LP (sim/bound.h): how much
+    higher the exact LP's bound may be, at most, over the seeds."""
+    if not bound.get("share_sizes_grouped"):
+        return ""
+    slack = bound.get("grouping_slack_pct_max")
+    return " (sizes grouped: exact ≤ +?)" if slack is None else f" (sizes grouped: exact ≤ +{slack:.2f})"
+
+
 def mean_of(cell):
     """The mean of a "4.19 ± 0.01" cell, or None when empty."""
     try:
@@ -468,7 +477,10 @@ def write_section(path, rows, order, args, ours, base):
         "% of the variant's GPUs, mean ± standard error over the seeds; the margin is "
         f"`{base}` - `{ours}` with the standard error of the per-seed difference (the seeds pair the runs), a "
         "win when above two standard errors; the LP bound and the online floor as above, and how far "
-        f"`{ours}` is above the floor. The {held} of the {len(rows)} variants marked held out were kept out of "
+        f"`{ours}` is above the floor. Where the shares take too many sizes for the exact LP (more than 128), "
+        "they are grouped and the bound cells say how much higher the exact LP's bound could be at most "
+        "([simulator.md](simulator.md#the-distance-to-the-optimum)). "
+        f"The {held} of the {len(rows)} variants marked held out were kept out of "
         "the policy's design and run once at the end.",
         "",
         f"| variant | GPUs | {ours} @100% | {base} @100% | margin @100% | {ours} @130% | {base} @130% | "
@@ -563,14 +575,16 @@ def main():
             bound_cells = ""
             if args.bound:
                 b = out["bound"]
-                bound_cells = (f" {b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f} |"
-                               f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f} |")
+                bound_cells = (f" {b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}{grouping_note(b)} |"
+                               f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
+                               f"{grouping_note(b)} |")
             if args.write and args.bound:
                 b = out["bound"]
                 row = doc_rows.setdefault(name, [""] * 10)
                 row[0] = str(gpus)
-                row[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}"
-                row[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
+                grouped = grouping_note(b)
+                row[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}{grouped}"
+                row[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}{grouped}"
             if only_bound:
                 print(f"| {label} | {gpus} |{bound_cells}", flush=True)
                 continue

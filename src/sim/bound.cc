@@ -3,6 +3,7 @@
 #include <glpk.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,6 +32,7 @@ struct Shape {
   std::vector<int> models;  // allowed model ids; empty: any
   int64_t count = 0;
   int64_t forced = 0;
+  size_t group = 0;  // a share's row: the index of its size, or of its group of sizes (see LowerBound)
   bool whole() const { return share >= 1000; }
   double gpu_milli() const { return static_cast<double>(gpus) * share; }
 };
@@ -47,84 +49,11 @@ bool Allowed(const Shape& s, const NodeClass& c) {
   return std::find(s.models.begin(), s.models.end(), c.model_id) != s.models.end();
 }
 
-}  // namespace
-
-absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const core::PodRequest* const> pods,
-                                 std::span<const core::PodRequest* const> forced) {
-  // Node classes.
-  std::map<std::tuple<int, int, int64_t, int64_t>, size_t> class_index;
-  std::vector<NodeClass> classes;
-  int64_t capacity = 0;
-  for (const core::NodeState& n : cluster.nodes()) {
-    const int gpus = n.schedulable() ? n.healthy().Count() : 0;
-    capacity += 1000 * n.healthy().Count();
-    if (gpus == 0)
-      continue;  // CPU-only nodes could take CPU-only pods; leaving them out only loosens
-                 // the floor, and the offline bound places no CPU-only pod
-    const int model = n.model_id(*n.healthy().begin());
-    const auto key = std::make_tuple(model, gpus, n.info().cpu.value(), n.info().memory.value());
-    auto [it, added] = class_index.try_emplace(key, classes.size());
-    if (added) classes.push_back({model, gpus, n.info().cpu.value(), n.info().memory.value(), 0});
-    ++classes[it->second].count;
-  }
-  if (capacity == 0) return absl::InvalidArgumentError("the cluster has no healthy GPU");
-
-  // Pod shapes.
-  std::map<std::tuple<int, int32_t, int64_t, int64_t, std::vector<int>>, size_t> shape_index;
-  std::vector<Shape> shapes;
-  auto add = [&](const core::PodRequest& p, bool is_forced) -> bool {
-    int gpus = 0;
-    int32_t share = 0;
-    for (const core::ContainerRequest& c : p.containers) {
-      for (const core::VGpuDemand& v : c.vgpus) {
-        if (v.cores.value() == 0) return false;  // a share known only on a GPU
-        ++gpus;
-        share = std::max(share, v.cores.value());
-      }
-    }
-    std::vector<int> models;
-    for (const std::string& m : p.model_include) {
-      const int id = cluster.ModelId(m);
-      if (id >= 0) models.push_back(id);
-    }
-    if (!p.model_include.empty() && models.empty()) return false;  // fits nowhere
-    std::sort(models.begin(), models.end());
-    models.erase(std::unique(models.begin(), models.end()), models.end());
-    const auto key = std::make_tuple(gpus, share, p.cpu.value(), p.memory.value(), models);
-    auto [it, added] = shape_index.try_emplace(key, shapes.size());
-    if (added) shapes.push_back({gpus, share, p.cpu.value(), p.memory.value(), models, 0, 0});
-    Shape& s = shapes[it->second];
-    ++(is_forced ? s.forced : s.count);
-    return true;
-  };
-  const std::set<const core::PodRequest*> forced_set(forced.begin(), forced.end());
-  for (const core::PodRequest* p : pods) add(*p, forced_set.contains(p));
-  for (Shape& s : shapes) {
-    s.count += s.forced;  // `add` counted forced pods apart
-    // A pod that no node could take even empty is refused by every scheduler: it is never forced.
-    bool fits_somewhere = false;
-    for (const NodeClass& c : classes) {
-      fits_somewhere = fits_somewhere || Allowed(s, c);
-    }
-    if (!fits_somewhere) s.forced = 0;
-  }
-  if (shapes.empty()) {
-    Bound none;
-    none.unallocated_pct = 100;
-    return none;
-  }
-
-  // Share sizes, for the share rows and the patterns.
-  std::vector<int32_t> sizes;
-  for (const Shape& s : shapes) {
-    if (s.gpus > 0 && !s.whole()) sizes.push_back(s.share);
-  }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  auto size_of = [&](int32_t share) {
-    return static_cast<size_t>(std::lower_bound(sizes.begin(), sizes.end(), share) - sizes.begin());
-  };
-
+// The relaxation's LP over `classes` and `shapes`, by column generation, with one share row per entry of
+// `sizes` (thousandths of a GPU, ascending): a share of shape s takes a copy of sizes[s.group] in its GPU's
+// pattern, and is worth its own share in the objective.
+absl::StatusOr<Bound> SolveLp(const std::vector<NodeClass>& classes, const std::vector<Shape>& shapes,
+                              const std::vector<int32_t>& sizes, int64_t capacity) {
   std::unique_ptr<glp_prob, LpDeleter> lp(glp_create_prob());
   glp_set_obj_dir(lp.get(), GLP_MAX);
   // Rows: one per shape (pods available), then per class: CPU, memory, GPUs, one per share size.
@@ -182,7 +111,7 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
       ind[++n] = rows[c].memory;
       val[n] = static_cast<double>(sh.memory);
       if (sh.gpus > 0) {
-        ind[++n] = sh.whole() ? rows[c].gpu : rows[c].share[size_of(sh.share)];
+        ind[++n] = sh.whole() ? rows[c].gpu : rows[c].share[sh.group];
         val[n] = sh.gpus;
       }
       const int col = glp_add_cols(lp.get(), 1);
@@ -209,9 +138,9 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
   // Columns z[c,p]: a pattern of copies per share size; one GPU.
   Bound bound;
   // The patterns in the LP, per class. Pricing may propose one already there: the LP is optimal, so its
-  // reduced cost is not positive, and only rounding in the big-M penalty's duals (1e7) made it look so. Taking
-  // that as converged ends what otherwise repeats until the iteration limit (seen on bench/variants.py's
-  // memory-heavy, seed 43).
+  // reduced cost is not positive, and only rounding in the big-M penalty's duals (1e7) made it look so.
+  // Taking that as converged ends what otherwise repeats until the iteration limit (seen on
+  // bench/variants.py's memory-heavy, seed 43).
   std::vector<std::set<std::vector<int>>> in_lp(classes.size());
   auto add_pattern = [&](size_t c, const std::vector<int>& copies) {
     if (!in_lp[c].insert(copies).second) return false;
@@ -303,9 +232,125 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
     if (glp_get_col_prim(lp.get(), col) > 1e-6) bound.feasible = false;
   }
   bound.max_allocated_milli = placed;
-  bound.unallocated_pct =
-      100.0 * (static_cast<double>(capacity) - bound.max_allocated_milli) / static_cast<double>(capacity);
+  // Shares rounded down (grouped sizes) may seem to hold more than the GPUs: nothing leaves less than none.
+  bound.unallocated_pct = std::max(0.0, 100.0 * (static_cast<double>(capacity) - bound.max_allocated_milli) /
+                                            static_cast<double>(capacity));
   return bound;
+}
+
+}  // namespace
+
+absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const core::PodRequest* const> pods,
+                                 std::span<const core::PodRequest* const> forced,
+                                 const BoundOptions& options) {
+  // Node classes.
+  std::map<std::tuple<int, int, int64_t, int64_t>, size_t> class_index;
+  std::vector<NodeClass> classes;
+  int64_t capacity = 0;
+  for (const core::NodeState& n : cluster.nodes()) {
+    const int gpus = n.schedulable() ? n.healthy().Count() : 0;
+    capacity += 1000 * n.healthy().Count();
+    if (gpus == 0)
+      continue;  // CPU-only nodes could take CPU-only pods; leaving them out only loosens
+                 // the floor, and the offline bound places no CPU-only pod
+    const int model = n.model_id(*n.healthy().begin());
+    const auto key = std::make_tuple(model, gpus, n.info().cpu.value(), n.info().memory.value());
+    auto [it, added] = class_index.try_emplace(key, classes.size());
+    if (added) classes.push_back({model, gpus, n.info().cpu.value(), n.info().memory.value(), 0});
+    ++classes[it->second].count;
+  }
+  if (capacity == 0) return absl::InvalidArgumentError("the cluster has no healthy GPU");
+
+  // Pod shapes.
+  std::map<std::tuple<int, int32_t, int64_t, int64_t, std::vector<int>>, size_t> shape_index;
+  std::vector<Shape> shapes;
+  auto add = [&](const core::PodRequest& p, bool is_forced) -> bool {
+    int gpus = 0;
+    int32_t share = 0;
+    for (const core::ContainerRequest& c : p.containers) {
+      for (const core::VGpuDemand& v : c.vgpus) {
+        if (v.cores.value() == 0) return false;  // a share known only on a GPU
+        ++gpus;
+        share = std::max(share, v.cores.value());
+      }
+    }
+    std::vector<int> models;
+    for (const std::string& m : p.model_include) {
+      const int id = cluster.ModelId(m);
+      if (id >= 0) models.push_back(id);
+    }
+    if (!p.model_include.empty() && models.empty()) return false;  // fits nowhere
+    std::sort(models.begin(), models.end());
+    models.erase(std::unique(models.begin(), models.end()), models.end());
+    const auto key = std::make_tuple(gpus, share, p.cpu.value(), p.memory.value(), models);
+    auto [it, added] = shape_index.try_emplace(key, shapes.size());
+    if (added) shapes.push_back({gpus, share, p.cpu.value(), p.memory.value(), models, 0, 0});
+    Shape& s = shapes[it->second];
+    ++(is_forced ? s.forced : s.count);
+    return true;
+  };
+  const std::set<const core::PodRequest*> forced_set(forced.begin(), forced.end());
+  for (const core::PodRequest* p : pods) add(*p, forced_set.contains(p));
+  for (Shape& s : shapes) {
+    s.count += s.forced;  // `add` counted forced pods apart
+    // A pod that no node could take even empty is refused by every scheduler: it is never forced.
+    bool fits_somewhere = false;
+    for (const NodeClass& c : classes) {
+      fits_somewhere = fits_somewhere || Allowed(s, c);
+    }
+    if (!fits_somewhere) s.forced = 0;
+  }
+  if (shapes.empty()) {
+    Bound none;
+    none.unallocated_pct = 100;
+    return none;
+  }
+
+  // Share sizes, one row each: exact. Past `exact_share_sizes` of them (a workload whose shares take any
+  // value), the LP grows by a row per size and class, and column generation needs a pattern for nearly every
+  // pair of them: hours where twenty sizes take seconds. Then the sizes are grouped, `share_groups` groups of
+  // consecutive sizes, and solved twice: each share as the smallest of its group (a relaxation: every
+  // placement still fits, so the bound stays a bound) and as the largest (a restriction: its optimum is no
+  // more than the exact LP's). The first is the bound; the distance between the two is how much the grouping
+  // may have cost.
+  std::vector<int32_t> distinct;
+  for (const Shape& s : shapes) {
+    if (s.gpus > 0 && !s.whole()) distinct.push_back(s.share);
+  }
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  auto index_of = [&](int32_t share) {
+    return static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), share) - distinct.begin());
+  };
+  if (distinct.size() <= options.exact_share_sizes) {
+    for (Shape& s : shapes) {
+      if (s.gpus > 0 && !s.whole()) s.group = index_of(s.share);
+    }
+    return SolveLp(classes, shapes, distinct, capacity);
+  }
+  // No more groups than sizes: every group then holds one (an empty one would price a share of size 0).
+  const size_t groups = std::clamp<size_t>(options.share_groups, 1, distinct.size());
+  std::vector<int32_t> smallest(groups), largest(groups);
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const size_t g = i * groups / distinct.size();  // consecutive, as even in count as they come
+    if (i == 0 || g != (i - 1) * groups / distinct.size()) smallest[g] = distinct[i];
+    largest[g] = distinct[i];
+  }
+  for (Shape& s : shapes) {
+    if (s.gpus > 0 && !s.whole()) s.group = index_of(s.share) * groups / distinct.size();
+  }
+  absl::StatusOr<Bound> relaxed = SolveLp(classes, shapes, smallest, capacity);
+  if (!relaxed.ok()) return relaxed.status();
+  absl::StatusOr<Bound> restricted = SolveLp(classes, shapes, largest, capacity);
+  if (!restricted.ok()) return restricted.status();
+  Bound out = *relaxed;
+  out.share_sizes_grouped = true;
+  // A restriction that cannot place the forced pods says nothing about the exact LP: the slack is unknown.
+  out.grouping_slack_pct =
+      restricted->feasible ? restricted->unallocated_pct - relaxed->unallocated_pct : NAN;
+  out.patterns += restricted->patterns;
+  out.iterations += restricted->iterations;
+  return out;
 }
 
 absl::StatusOr<SeedBound> BoundForSeed(const core::Cluster& cluster,

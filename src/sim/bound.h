@@ -16,6 +16,10 @@
 // each solve, the pattern of largest reduced cost per class is a knapsack over the share sizes, priced by the
 // duals of the share rows against the dual of the class's GPU row, solved exactly by dynamic programming over
 // thousandths of a GPU. When no pattern has a positive reduced cost, the LP is solved over all patterns.
+// A workload whose shares take hundreds of sizes would need a pattern for nearly every pair: past
+// BoundOptions::exact_share_sizes, sizes are grouped, each share rounded down to its group's smallest (still
+// a relaxation, so still a bound) and, in a second LP, up to its largest (a restriction); the distance
+// between the two is reported as what grouping may have cost.
 //
 //   absl::StatusOr<Bound> b = LowerBound(cluster, arrived_pods, forced_pods);
 //
@@ -38,13 +42,28 @@ struct Bound {
   int patterns = 0;                // patterns generated
   int iterations = 0;              // LP solves
   bool feasible = true;            // false: not even the relaxation places every forced pod
+  // Share sizes grouped (BoundOptions): the bound is the relaxed LP's, and `grouping_slack_pct` the distance
+  // to the restricted one, which the exact LP lies within (NaN: the restriction could not place every forced
+  // pod). Not grouped: the LP is exact and the slack 0.
+  bool share_sizes_grouped = false;
+  double grouping_slack_pct = 0;
+};
+
+struct BoundOptions {
+  // Up to this many distinct share sizes, one share row each (the exact LP); more are grouped into
+  // `share_groups` groups of consecutive sizes. The shared traces have at most 20; bench/variants.py's
+  // odd-shares 875, where 128 groups take about 5 minutes a seed (four LPs) and leave the exact bound within
+  // 0.3 points.
+  size_t exact_share_sizes = 128;
+  size_t share_groups = 128;
 };
 
 // The bound for placing `pods` on the (empty) `cluster`, with every pod of `forced` (a subset of `pods`, by
 // address) placed. Pods whose share follows their memory (known only on a GPU) are left out: they can only
 // loosen the bound.
 absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const core::PodRequest* const> pods,
-                                 std::span<const core::PodRequest* const> forced = {});
+                                 std::span<const core::PodRequest* const> forced = {},
+                                 const BoundOptions& options = {});
 
 struct SeedBound {
   uint64_t seed = 0;

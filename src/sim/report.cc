@@ -44,6 +44,8 @@ namespace {
 
 struct BoundSummary {
   double offline_mean = 0, offline_se = 0, floor_mean = 0, floor_se = 0;
+  bool grouped = false;  // some seed's share sizes were grouped (sim/bound.h)
+  double slack_max = 0;  // then the largest distance to the restricted LP; NaN where one was infeasible
 };
 
 // Mean and standard error over the seeds.
@@ -66,6 +68,15 @@ BoundSummary SummarizeBounds(const std::vector<SeedBound>& bounds) {
     floor.push_back(s.online_floor.unallocated_pct);
   }
   BoundSummary b;
+  for (const SeedBound& s : bounds) {
+    for (const Bound* one : {&s.offline, &s.online_floor}) {
+      if (!one->share_sizes_grouped) continue;
+      b.grouped = true;
+      b.slack_max = std::isnan(one->grouping_slack_pct) || std::isnan(b.slack_max)
+                        ? NAN
+                        : std::max(b.slack_max, one->grouping_slack_pct);
+    }
+  }
   std::tie(b.offline_mean, b.offline_se) = MeanSe(offline);
   std::tie(b.floor_mean, b.floor_se) = MeanSe(floor);
   return b;
@@ -106,6 +117,14 @@ std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>
                   "% unallocated (LP relaxation); an online one, which must place every pod ",
                   "arriving before 95%, no less than ", Fixed(b.floor_mean, 2), " ± ", Fixed(b.floor_se, 2),
                   "% (mean ± standard error over the seeds).\n");
+    if (b.grouped) {
+      out += StrCat(
+          "The pods' shares take too many sizes for the exact LP: each was rounded down to its group's ",
+          "smallest (still a bound); rounded up instead, the LP leaves at most ",
+          std::isnan(b.slack_max) ? std::string("an unknown amount (a forced pod did not fit)")
+                                  : StrCat(Fixed(b.slack_max, 2), " points"),
+          " more, so the exact LP's bound is within that of the one shown.\n");
+    }
   }
   out +=
       "\nUNALLOCATED@N%: GPU capacity left unallocated when the pods arrived so far ask for N% of it (mean "
@@ -139,6 +158,10 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
     bound["offline_pct_at_100_se"] = b.offline_se;
     bound["online_floor_pct_at_100"] = b.floor_mean;
     bound["online_floor_pct_at_100_se"] = b.floor_se;
+    if (b.grouped) {
+      bound["share_sizes_grouped"] = true;
+      bound["grouping_slack_pct_max"] = std::isnan(b.slack_max) ? json(nullptr) : json(b.slack_max);
+    }
     bound["per_seed"] = json::array();
     for (const SeedBound& s : info.bounds) {
       bound["per_seed"].push_back({{"seed", s.seed},
@@ -147,6 +170,12 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
                                    {"online_floor_feasible", s.online_floor.feasible},
                                    {"patterns", s.offline.patterns + s.online_floor.patterns},
                                    {"lp_solves", s.offline.iterations + s.online_floor.iterations}});
+      if (s.offline.share_sizes_grouped) {
+        auto slack = [](double pct) { return std::isnan(pct) ? json(nullptr) : json(pct); };
+        bound["per_seed"].back()["offline_grouping_slack_pct"] = slack(s.offline.grouping_slack_pct);
+        bound["per_seed"].back()["online_floor_grouping_slack_pct"] =
+            slack(s.online_floor.grouping_slack_pct);
+      }
     }
     j["bound"] = bound;
   }
