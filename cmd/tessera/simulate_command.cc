@@ -206,7 +206,7 @@ int RunSimulate(const SimulateOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (std::thread& t : pool) t.join();
-  if (show) {
+  if (show && !jobs.empty()) {  // --policies none: no runs, only the bound
     DrawProgress(1.0, done.load(), static_cast<int>(jobs.size()), elapsed());
     std::fprintf(stderr, "\n");
   }
@@ -216,11 +216,13 @@ int RunSimulate(const SimulateOptions& options) {
   }
 
   if (options.bound) {
-    // One LP per seed, offline and with the early pods forced; each takes well under a second.
+    // Two LPs per seed, offline and with the early pods forced: well under a second each on the shared
+    // traces, minutes where the shares take hundreds of sizes (sim/bound.h), hence the progress line.
     info.bounds.resize(seeds->size());
     std::vector<absl::Status> failures(seeds->size());
     std::vector<std::thread> workers;
     std::atomic<size_t> next_seed{0};
+    std::atomic<int> seeds_done{0};
     for (unsigned t = 0; t < threads; ++t) {
       workers.emplace_back([&] {
         for (size_t i = next_seed++; i < seeds->size(); i = next_seed++) {
@@ -231,10 +233,24 @@ int RunSimulate(const SimulateOptions& options) {
           } else {
             failures[i] = b.status();
           }
+          ++seeds_done;
         }
       });
     }
+    const auto bound_start = std::chrono::steady_clock::now();
+    auto draw = [&] {
+      std::fprintf(stderr, "\rLP bound: %d/%zu seeds  %.0f s ", seeds_done.load(), seeds->size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - bound_start).count());
+    };
+    while (show && seeds_done.load() < static_cast<int>(seeds->size())) {
+      draw();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     for (std::thread& t : workers) t.join();
+    if (show) {
+      draw();
+      std::fprintf(stderr, "\n");
+    }
     for (const absl::Status& s : failures) {
       if (!s.ok()) {
         std::cerr << "tessera simulate: --bound: " << s.message() << "\n";
