@@ -296,7 +296,7 @@ def main():
                     "Mean ± standard error over the seeds. The LP bound is GPU that no placement of the pods "
                     "arrived at 100% can avoid leaving unallocated; the online floor, the same when every pod "
                     "arriving before 95% must be placed, as an online scheduler must (`tessera simulate --bound`, "
-                    "sim/bound.h; the method in [simulator.md](simulator.md#the-distance-to-the-optimum)).\n\n"
+                    "sim/bound.h; the method in [simulator.md](simulator.md#the-distance-to-the-optimum---bound)).\n\n"
                     + "\n".join(summary) + "\n\n")
             if fidelity_ok:
                 f.write("Study baselines within ±0.5 points of the reference: yes.\n\n")

@@ -479,7 +479,7 @@ def write_section(path, rows, order, args, ours, base):
         "win when above two standard errors; the LP bound and the online floor as above, and how far "
         f"`{ours}` is above the floor. Where the shares take too many sizes for the exact LP (more than 128), "
         "they are grouped and the bound cells say how much higher the exact LP's bound could be at most "
-        "([simulator.md](simulator.md#the-distance-to-the-optimum)). "
+        "([simulator.md](simulator.md#the-distance-to-the-optimum---bound)). "
         f"The {held} of the {len(rows)} variants marked held out were kept out of "
         "the policy's design and run once at the end.",
         "",

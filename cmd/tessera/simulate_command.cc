@@ -164,10 +164,10 @@ int RunSimulate(const SimulateOptions& options) {
   for (const std::string& p : *policies) {
     for (uint64_t s : *seeds) jobs.push_back({p, s});
   }
+  const unsigned wanted_threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
+                                                      : std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads =
-      std::max(1u, std::min<unsigned>(options.threads > 0 ? static_cast<unsigned>(options.threads)
-                                                          : std::max(1u, std::thread::hardware_concurrency()),
-                                      static_cast<unsigned>(jobs.size())));
+      std::max(1u, std::min<unsigned>(wanted_threads, static_cast<unsigned>(jobs.size())));
   std::vector<sim::RunResult> results(jobs.size());
   std::vector<std::string> errors;
   std::mutex mu;
@@ -223,7 +223,10 @@ int RunSimulate(const SimulateOptions& options) {
     std::vector<std::thread> workers;
     std::atomic<size_t> next_seed{0};
     std::atomic<int> seeds_done{0};
-    for (unsigned t = 0; t < threads; ++t) {
+    // As many as the seeds, not the runs: under --policies none there are no runs.
+    const unsigned bound_threads =
+        std::max(1u, std::min<unsigned>(wanted_threads, static_cast<unsigned>(seeds->size())));
+    for (unsigned t = 0; t < bound_threads; ++t) {
       workers.emplace_back([&] {
         for (size_t i = next_seed++; i < seeds->size(); i = next_seed++) {
           absl::StatusOr<sim::SeedBound> b = sim::BoundForSeed(
