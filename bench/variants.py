@@ -575,16 +575,14 @@ def main():
             bound_cells = ""
             if args.bound:
                 b = out["bound"]
-                bound_cells = (f" {b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}{grouping_note(b)} |"
-                               f" {b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}"
-                               f"{grouping_note(b)} |")
-            if args.write and args.bound:
-                b = out["bound"]
-                row = doc_rows.setdefault(name, [""] * 10)
-                row[0] = str(gpus)
                 grouped = grouping_note(b)
-                row[7] = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}{grouped}"
-                row[8] = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}{grouped}"
+                offline = f"{b['offline_pct_at_100']:.2f} ± {b['offline_pct_at_100_se']:.2f}{grouped}"
+                floor = f"{b['online_floor_pct_at_100']:.2f} ± {b['online_floor_pct_at_100_se']:.2f}{grouped}"
+                bound_cells = f" {offline} | {floor} |"
+                if args.write:
+                    row = doc_rows.setdefault(name, [""] * 10)
+                    row[0] = str(gpus)
+                    row[7], row[8] = offline, floor
             if only_bound:
                 print(f"| {label} | {gpus} |{bound_cells}", flush=True)
                 continue

@@ -319,28 +319,25 @@ absl::StatusOr<Bound> LowerBound(const core::Cluster& cluster, std::span<const c
   }
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  auto index_of = [&](int32_t share) {
-    return static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), share) - distinct.begin());
-  };
-  if (distinct.size() <= options.exact_share_sizes) {
-    for (Shape& s : shapes) {
-      if (s.gpus > 0 && !s.whole()) s.group = index_of(s.share);
-    }
-    return SolveLp(classes, shapes, distinct, capacity);
-  }
-  // No more groups than sizes: every group then holds one (an empty one would price a share of size 0).
-  const size_t groups = std::clamp<size_t>(options.share_groups, 1, distinct.size());
-  std::vector<int32_t> smallest(groups), largest(groups);
+  // Every size its own group (the exact LP), or no more groups than sizes: each group then holds one (an
+  // empty one would price a share of size 0).
+  const bool exact = distinct.size() <= options.exact_share_sizes;
+  const size_t groups =
+      exact ? distinct.size() : std::clamp<size_t>(options.share_groups, 1, distinct.size());
+  auto group_of = [&](size_t size_index) { return size_index * groups / distinct.size(); };  // consecutive
+  std::vector<int32_t> smallest(groups, 1000), largest(groups, 0);
   for (size_t i = 0; i < distinct.size(); ++i) {
-    const size_t g = i * groups / distinct.size();  // consecutive, as even in count as they come
-    if (i == 0 || g != (i - 1) * groups / distinct.size()) smallest[g] = distinct[i];
-    largest[g] = distinct[i];
+    smallest[group_of(i)] = std::min(smallest[group_of(i)], distinct[i]);
+    largest[group_of(i)] = distinct[i];
   }
   for (Shape& s : shapes) {
-    if (s.gpus > 0 && !s.whole()) s.group = index_of(s.share) * groups / distinct.size();
+    if (s.gpus > 0 && !s.whole()) {
+      s.group = group_of(static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), s.share) -
+                                             distinct.begin()));
+    }
   }
   absl::StatusOr<Bound> relaxed = SolveLp(classes, shapes, smallest, capacity);
-  if (!relaxed.ok()) return relaxed.status();
+  if (!relaxed.ok() || exact) return relaxed;
   absl::StatusOr<Bound> restricted = SolveLp(classes, shapes, largest, capacity);
   if (!restricted.ok()) return restricted.status();
   Bound out = *relaxed;

@@ -63,12 +63,10 @@ std::pair<double, double> MeanSe(const std::vector<double>& xs) {
 BoundSummary SummarizeBounds(const std::vector<SeedBound>& bounds) {
   std::vector<double> offline;
   std::vector<double> floor;
+  BoundSummary b;
   for (const SeedBound& s : bounds) {
     offline.push_back(s.offline.unallocated_pct);
     floor.push_back(s.online_floor.unallocated_pct);
-  }
-  BoundSummary b;
-  for (const SeedBound& s : bounds) {
     for (const Bound* one : {&s.offline, &s.online_floor}) {
       if (!one->share_sizes_grouped) continue;
       b.grouped = true;
