@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   sim_cmd->add_flag("--json", sim.json, "Print JSON instead of the table");
   sim_cmd->add_option("--plot", sim.plot_file,
                       "Write the allocation curves of all policies to this SVG file");
-  sim_cmd->add_option("--threads", sim.threads, "Runs in parallel (default: one per core)");
+  sim_cmd->add_option("--threads", sim.threads,
+                      "Runs (and seeds' bounds) in parallel; 0: one per core (default)");
   sim_cmd->add_flag(
       "--bound", sim.bound,
       "Also compute, per seed, the LP lower bound on unallocated GPU at 100% arrived and the "

@@ -116,6 +116,11 @@ int RunSimulate(const SimulateOptions& options) {
               << " is outside (0, 10]; 1.3 scales the workload to 130% of the cluster's GPUs\n";
     return 2;
   }
+  if (options.threads < 0 || options.threads > 1024) {
+    std::cerr << "tessera simulate: --threads " << options.threads
+              << " is outside [0, 1024]; 0 runs one thread per core\n";
+    return 2;
+  }
   if (!options.plot_file.empty() && !options.plot_file.ends_with(".svg")) {
     std::cerr << "tessera simulate: --plot writes SVG; give a file name ending in .svg\n";
     return 2;

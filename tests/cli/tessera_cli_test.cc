@@ -130,6 +130,7 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
            {"simulate --policies fastest", "unknown policy \"fastest\""},
            {"simulate --seeds 9-3", "write a seed (42), a range (42-51)"},
            {"simulate --inflate 0", "--inflate 0 is outside"},
+           {"simulate --threads -3", "--threads -3 is outside [0, 1024]"},
            {"simulate --plot out.png", "give a file name ending in .svg"},
            {"simulate --nodes " +
                 TempFile("bad-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,two,T4\n") + " --pods " +
