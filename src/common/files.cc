@@ -1,5 +1,8 @@
 #include "common/files.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,6 +74,70 @@ absl::Status WriteTextFileAtomically(const std::string& path, std::string_view t
     return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(e)));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+struct RemoveBudget {
+  size_t entries_left;
+  std::string problem;  // the first thing that stopped the removal
+};
+
+// Empties the directory open as `dirfd` (which this call closes), entry by entry, relative to it.
+void EmptyDirectoryAt(int dirfd, int depth_left, RemoveBudget* budget) {
+  DIR* d = fdopendir(dirfd);
+  if (d == nullptr) {
+    close(dirfd);
+    if (budget->problem.empty()) budget->problem = StrCat("cannot list a directory: ", std::strerror(errno));
+    return;
+  }
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (budget->entries_left == 0) {
+      if (budget->problem.empty()) budget->problem = "more entries than the removal's cap";
+      break;
+    }
+    --budget->entries_left;
+    if (unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+    if (errno != EISDIR && errno != EPERM) {
+      if (budget->problem.empty()) budget->problem = StrCat("cannot remove ", name, ": ", std::strerror(errno));
+      continue;
+    }
+    // A directory (unlink says EISDIR on Linux): descend without following a link put in its place meanwhile.
+    if (depth_left <= 0) {
+      if (budget->problem.empty()) budget->problem = "directories nested deeper than the removal's cap";
+      continue;
+    }
+    const int sub = openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+      if (errno != ENOENT && budget->problem.empty())
+        budget->problem = StrCat("cannot open ", name, ": ", std::strerror(errno));
+      continue;
+    }
+    EmptyDirectoryAt(sub, depth_left - 1, budget);
+    if (unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT && budget->problem.empty())
+      budget->problem = StrCat("cannot remove directory ", name, ": ", std::strerror(errno));
+  }
+  closedir(d);  // closes dirfd
+}
+
+}  // namespace
+
+absl::Status RemoveUntrustedTree(const std::string& path, size_t max_entries, int max_depth) {
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    if (errno == ENOTDIR || errno == ELOOP) {  // a file or a link where the directory was: remove the name only
+      if (unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+    }
+    return absl::InternalError(StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+  }
+  RemoveBudget budget{max_entries, ""};
+  EmptyDirectoryAt(fd, max_depth, &budget);
+  if (rmdir(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (budget.problem.empty()) budget.problem = std::strerror(errno);
+  return absl::ResourceExhaustedError(StrCat("left ", path, " in place: ", budget.problem));
 }
 
 }  // namespace tessera

@@ -25,6 +25,13 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
 // the callers' files need not outlive a crash of the machine.
 absl::Status WriteTextFileAtomically(const std::string& path, std::string_view text);
 
+// Removes a directory that someone less trusted could write (a container's region directory), and what it
+// holds, without ever following a symbolic link: every step is relative to a directory descriptor opened with
+// O_NOFOLLOW, so an entry swapped for a link while the removal runs only removes the link. At most
+// `max_entries` entries and `max_depth` levels are removed: the writer cannot make the caller spend unbounded
+// time. Returns OK when the directory is gone (or was never there); otherwise what was left and why.
+absl::Status RemoveUntrustedTree(const std::string& path, size_t max_entries = 10000, int max_depth = 8);
+
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_FILES_H_

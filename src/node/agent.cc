@@ -19,8 +19,7 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
       api_(api),
       pod_resources_(pod_resources),
       inventory_(std::move(inventory)),
-      pods_(std::make_shared<std::vector<NodePod>>()),
-      region_jobs_(config_.region_lock_timeout, config_.clock) {
+      pods_(std::make_shared<std::vector<NodePod>>()) {
   registration_ = std::make_unique<RegistrationServer>(
       registration_socket(),
       RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
@@ -90,8 +89,6 @@ void NodeAgent::Stop() {
   loop_cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   if (registration_) registration_->Stop();
-  MutexLock lock(&mu_);
-  for (auto& [key, t] : tenants_) t.region.reset();  // unmapped now, or when a running job ends
 }
 
 void NodeAgent::Nudge() {
@@ -202,7 +199,9 @@ std::vector<int> NodeAgent::TenantPids(const std::string& pod_uid, const std::st
 
 AgentStats NodeAgent::stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  AgentStats out = stats_;
+  out.regions_unreadable = regions_unreadable_.load();
+  return out;
 }
 
 }  // namespace tessera::node

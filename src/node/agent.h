@@ -24,9 +24,13 @@
 //   lib/ and ld.so.preload                    the hook libraries (at /usr/lib/tessera)
 //
 // Thread-safety: every public method may be called from any thread; Allocate runs concurrently on the gRPC
-// threads. The agent's mutex is held only to read or change its maps: never across a file write, an API call
-// or a region lock. Work on tenants' regions (which tenants can lock) runs on RegionJobs' threads; a tenant
-// that holds its region's lock longer than `region_lock_timeout` gets a new region (docs/security.md).
+// threads. The agent's mutex is held only to read or change its maps: never across a file read or write or an
+// API call.
+//
+// Tenants' shared regions are the containers' own: the agent never maps one, never locks one and never writes
+// one. Limits reach the container's processes through the limits file (read-only in the container) and RELOAD
+// on the registration socket; the processes reclaim their own dead; the metrics read a bounded copy of each
+// region as untrusted data (hook/common/region_snapshot.h, docs/security.md).
 #ifndef TESSERA_NODE_AGENT_H_
 #define TESSERA_NODE_AGENT_H_
 
@@ -45,13 +49,12 @@
 #include "core/request.h"
 #include "formats/assignment.h"
 #include "formats/inventory.h"
-#include "hook/common/region.h"
+#include "hook/common/region_snapshot.h"
 #include "k8s/clock.h"
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"
 #include "node/record.h"
-#include "node/region_jobs.h"
 #include "node/registration_server.h"
 
 namespace tessera::node {
@@ -74,11 +77,6 @@ struct NodeAgentConfig {
   std::string resource_name = "tessera.dev/gpu";
   std::chrono::milliseconds resync{2000};      // background reconcile period
   std::chrono::milliseconds heartbeat{10000};  // node annotation refresh period
-  // A region job (adding a GPU entry, reclaiming dead processes' slots) still waiting for the tenant's lock
-  // after this long means the tenant holds it: the region is rebuilt.
-  std::chrono::milliseconds region_lock_timeout{5000};
-  // How long a reconcile pass waits for the region jobs it started before going on (they keep running).
-  std::chrono::milliseconds region_wait{5000};
   // UUIDs of the GPUs given to the DRA driver (tessera-node --dra-gpus): an assignment naming one is never
   // allocated through the device plugin, whatever the extender decided (docs/dra.md, "One node, two paths").
   std::set<std::string> dra_gpu_uuids;
@@ -94,10 +92,9 @@ struct AgentStats {
   uint64_t swaps = 0;          // records corrected from pod-resources
   uint64_t registrations = 0;
   uint64_t registrations_refused = 0;
-  uint64_t slots_reclaimed = 0;  // region slots of dead processes freed
   uint64_t reconciles = 0;
   uint64_t api_errors = 0;
-  uint64_t regions_rebuilt = 0;  // regions replaced because a tenant held their lock too long
+  uint64_t regions_unreadable = 0;  // region reads that found no region (truncated, replaced, forged)
   uint64_t record_errors = 0;    // records that could not be saved or removed
 };
 
@@ -156,10 +153,7 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Candidate;
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
-    // Shared with region jobs, which may outlive the tenant; unmapped when the last holder lets go.
-    std::shared_ptr<hook::SharedRegion> region;
-    bool limits_pending = false;  // the region has not got the record's limits yet
-    uint64_t allocation = 0;      // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
+    uint64_t allocation = 0;  // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
   };
   // A file operation decided under the lock and done after it.
   struct FileOp {
@@ -173,7 +167,7 @@ class NodeAgent : public kubelet::AllocationBackend {
   // AlreadyExists when a device slot is being allocated to another container right now.
   absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
                                         const std::vector<NodePod>& pods);
-  absl::Status Materialize(Tenant* tenant);  // directory, limits file, region
+  absl::Status Materialize(Tenant* tenant);  // directories, limits file, record
   // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when it
   // is not among them yet), the limits file's tenants=.
   std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -184,11 +178,6 @@ class NodeAgent : public kubelet::AllocationBackend {
   // Whether `dir` is <state_dir>/<top>/<name>/<name> with names a path component may be.
   bool IsContainerDirOf(const std::string& dir, const char* top) const;
   absl::Status WriteLimits(const ContainerRecord& record) const;
-  // Starts region jobs for tenants whose region needs limits or a reclaim; never waits on a region.
-  void KickRegionJobs();
-  // Collects finished region jobs and rebuilds the regions of tenants that hold their lock too long.
-  void SweepRegionJobs();
-  void RebuildRegion(const std::string& key);
   void RunFileOps(const std::vector<FileOp>& ops);
   std::shared_ptr<const std::vector<NodePod>> Pods() const;
   absl::Status RefreshPods();
@@ -215,8 +204,10 @@ class NodeAgent : public kubelet::AllocationBackend {
   void RemoveTenantFiles(const ContainerRecord& record);
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
-  void OpenRegions();  // creates the regions of new tenants
   void Loop();
+  // What each tenant's processes report in its shared region (read outside the lock, as untrusted data); by
+  // record key, only the tenants whose region could be read.
+  std::map<std::string, hook::RegionSnapshot> ReadRegionReports() const;
   // Time through the clock seam (config.clock).
   std::chrono::system_clock::time_point WallNow() const;
   std::chrono::steady_clock::time_point SteadyNow() const;
@@ -227,17 +218,14 @@ class NodeAgent : public kubelet::AllocationBackend {
   kubelet::PodResourcesClient* const pod_resources_;
   std::unique_ptr<RegistrationServer> registration_;
 
-  // Guards the members below it. Held only to read or change them: never across a file write, an API call,
-  // a region lock or a call into the registration server.
+  // Guards the members below it. Held only to read or change them: never across file I/O, an API call or a
+  // call into the registration server.
   mutable Mutex mu_;
   formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);    // by record key
   std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);             // keys being allocated right now
   std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims
   std::shared_ptr<const std::vector<NodePod>> pods_ ABSL_GUARDED_BY(mu_);
-  // Tenants with a process gone whose slots are to be reclaimed -> reclaims that freed nothing so far (the
-  // process may still be a zombie).
-  std::map<std::string, int> pending_reclaims_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // "<uid>|<annotation>" already told
   // Containers the kubelet's pod-resources reported holding our devices ("ns/pod/container"): they were
   // allocated already, so an Allocate call is never for them.
@@ -253,11 +241,12 @@ class NodeAgent : public kubelet::AllocationBackend {
   };
   std::map<std::string, Exchange> exchanges_ ABSL_GUARDED_BY(mu_);
   AgentStats stats_ ABSL_GUARDED_BY(mu_);
+  // Region reads that found no region, counted by MetricsText (const, and outside mu_).
+  mutable std::atomic<uint64_t> regions_unreadable_{0};
+  // "<tenant>|<why>" of unreadable regions already logged.
+  mutable std::set<std::string> region_warned_ ABSL_GUARDED_BY(mu_);
   uint64_t allocations_ ABSL_GUARDED_BY(mu_) =
       0;  // tenants allocated since start (orders them against lists)
-  std::set<std::string> reclaim_jobs_ ABSL_GUARDED_BY(mu_);  // tenants whose running region job reclaims
-
-  RegionJobs region_jobs_;  // internally synchronized
 
   Mutex parse_mu_;  // the assignments of pods, parsed once per annotation value
   std::map<std::string, std::pair<std::string, absl::StatusOr<formats::Assignment>>> parse_cache_

@@ -1,7 +1,7 @@
 // NodeAgent: DRA claims as tenants (docs/dra.md). The DRA driver (node/dra_driver.h) reads the claim's
-// allocation from the API server; here it becomes a record, a limits file and a region, exactly as an
-// allocated container's, so that the hooks, the registration socket, the region jobs and the tenancy counts
-// treat both paths alike.
+// allocation from the API server; here it becomes a record, a limits file and a region directory, exactly as
+// an allocated container's, so that the hooks, the registration socket and the tenancy counts treat both paths
+// alike.
 #include <algorithm>
 #include <optional>
 
@@ -79,7 +79,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::PrepareClaim(ContainerRecord record) 
     t.allocation = ++allocations_;
     tenants_[key] = std::move(t);
   }
-  Nudge();  // the region, and the co-tenants' counts
+  Nudge();  // the co-tenants' counts
   log::Info("claim prepared", {{"claim", StrCat(record.claim->ns, "/", record.claim->name)},
                                {"tenant", key}});
   return record;
@@ -87,21 +87,18 @@ absl::StatusOr<ContainerRecord> NodeAgent::PrepareClaim(ContainerRecord record) 
 
 absl::Status NodeAgent::UnprepareClaim(const std::string& claim_uid) {
   std::optional<ContainerRecord> gone;
-  std::shared_ptr<hook::SharedRegion> region;
   {
     MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
       const ContainerRecord& r = it->second.record;
       if (!r.is_claim() || r.claim->uid != claim_uid) continue;
       gone = r;
-      region = std::move(it->second.region);
       tenants_.erase(it);
       ++stats_.collected;
       break;
     }
   }
   if (!gone) return absl::OkStatus();
-  region.reset();  // unmapped now, or when a running region job ends
   RemoveTenantFiles(*gone);
   Nudge();  // the co-tenants' counts
   log::Info("claim unprepared; its directory and region were removed", {{"tenant", gone->key()}});

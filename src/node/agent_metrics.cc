@@ -1,7 +1,11 @@
 // NodeAgent: the Prometheus text exposition (docs/node-agent.md, "Metrics").
+#include <algorithm>
+#include <filesystem>
+
 #include "common/exposition.h"
 #include "common/log.h"
 #include "core/strings.h"
+#include "hook/common/region_snapshot.h"
 #include "node/agent.h"
 
 namespace tessera::node {
@@ -13,12 +17,56 @@ using exposition::AppendSample;
 using exposition::FormatValue;
 using exposition::LabelSet;
 
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 }  // namespace
+
+std::map<std::string, hook::RegionSnapshot> NodeAgent::ReadRegionReports() const {
+  std::vector<std::pair<std::string, std::string>> paths;  // tenant, region file
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, t] : tenants_)
+      paths.emplace_back(key, (std::filesystem::path(t.record.region_dir) / "region").string());
+  }
+  // File I/O, so outside the lock; each read is a bounded copy that never waits (hook/common/region_snapshot.h).
+  std::map<std::string, hook::RegionSnapshot> out;
+  std::vector<std::pair<std::string, std::string>> refused;  // tenant, why
+  for (const auto& [key, path] : paths) {
+    hook::RegionSnapshot snap;
+    hook::Error error;
+    switch (hook::ReadRegionSnapshot(path.c_str(), &snap, &error)) {
+      case hook::RegionRead::kRead:
+        out.emplace(key, snap);
+        break;
+      case hook::RegionRead::kMissing:
+        break;  // no process of the container has run yet
+      case hook::RegionRead::kRefused:
+        regions_unreadable_.fetch_add(1);
+        refused.emplace_back(key, error.text);
+        break;
+    }
+  }
+  MutexLock lock(&mu_);
+  for (const auto& [key, why] : refused) {
+    // Once per tenant and reason: a container that keeps its region broken must not fill the log.
+    if (region_warned_.insert(StrCat(key, "|", why)).second) {
+      log::Warn("a container's region is not readable; its use reads as 0 (only its own metrics are affected)",
+                {{"tenant", key}, {"error", why}});
+    }
+  }
+  std::erase_if(region_warned_, [&](const std::string& k) {
+    return !tenants_.contains(k.substr(0, k.find('|')));
+  });
+  return out;
+}
 
 std::string NodeAgent::MetricsText() const {
   const std::map<int, std::string> procs = registration_->All();
   std::map<std::string, int> procs_of;
   for (const auto& [pid, tenant] : procs) ++procs_of[tenant];
+  const std::map<std::string, hook::RegionSnapshot> reports = ReadRegionReports();
   std::string out;
   MutexLock lock(&mu_);
   struct GpuSum {
@@ -48,14 +96,16 @@ std::string NodeAgent::MetricsText() const {
                                            {"pod", r.pod_name},
                                            {"container", r.container}});
       const uint64_t limit = static_cast<uint64_t>(v.memory.value()) << 20;
+      // What the container's processes report (untrusted: a tenant can make its own figures say anything, so
+      // they are held to what could be true, the GPU's memory and its whole time, before any sum).
       uint64_t used = 0;
       double cores_used = 0;
-      if (t.region) {
-        const int dev = t.region->FindDevice(v.uuid.value().c_str());
-        if (dev >= 0) {
-          used = t.region->Used(dev);
-          cores_used =
-              t.region->device(dev)->controller.own_util_ppm.load(std::memory_order_relaxed) / 10000.0;
+      if (auto rep = reports.find(key); rep != reports.end()) {
+        if (const hook::RegionDeviceReport* d = rep->second.Find(v.uuid.value().c_str())) {
+          const uint64_t capacity =
+              g != gpu_of.end() ? static_cast<uint64_t>(g->second->info.memory.value()) << 20 : limit;
+          used = std::min(d->used_bytes, capacity);
+          cores_used = d->own_util_ppm / 10000.0;
         }
       }
       const double cores_limit = v.cores.value() / 10.0;
@@ -64,8 +114,8 @@ std::string NodeAgent::MetricsText() const {
       AppendSample(&ctr_lines[2], "tessera_container_cores_used_percent", labels, FormatValue(cores_used));
       AppendSample(&ctr_lines[3], "tessera_container_cores_limit_percent", labels, FormatValue(cores_limit));
       GpuSum& sum = per_gpu[v.uuid.value()];
-      sum.mem_used += used;
-      sum.mem_limit += limit;
+      sum.mem_used = SaturatingAdd(sum.mem_used, used);
+      sum.mem_limit = SaturatingAdd(sum.mem_limit, limit);
       sum.cores_used += cores_used;
       sum.cores_limit += cores_limit;
       sum.tenants += 1;
@@ -127,11 +177,11 @@ std::string NodeAgent::MetricsText() const {
       {"tessera_containers_collected_total", "Containers garbage-collected.", stats_.collected},
       {"tessera_registrations_total", "Hooked processes registered.", stats_.registrations},
       {"tessera_registrations_refused_total", "Registrations refused.", stats_.registrations_refused},
-      {"tessera_region_slots_reclaimed_total", "Region slots of dead processes freed by the agent.",
-       stats_.slots_reclaimed},
       {"tessera_api_errors_total", "Failed API server calls (retried).", stats_.api_errors},
-      {"tessera_regions_rebuilt_total", "Regions replaced because a tenant held their lock too long.",
-       stats_.regions_rebuilt},
+      {"tessera_regions_unreadable_total",
+       "Reads of a container's shared region that found no valid region (truncated, replaced or forged from "
+       "inside the container).",
+       regions_unreadable_.load()},
       {"tessera_record_errors_total", "Record files that could not be saved or removed.",
        stats_.record_errors}};
   for (const Counter& c : counters) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
@@ -21,6 +22,14 @@ namespace {
 // only when it is older than this; a younger one may belong to an Allocate in flight.
 constexpr auto kOrphanAge = std::chrono::minutes(2);
 
+// A container's region directory is writable from inside the container (its processes create the region
+// there): removed without following links and within a bounded number of entries (common/files.h).
+void RemoveTenantDir(const std::string& dir) {
+  if (absl::Status s = RemoveUntrustedTree(dir); !s.ok()) {
+    log::Warn("a gone container's region directory was not wholly removed", {{"error", Message(s)}});
+  }
+}
+
 }  // namespace
 
 // --- reconcile -------------------------------------------------------------------------------------------
@@ -35,8 +44,6 @@ absl::Status NodeAgent::ReconcileOnce() {
   }
   if (absl::Status s = RefreshPods(); !s.ok()) return s;
   std::shared_ptr<const std::vector<NodePod>> pods = Pods();
-  SweepRegionJobs();  // jobs started since the last pass (a process exited)
-  OpenRegions();
   ReconcilePodResources(*pods);
   ReportPhases(*pods);
   ApplyAssignmentChanges(*pods);
@@ -50,9 +57,6 @@ absl::Status NodeAgent::ReconcileOnce() {
     }
   }
   Collect(*pods, pr_ok, kubelet_pods, seen);
-  KickRegionJobs();
-  region_jobs_.WaitIdle(config_.region_wait);  // waits on no lock: Allocate and metrics go on meanwhile
-  SweepRegionJobs();
   return absl::OkStatus();
 }
 
@@ -210,7 +214,6 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     if (t == tenants_.end()) continue;  // collected meanwhile
     if (shares) {
       t->second.record = r;
-      t->second.limits_pending = true;  // the region's copy of the shares too
     } else {
       t->second.record.gpu_tenants = r.gpu_tenants;
       t->second.record.generation = r.generation;
@@ -219,14 +222,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     reloads.emplace_back(r.key(), r.generation);
     log::Info("limits changed", {{"tenant", r.key()}, {"generation", StrCat(r.generation)}});
   }
-  if (reloads.empty()) return;
-  if (!resized.empty()) {
-    // The regions get the new shares before the processes are told to reload (a tenant holding its region's
-    // lock delays only this pass, and only up to region_wait). A change of tenants only is not in the region.
-    KickRegionJobs();
-    region_jobs_.WaitIdle(config_.region_wait);
-    SweepRegionJobs();
-  }
+  // The processes read the new file and put the shares into their region themselves.
   for (const auto& [key, gen] : reloads) registration_->PushReload(key, gen);
 }
 
@@ -430,8 +426,8 @@ absl::StatusOr<std::pair<const NodePod*, std::string>> NodeAgent::ExchangeLedger
 
 void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
   std::error_code ec;
-  fs::remove_all(r.dir, ec);
-  fs::remove_all(r.region_dir, ec);
+  fs::remove_all(r.dir, ec);  // the agent's own: read-only in the container
+  RemoveTenantDir(r.region_dir);
   if (absl::Status s = records_.Remove(records_.PathOf(r)); !s.ok()) {
     log::Error("cannot remove a record", {{"tenant", r.key()}, {"error", Message(s)}});
     MutexLock lock(&mu_);
@@ -448,7 +444,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   const std::map<int, std::string> live = registration_->All();
-  std::vector<std::pair<ContainerRecord, std::shared_ptr<hook::SharedRegion>>> gone;
+  std::vector<ContainerRecord> gone;
   std::set<std::string> known_dirs;
   {
     MutexLock lock(&mu_);
@@ -477,7 +473,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
         ++it;
         continue;
       }
-      gone.emplace_back(r, std::move(it->second.region));
+      gone.push_back(r);
       it = tenants_.erase(it);
       ++stats_.collected;
     }
@@ -485,8 +481,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     for (const std::string& key : claims_)
       known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
   }
-  for (auto& [r, region] : gone) {
-    region.reset();  // unmapped now, or when a running region job ends
+  for (const ContainerRecord& r : gone) {
     RemoveTenantFiles(r);
     log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
   }
@@ -509,8 +504,8 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
       if (!old_enough(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
-      fs::remove_all(
-          fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename(), ec2);
+      RemoveTenantDir(
+          (fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename()).string());
     }
     if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }

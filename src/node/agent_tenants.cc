@@ -1,8 +1,5 @@
-// NodeAgent: the tenant registry (records loaded at start, record writes decided under the lock), the
-// registration socket's handlers and the tenants' shared regions (region jobs, rebuilds, reclaims).
-// docs/node-agent.md, "Registration" and docs/security.md.
-#include <time.h>
-
+// NodeAgent: the tenant registry (records loaded at start, record writes decided under the lock) and the
+// registration socket's handlers. docs/node-agent.md, "Registration" and docs/security.md.
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -16,43 +13,6 @@ namespace tessera::node {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Opens (or creates) a region; the returned pointer unmaps it when its last holder (the agent or a region
-// job) lets go.
-std::shared_ptr<hook::SharedRegion> OpenRegion(const std::string& path, hook::Error* error) {
-  auto region = std::make_unique<hook::SharedRegion>();
-  if (!region->Open(path.c_str(), error)) return nullptr;
-  return std::shared_ptr<hook::SharedRegion>(region.release(), [](hook::SharedRegion* r) {
-    r->Close();
-    delete r;
-  });
-}
-
-// A region job: gives the region the record's limits (adding GPU entries takes the region's table lock)
-// and/or reclaims dead processes' slots (takes GPU locks). Returns the slots freed.
-int RegionWork(hook::SharedRegion& region, const std::optional<hook::Limits>& limits, bool reclaim) {
-  if (limits) {
-    hook::Error error;
-    for (int i = 0; i < limits->device_count; ++i) {
-      const int dev = region.FindOrAddDevice(limits->devices[i].uuid, &error);
-      if (dev >= 0) region.SetDeviceLimits(dev, limits->devices[i], MonotonicNs());
-    }
-  }
-  return reclaim ? region.ReclaimDeadSlots() : 0;
-}
-
-// Reclaims that freed nothing are retried at the next passes (the process may still be a zombie), this many
-// times.
-constexpr int kReclaimAttempts = 10;
-
-}  // namespace
 
 // --- records ---------------------------------------------------------------------------------------------
 
@@ -78,16 +38,10 @@ void NodeAgent::LoadRecords() {
   for (ContainerRecord& r : loaded.records) {
     Tenant t;
     t.record = std::move(r);
-    // The limits file and region stay as they were; make sure they exist (a crash may have cut the first
-    // write short).
+    // The limits file stays as it was; make sure it exists (a crash may have cut the first write short).
     if (!fs::exists(fs::path(t.record.dir) / "limits")) {
       if (absl::Status s = WriteLimits(t.record); !s.ok())
-        log::Error("cannot rewrite limits", {{"error", Message(s)}});
-    }
-    hook::Error error;
-    t.region = OpenRegion((fs::path(t.record.region_dir) / "region").string(), &error);
-    if (!t.region) {
-      log::Error("cannot open a tenant's region", {{"tenant", t.record.key()}, {"error", error.text}});
+        log::Error("cannot rewrite limits", {{"tenant", t.record.key()}, {"error", Message(s)}});
     }
     tenants[t.record.key()] = std::move(t);
   }
@@ -204,142 +158,9 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
 }
 
 void NodeAgent::OnGone(int pid, const std::string& tenant) {
-  // The process exited (or was killed): free what it held in the region soon, not at the next charge. The
-  // reclaim takes the region's locks, which the tenant's other processes may hold: it runs as a region job.
-  // Until its parent reaps it the process is a zombie and still counts as alive; then later passes retry.
-  {
-    MutexLock lock(&mu_);
-    auto it = tenants_.find(tenant);
-    if (it == tenants_.end() || !it->second.region) return;
-    pending_reclaims_[tenant] = 0;
-  }
-  KickRegionJobs();
+  // Nothing of the agent's to free: what the process held in its region is the container's own business, and
+  // its other processes reclaim it (at a charge that finds the limit reached, and about once a second).
   log::Info("process gone", {{"pid", StrCat(pid)}, {"tenant", tenant}});
-}
-
-void NodeAgent::KickRegionJobs() {
-  struct Start {
-    std::string key;
-    std::shared_ptr<hook::SharedRegion> region;
-    std::optional<hook::Limits> limits;
-    bool reclaim = false;
-  };
-  std::vector<Start> starts;
-  {
-    MutexLock lock(&mu_);
-    for (auto& [key, t] : tenants_) {
-      if (!t.region) continue;
-      const bool reclaim = pending_reclaims_.count(key) > 0;
-      if (!t.limits_pending && !reclaim) continue;
-      if (region_jobs_.Running(key)) continue;
-      Start st{key, t.region, std::nullopt, reclaim};
-      if (t.limits_pending) st.limits = LimitsFor(t.record);
-      t.limits_pending = false;
-      if (reclaim) reclaim_jobs_.insert(key);
-      starts.push_back(std::move(st));
-    }
-  }
-  for (Start& st : starts) {
-    const bool started = region_jobs_.Start(
-        st.key, st.region, [limits = st.limits, reclaim = st.reclaim](hook::SharedRegion& r) {
-          return RegionWork(r, limits, reclaim);
-        });
-    if (started) continue;
-    // Another thread started one for this tenant meanwhile: ask again next time.
-    MutexLock lock(&mu_);
-    auto t = tenants_.find(st.key);
-    if (t != tenants_.end() && st.limits) t->second.limits_pending = true;
-    if (st.reclaim) reclaim_jobs_.erase(st.key);
-  }
-}
-
-void NodeAgent::SweepRegionJobs() {
-  RegionJobs::Swept swept = region_jobs_.Sweep();
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [key, freed] : swept.finished) {
-      if (reclaim_jobs_.erase(key) == 0) continue;
-      stats_.slots_reclaimed += static_cast<uint64_t>(std::max(freed, 0));
-      auto p = pending_reclaims_.find(key);
-      if (p == pending_reclaims_.end()) continue;
-      if (freed > 0 || ++p->second >= kReclaimAttempts) pending_reclaims_.erase(p);
-    }
-  }
-  for (const std::string& key : swept.stuck) RebuildRegion(key);
-}
-
-void NodeAgent::RebuildRegion(const std::string& key) {
-  ContainerRecord record;
-  {
-    MutexLock lock(&mu_);
-    auto it = tenants_.find(key);
-    reclaim_jobs_.erase(key);
-    pending_reclaims_.erase(key);
-    if (it == tenants_.end()) return;
-    it->second.region.reset();  // the stuck job keeps the old mapping until the tenant lets go
-    it->second.record.generation += 1;
-    record = it->second.record;
-    ++stats_.regions_rebuilt;
-  }
-  // A new file under the same name: the tenant's processes keep the old one mapped until they reopen it;
-  // nothing of the agent's waits on its lock any more.
-  const std::string path = (fs::path(record.region_dir) / "region").string();
-  std::error_code ec;
-  fs::remove(path, ec);
-  hook::Error error;
-  std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
-  if (!region)
-    log::Error("cannot recreate a tenant's shared region", {{"tenant", key}, {"error", error.text}});
-  {
-    MutexLock lock(&mu_);
-    auto it = tenants_.find(key);
-    if (it != tenants_.end() && !it->second.region && region) {
-      it->second.region = std::move(region);
-      it->second.limits_pending = true;
-    }
-  }
-  if (absl::Status s = WriteLimits(record); !s.ok()) {
-    log::Error("cannot rewrite a limits file", {{"tenant", key}, {"error", Message(s)}});
-  }
-  RunFileOps({{record, ""}});
-  KickRegionJobs();
-  registration_->PushReload(key, record.generation);
-  const std::string message =
-      StrCat("a process of container ", record.container, " held its shared region's lock for more than ",
-             config_.region_lock_timeout.count(),
-             " ms; the region was replaced by a new one and its processes told to reload (memory accounting "
-             "restarts from the new region)");
-  log::Warn(message, {{"tenant", key}});
-  if (absl::Status s =
-          api_->PostEvent({record.ns, record.pod_name, record.pod_uid, "Warning", "RegionLockHeld", message});
-      !s.ok()) {
-    MutexLock lock(&mu_);
-    ++stats_.api_errors;
-  }
-}
-
-void NodeAgent::OpenRegions() {
-  // Creating a region writes and fsyncs half a MiB: done without the lock.
-  std::vector<std::pair<std::string, std::string>> todo;  // key, path
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [key, t] : tenants_) {
-      if (!t.region) todo.emplace_back(key, (fs::path(t.record.region_dir) / "region").string());
-    }
-  }
-  for (const auto& [key, path] : todo) {
-    hook::Error error;
-    std::shared_ptr<hook::SharedRegion> region = OpenRegion(path, &error);
-    if (!region) {
-      log::Error("cannot create a tenant's shared region", {{"tenant", key}, {"error", error.text}});
-      continue;
-    }
-    MutexLock lock(&mu_);
-    auto it = tenants_.find(key);
-    if (it == tenants_.end() || it->second.region) continue;
-    it->second.region = std::move(region);
-    it->second.limits_pending = true;
-  }
 }
 
 }  // namespace tessera::node

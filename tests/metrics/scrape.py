@@ -231,7 +231,8 @@ class Run:
             files[words[1]] = (words[2], words[3])
         if kubelet.poll() is not None or len(files) != len(PODS):
             fail("the fake kubelet did not allocate every container (see its message above)")
-        wait_for("every region", lambda: all(os.path.exists(r) for _, r in files.values()))
+        # The limits files are the agent's; each region is made by the container's first hooked process.
+        wait_for("every limits file", lambda: all(os.path.exists(lim) for lim, _ in files.values()))
         # The tenants that work: a real process under the hook on the fake driver, in the container's limits.
         hook_lib = self.bin("lib", "libtessera-cuda.so")
         for name, ns, cores, memory, vgpus, probe in PODS:

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <random>
@@ -27,10 +28,12 @@
 #include <sstream>
 #include <thread>
 
+#include "common/files.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
+#include "hook/common/region_snapshot.h"
 #include "hook/common/registration.h"
 #include "k8s/clock.h"
 #include "kubelet/device_plugin.h"
@@ -297,15 +300,12 @@ TEST_F(AgentTest, ResponseCarriesMountsEnvAndNumaCpus) {
   ASSERT_FALSE(c.devices.empty());
   EXPECT_EQ(c.devices[0].container_path, "/dev/nvidia2");
   EXPECT_EQ(c.devices[1].container_path, "/dev/nvidia3");
-  // After the next pass the region exists with the limits applied, before any process ran.
+  // The region is the container's: the agent makes its directory, writable by the container's users of any
+  // UID, and no region in it, after a pass too.
   ASSERT_TRUE(agent->ReconcileOnce().ok());
-  hook::SharedRegion region;
-  hook::Error error;
-  ASSERT_TRUE(region.Open((mounts.at("/var/lib/tessera/region").host_path + "/region").c_str(), &error));
-  const int dev = region.FindDevice("GPU-3");
-  ASSERT_GE(dev, 0);
-  EXPECT_EQ(region.Limit(dev), 4096ull << 20);
-  region.Close();
+  const std::string region_dir = mounts.at("/var/lib/tessera/region").host_path;
+  EXPECT_EQ(fs::status(region_dir).permissions() & fs::perms::all, fs::perms::all);
+  EXPECT_FALSE(fs::exists(region_dir + "/region"));
 }
 
 TEST_F(AgentTest, KubeletRestartReRegistersAndKeepsEveryTenant) {
@@ -654,7 +654,11 @@ TEST_F(AgentTest, RegistrationRefusesImpostors) {
   EXPECT_EQ(agent->stats().registrations, 0u);
 }
 
-TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContainerLives) {
+// The region is the container's own: its processes charge and reclaim there, the agent only reads a copy. A
+// killed process's charge is freed by the container's next process (as the hook's background thread and its
+// Attach do), and nothing the agent does (registration, hang-up, reconcile, metrics, collection of another
+// container) changes a byte of the file.
+TEST_F(AgentTest, ARegionIsTheContainersOwnTheAgentReadsItAndNeverWritesIt) {
   NodePod p = BoundPod(0, {{0, 30, 4096}});
   api_.UpsertPod(p);
   auto agent = StartAgent();
@@ -663,6 +667,7 @@ TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContain
   const ContainerRecord rec = agent->Records().at(0);
   const std::string region_path = rec.region_dir + "/region";
   const std::string socket = agent->registration_socket();
+  EXPECT_FALSE(fs::exists(region_path)) << "the agent makes no region: the container's first process does";
 
   int go[2];
   int ready[2];
@@ -677,7 +682,7 @@ TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContain
     hook::SharedRegion region;
     hook::Error e;
     if (!region.Open(region_path.c_str(), &e) || !region.Attach(&e)) _exit(2);
-    const int dev = region.FindDevice("GPU-0");
+    const int dev = region.FindOrAddDevice("GPU-0", &e);
     if (dev < 0 || region.TryCharge(dev, 1ull << 30) != hook::ChargeResult::kOk) _exit(3);
     hook::AgentConnection conn;
     hook::Hello h;
@@ -691,21 +696,25 @@ TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContain
   ASSERT_EQ(write(go[1], "g", 1), 1);
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
-  hook::SharedRegion region;
-  hook::Error error;
-  ASSERT_TRUE(region.Open(region_path.c_str(), &error));
-  const int dev = region.FindDevice("GPU-0");
-  EXPECT_EQ(region.Used(dev), 1ull << 30);
+  const std::string before = ReadFile(region_path);
   EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{child});
-  EXPECT_THAT(agent->MetricsText(),
-              HasSubstr("tessera_container_processes{Hostname=\"gpu-1\",namespace=\"default\",pod=\"pod-0\","
-                        "container=\"main\"} 1"));
-  EXPECT_THAT(agent->MetricsText(),
-              HasSubstr(StrCat("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\","
-                               "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\",pod=\"pod-0\","
-                               "container=\"main\"} ",
-                               1ull << 30)));
+  const std::string metrics = agent->MetricsText();
+  EXPECT_THAT(metrics, HasSubstr("tessera_container_processes{Hostname=\"gpu-1\",namespace=\"default\",pod=\"pod-0\","
+                                 "container=\"main\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr(StrCat("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\","
+                                        "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\",pod=\"pod-0\","
+                                        "container=\"main\"} ",
+                                        1ull << 30)));
 
+  // Its limits change (the agent rewrites the limits file and says RELOAD), it dies, the agent hears the
+  // hang-up, passes run: the region is as the tenant left it.
+  NodePod resized = *api_.GetPod("default", "pod-0");
+  auto a = formats::ParseAssignment(resized.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].vgpus[0].cores = core::MilliGpu(200);
+  resized.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(resized);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  ASSERT_EQ(agent->stats().limit_updates, 1u);
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
@@ -713,19 +722,28 @@ TEST_F(AgentTest, KilledTenantsSlotIsReclaimedAndItsDirectoryKeptWhileTheContain
   while (!agent->TenantPids(p.uid, "main").empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  // The agent heard the EOF; if the process was still a zombie then, the next pass frees its slot.
-  if (agent->stats().slots_reclaimed == 0) {
-    ASSERT_TRUE(agent->ReconcileOnce().ok());
-  }
-  EXPECT_EQ(agent->stats().slots_reclaimed, 1u);
+  EXPECT_TRUE(agent->TenantPids(p.uid, "main").empty());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  (void)agent->MetricsText();
+  EXPECT_EQ(ReadFile(region_path), before) << "the agent wrote into a tenant's region";
+
+  // The container's next process frees the dead one's charge.
+  hook::SharedRegion region;
+  hook::Error error;
+  ASSERT_TRUE(region.Open(region_path.c_str(), &error)) << error.text;
+  ASSERT_TRUE(region.Attach(&error)) << error.text;
+  const int dev = region.FindDevice("GPU-0");
   EXPECT_EQ(region.Used(dev), 0u);
   EXPECT_TRUE(region.CheckConsistent(dev));
-  EXPECT_TRUE(agent->TenantPids(p.uid, "main").empty());
-  // The container lives on (its pod is there): its directory stays.
+  EXPECT_THAT(agent->MetricsText(), HasSubstr("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\","
+                                              "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\","
+                                              "pod=\"pod-0\",container=\"main\"} 0"));
+  region.Detach();
+  region.Close();
+  // The container lives on (its pod is there): its directories stay.
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_TRUE(fs::exists(rec.dir + "/limits"));
   EXPECT_TRUE(fs::exists(region_path));
-  region.Close();
 
   // The pod goes away (from the API and the kubelet): directory, region and record are collected.
   api_.DeletePod("default", "pod-0");
@@ -1001,81 +1019,149 @@ bool Ready(std::future<T>& f) {
 // A tenant's process holds its region's table lock and never lets go. The agent used to take that lock
 // under its own mutex (OpenRegions/ApplyAssignmentChanges -> ApplyRegionLimits): the reconcile pass hung,
 // and every Allocate on the node and /metrics with it.
-TEST_F(AgentTest, ATenantHoldingItsRegionLockFreezesNothingAndLosesItsRegion) {
-  k8s::FakeClock clock;
-  config_.clock = &clock;
-  config_.region_lock_timeout = std::chrono::seconds(5);  // on the fake clock
-  config_.region_wait = std::chrono::milliseconds(20);
+// A hostile tenant's region: every lock held and its robust-list pointers aimed at the agent, slots owned by
+// dead processes, then the file truncated, swapped for a FIFO, a link, a directory, or rewritten with valid
+// magic and lying lengths, numbers past the GPU and UUIDs that would break the exposition. Nothing of it
+// reaches the agent: its passes, its metrics and another pod's Allocate finish, the figures of the attacker's
+// own container are all that change (held to what could be true), and the other tenant's are untouched. (The
+// agent used to lock the tenant's robust mutexes to reclaim slots, which let the tenant steer glibc's unlock
+// into a write at an address of its choosing, and to map the file, which a truncation turned into SIGBUS.)
+TEST_F(AgentTest, AHostileRegionNeverReachesTheAgent) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{1, 30, 1024}}));
   auto agent = StartAgent();
   ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
-  const ContainerRecord rec = agent->Records().at(0);
-  const std::string region_path = rec.region_dir + "/region";
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // The tenant creates the region (as a hook that starts before the agent's pass does) and holds its lock.
-    hook::SharedRegion region;
-    hook::Error e;
-    if (!region.Open(region_path.c_str(), &e)) _exit(2);
-    const int fd = open(region_path.c_str(), O_RDWR);
-    void* base = mmap(nullptr, hook::kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) _exit(3);
-    pthread_mutex_lock(&static_cast<hook::RegionHeader*>(base)->table_lock);
-    if (write(ready[1], "r", 1) != 1) _exit(4);
-    while (true) pause();
-  }
-  char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
-  struct Cleanup {
-    pid_t pid;
-    ~Cleanup() {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  } cleanup{child};
-  struct stat before {};
-  ASSERT_EQ(stat(region_path.c_str(), &before), 0);
-
-  // The pass opens the region and starts the job that gives it its limits; the job waits for the lock, the
-  // pass does not.
-  auto pass = std::async(std::launch::async, [&] { return agent->ReconcileOnce(); });
-  ASSERT_TRUE(Ready(pass)) << "the reconcile pass waits on the tenant's region lock";
-  EXPECT_TRUE(pass.get().ok());
-  auto other = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-1::0"}}); });
-  ASSERT_TRUE(Ready(other)) << "Allocate for another pod waits on the tenant's region lock";
-  EXPECT_TRUE(other.get().ok());
-  auto metrics = std::async(std::launch::async, [&] { return agent->MetricsText(); });
-  ASSERT_TRUE(Ready(metrics));
-  EXPECT_THAT(metrics.get(), HasSubstr("tessera_node_tenants{Hostname=\"gpu-1\"} 2"));
-  EXPECT_EQ(agent->stats().regions_rebuilt, 0u);
-
-  // Past the timeout the tenant loses its region: a new file gets its limits, its pod is told.
-  clock.Advance(std::chrono::seconds(6));
+  ASSERT_TRUE(Client()->Allocate({{"GPU-1::0"}}).ok());
   ASSERT_TRUE(agent->ReconcileOnce().ok());
-  EXPECT_EQ(agent->stats().regions_rebuilt, 1u);
-  struct stat after {};
-  ASSERT_EQ(stat(region_path.c_str(), &after), 0);
-  EXPECT_NE(before.st_ino, after.st_ino);
-  bool limited = false;
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!limited && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(agent->ReconcileOnce().ok());
-    hook::SharedRegion region;
-    hook::Error error;
-    ASSERT_TRUE(region.Open(region_path.c_str(), &error)) << error.text;
-    const int dev = region.FindDevice("GPU-0");
-    limited = dev >= 0 && region.Limit(dev) == 1024ull << 20;
-    region.Close();
+  ContainerRecord attacker, victim;
+  for (const ContainerRecord& r : agent->Records()) (r.pod_uid == Uid(0) ? attacker : victim) = r;
+  const std::string path = attacker.region_dir + "/region";
+  const std::string victim_path = victim.region_dir + "/region";
+  {
+    // The victim's honest process holds 512 MiB.
+    hook::SharedRegion v;
+    hook::Error e;
+    ASSERT_TRUE(v.Open(victim_path.c_str(), &e) && v.Attach(&e)) << e.text;
+    const int dev = v.FindOrAddDevice("GPU-1", &e);
+    ASSERT_EQ(v.TryCharge(dev, 512ull << 20), hook::ChargeResult::kOk);
+    v.Close();  // the slot stays claimed by this (live) process
   }
-  EXPECT_TRUE(limited);
-  bool told = false;
-  for (const NodeEvent& e : api_.events()) told |= e.reason == "RegionLockHeld" && e.pod_uid == rec.pod_uid;
-  EXPECT_TRUE(told);
-  EXPECT_EQ(agent->Records().at(0).generation, 2u);  // the limits file was rewritten for the reload
+  const std::string victim_before = ReadFile(victim_path);
+  const std::string victim_used = "tessera_container_memory_used_bytes{gpu=\"1\",UUID=\"GPU-1\",Hostname=\"gpu-1\","
+                                  "model=\"T4\",namespace=\"default\",pod=\"pod-1\",container=\"main\"} 536870912";
+
+  // A valid region, then every lock word and slot planted.
+  {
+    hook::SharedRegion r;
+    hook::Error e;
+    ASSERT_TRUE(r.Open(path.c_str(), &e)) << e.text;
+    ASSERT_GE(r.FindOrAddDevice("GPU-0", &e), 0);
+    r.Close();
+  }
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  auto* base = static_cast<unsigned char*>(
+      mmap(nullptr, hook::kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(base, MAP_FAILED);
+  close(fd);
+  auto plant_lock = [](unsigned char* lock) {
+    // glibc's robust mutex: owner tid, then the robust-list links; aimed at an address that is not mapped.
+    const uint32_t owner = 0x40000000u | 1u;  // FUTEX_OWNER_DIED with a tid that is not the agent's
+    memcpy(lock, &owner, sizeof(owner));
+    const uint64_t where = 0x4141414141414141ull;
+    memcpy(lock + 16, &where, sizeof(where));
+    memcpy(lock + 24, &where, sizeof(where));
+  };
+  plant_lock(base + 64);
+  for (int d = 0; d < hook::kMaxDevices; ++d) plant_lock(base + hook::kRegionDevicesOffset + d * hook::kRegionDeviceBytes);
+  for (uint32_t i = 0; i < hook::kRegionSlots; ++i) {
+    const uint64_t dead_owner = 0x7ffffff0u - i;  // pids that do not exist
+    memcpy(base + hook::kRegionSlotsOffset + i * hook::kRegionSlotBytes, &dead_owner, sizeof(dead_owner));
+  }
+  const uint64_t huge = UINT64_MAX;
+  memcpy(base + hook::kRegionDevicesOffset + 136, &huge, sizeof(huge));  // used_bytes of GPU-0
+  const uint32_t util = 0xffffffffu;
+  memcpy(base + hook::kRegionDevicesOffset + 320 + 48, &util, sizeof(util));
+
+  // A process of the attacker's container registers and hangs up (the agent used to reclaim its slots then).
+  FakeCgroup(getpid(), Uid(0), "aa11bb22cc33dd44ee55ff66");
+  {
+    hook::AgentConnection conn;
+    hook::Hello hello;
+    hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+    hook::AgentMessage reply;
+    hook::Error e;
+    ASSERT_TRUE(conn.Register(agent->registration_socket().c_str(), hello, 5000, &reply, &e)) << e.text;
+    conn.Close();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!agent->TenantPids(Uid(0), "main").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const std::string planted(reinterpret_cast<const char*>(base), hook::kRegionBytes);
+  auto pass = std::async(std::launch::async, [&] { return agent->ReconcileOnce(); });
+  ASSERT_TRUE(Ready(pass)) << "the reconcile pass waits on the tenant's region";
+  EXPECT_TRUE(pass.get().ok());
+  api_.UpsertPod(BoundPod(2, {{2, 30, 1024}}));
+  auto other = std::async(std::launch::async, [&] { return Client()->Allocate({{"GPU-2::0"}}); });
+  ASSERT_TRUE(Ready(other)) << "Allocate for another pod waits on the tenant's region";
+  EXPECT_TRUE(other.get().ok());
+  std::string text = agent->MetricsText();
+  // The attacker's own figures, held to what could be true: all of GPU-0's 16 GiB, all of its time.
+  EXPECT_THAT(text, HasSubstr("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+                              "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 17179869184"));
+  EXPECT_THAT(text, HasSubstr("tessera_container_cores_used_percent{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+                              "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 100"));
+  EXPECT_THAT(text, HasSubstr(victim_used));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(base), hook::kRegionBytes), planted)
+      << "the agent wrote into the tenant's region";
+  munmap(base, hook::kRegionBytes);
+
+  // Then the file itself: each form is refused by the reader, counted, and the attacker's use reads 0.
+  const std::string attacker_used = "tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+                                    "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 0";
+  const std::string outside = dir_.Write("outside-region", std::string(hook::kRegionBytes, '\0'));
+  const std::string planted_copy = planted;
+  struct Form {
+    const char* what;
+    std::function<void()> make;
+  };
+  auto rewrite = [&](const std::function<void(std::string*)>& edit) {
+    std::string image = planted_copy;
+    edit(&image);
+    fs::remove_all(path);
+    std::ofstream(path, std::ios::binary) << image;
+  };
+  const Form forms[] = {
+      {"truncated to 0", [&] { ASSERT_EQ(truncate(path.c_str(), 0), 0); }},
+      {"truncated to its header", [&] { rewrite([](std::string* i) { i->resize(4096); }); }},
+      {"a FIFO", [&] { fs::remove_all(path); ASSERT_EQ(mkfifo(path.c_str(), 0666), 0); }},
+      {"a link to a file outside", [&] { fs::remove_all(path); fs::create_symlink(outside, path); }},
+      {"a directory", [&] { fs::remove_all(path); fs::create_directory(path); }},
+      {"a lying GPU count", [&] { rewrite([](std::string* i) { (*i)[136] = '\x7f'; (*i)[139] = '\x7f'; }); }},
+      {"a lying size", [&] { rewrite([](std::string* i) { (*i)[48] = '\x01'; }); }},
+      {"a UUID that breaks the exposition",
+       [&] { rewrite([](std::string* i) { memcpy(i->data() + hook::kRegionDevicesOffset + 64, "GPU-0\"} 1\n", 10); }); }},
+      {"a UUID without its end",
+       [&] { rewrite([](std::string* i) { memset(i->data() + hook::kRegionDevicesOffset + 64, 'A', 64); }); }},
+  };
+  uint64_t refused = agent->stats().regions_unreadable;
+  for (const Form& f : forms) {
+    SCOPED_TRACE(f.what);
+    f.make();
+    auto scrape = std::async(std::launch::async, [&] { return agent->MetricsText(); });
+    ASSERT_TRUE(Ready(scrape)) << "the scrape waits on the tenant's region";
+    text = scrape.get();
+    EXPECT_THAT(text, HasSubstr(attacker_used));
+    EXPECT_THAT(text, HasSubstr(victim_used));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("} 1\n\"")));
+    EXPECT_EQ(agent->stats().regions_unreadable, refused + 1);
+    refused = agent->stats().regions_unreadable;
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+  }
+  EXPECT_EQ(ReadFile(outside), std::string(hook::kRegionBytes, '\0'));
+  EXPECT_EQ(ReadFile(victim_path), victim_before);
+  EXPECT_EQ(agent->Records().size(), 3u);
 }
 
 // An API server that hangs on an event: the reconcile pass waits for it, Allocate does not. The agent used to
@@ -1226,6 +1312,44 @@ TEST_F(AgentTest, AFreshDirectoryWithoutRecordIsNotAnOrphanYet) {
   fs::create_directories(fresh);
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_TRUE(fs::exists(fresh));
+}
+
+// A gone container's region directory is removed without following what the container left there (a link to a
+// directory outside, possibly swapped in mid-removal) and within a bound on entries.
+TEST(RemoveUntrustedTreeTest, NeverFollowsALinkAndStopsAtItsCap) {
+  TempDir dir;
+  const std::string outside = dir.path() + "/outside";
+  fs::create_directories(outside + "/keep");
+  dir.Write("outside/keep/file", "root's");
+  const std::string tenant = dir.path() + "/regions/uid/main";
+  fs::create_directories(tenant + "/a/b/c");
+  dir.Write("regions/uid/main/region", "x");
+  dir.Write("regions/uid/main/a/b/c/deep", "x");
+  fs::create_directory_symlink(outside, tenant + "/link");
+  fs::create_directory_symlink(outside, tenant + "/a/b/link");
+  EXPECT_TRUE(RemoveUntrustedTree(tenant).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tenant)));
+  EXPECT_EQ(ReadFile(outside + "/keep/file"), "root's");
+  // The directory itself replaced by a link: the link goes, not what it names.
+  fs::create_directories(dir.path() + "/regions/uid");
+  fs::create_directory_symlink(outside, tenant);
+  EXPECT_TRUE(RemoveUntrustedTree(tenant).ok());
+  EXPECT_EQ(ReadFile(outside + "/keep/file"), "root's");
+  // More entries than the cap: refused with what was left, after removing at most the cap.
+  fs::create_directories(tenant);
+  for (int i = 0; i < 50; ++i) dir.Write(StrCat("regions/uid/main/f", i), "x");
+  absl::Status s = RemoveUntrustedTree(tenant, /*max_entries=*/20);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more entries than the removal's cap"));
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(tenant)) left += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(left, 30u);
+  // Nested deeper than the cap: the same.
+  fs::remove_all(tenant);
+  fs::create_directories(tenant + "/1/2/3/4");
+  EXPECT_EQ(RemoveUntrustedTree(tenant, 100, /*max_depth=*/2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(RemoveUntrustedTree(tenant).ok());
+  EXPECT_FALSE(fs::exists(tenant));
 }
 
 TEST(FileNodeApiTest, ReadsPodsOfThisNodeAndWritesPatchesBack) {

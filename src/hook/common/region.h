@@ -99,6 +99,17 @@ struct RegionSlot {
 };
 static_assert(sizeof(RegionSlot) == kRegionSlotBytes);
 
+// The offsets docs/hook-abi.md gives, which the node agent's reader (region_snapshot.h) relies on.
+static_assert(offsetof(RegionHeader, version) == 8 && offsetof(RegionHeader, region_bytes) == 48 &&
+              offsetof(RegionHeader, table_lock) == 64 && offsetof(RegionHeader, limits_generation) == 128 &&
+              offsetof(RegionHeader, device_count) == 136);
+static_assert(offsetof(RegionDevice, uuid) == 64 && offsetof(RegionDevice, limit_bytes) == 128 &&
+              offsetof(RegionDevice, used_bytes) == 136 && offsetof(RegionDevice, peak_bytes) == 144 &&
+              offsetof(RegionDevice, oom_count) == 152 && offsetof(RegionDevice, context_bytes) == 160 &&
+              offsetof(RegionDevice, bucket) == 192 && offsetof(RegionDevice, controller) == 320);
+static_assert(offsetof(ControllerState, own_util_ppm) == 48);
+static_assert(offsetof(RegionSlot, host_pid) == 24 && offsetof(RegionSlot, charged) == 64);
+
 // kLockTimeout: the GPU's lock was held longer than the lock timeout (a process of the container holds it
 // and does not let go, or the file was tampered with); nothing was charged.
 // kDetached: the process has left the region (Detach, at exit): nothing more is charged to it.
