@@ -23,7 +23,8 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
   registration_ = std::make_unique<RegistrationServer>(
       registration_socket(),
       RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
-                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); }},
+                                   [this](int pid, const std::string& tenant) { OnGone(pid, tenant); },
+                                   [this](int pid) { return PeerOf(pid); }},
       config_.registration);
 }
 

@@ -204,6 +204,7 @@ class NodeAgent : public kubelet::AllocationBackend {
   void RemoveTenantFiles(const ContainerRecord& record);
   absl::StatusOr<RegistrationServer::Accepted> OnHello(int pid, const hook::Hello& hello);
   void OnGone(int pid, const std::string& tenant);
+  std::string PeerOf(int pid) const;  // the registration socket's fairness key: the process's pod
   void Loop();
   // What each tenant's processes report in its shared region (read outside the lock, as untrusted data); by
   // record key, only the tenants whose region could be read.

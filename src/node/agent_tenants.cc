@@ -157,6 +157,13 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
   return RegistrationServer::Accepted{tenant->record.key(), tenant->record.generation};
 }
 
+std::string NodeAgent::PeerOf(int pid) const {
+  // The pod a connecting process is in: the unit the registration socket is fair between. A process in no pod
+  // (or already gone) is its own peer; its HELLO will be refused anyway.
+  absl::StatusOr<CgroupIdentity> id = IdentifyProcess(config_.proc_root, pid);
+  return id.ok() ? StrCat("pod:", id->pod_uid) : StrCat("pid:", pid);
+}
+
 void NodeAgent::OnGone(int pid, const std::string& tenant) {
   // Nothing of the agent's to free: what the process held in its region is the container's own business, and
   // its other processes reclaim it (at a charge that finds the limit reached, and about once a second).

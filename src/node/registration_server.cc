@@ -131,7 +131,7 @@ void RegistrationServer::AcceptAll() {
         close(reserve_fd_);
         const int victim = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (victim >= 0) close(victim);
-        EvictOldestPending();
+        EvictPending();
         reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
         log::Warn("registration socket: out of file descriptors; shed connections",
                   {{"connections", StrCat(connection_count())}});
@@ -139,19 +139,20 @@ void RegistrationServer::AcceptAll() {
       }
       return;
     }
-    if (connection_count() >= limits_.max_connections && !EvictOldestPending()) {
+    if (connection_count() >= limits_.max_connections && !EvictPending()) {
       close(fd);  // every connection is a registered process: the cap holds
       MutexLock lock(&mu_);
       ++stats_.refused;
       continue;
     }
-    if (PendingCount() >= limits_.max_pending) EvictOldestPending();
+    if (PendingCount() >= limits_.max_pending) EvictPending();
     ucred cred{};
     socklen_t len = sizeof(cred);
     Conn c;
     c.fd = fd;
     c.opened = std::chrono::steady_clock::now();
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.pid = cred.pid;
+    if (handlers_.peer && c.pid > 0) c.peer = handlers_.peer(c.pid);
     MutexLock lock(&mu_);
     conns_[fd] = std::move(c);
   }
@@ -164,14 +165,21 @@ size_t RegistrationServer::PendingCount() const {
   return n;
 }
 
-bool RegistrationServer::EvictOldestPending() {
+bool RegistrationServer::EvictPending() {
   Conn* oldest = nullptr;
   {
     MutexLock lock(&mu_);
-    for (auto& [fd, c] : conns_) {
-      if (c.tenant.empty() && (oldest == nullptr || c.opened < oldest->opened)) oldest = &c;
+    std::map<std::string, size_t> pending;  // by peer
+    for (const auto& [fd, c] : conns_) {
+      if (c.tenant.empty()) ++pending[c.peer];
     }
-    if (oldest == nullptr) return false;
+    if (pending.empty()) return false;
+    const std::string& greedy =
+        std::max_element(pending.begin(), pending.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
+            ->first;
+    for (auto& [fd, c] : conns_) {
+      if (c.tenant.empty() && c.peer == greedy && (oldest == nullptr || c.opened < oldest->opened)) oldest = &c;
+    }
     ++stats_.evicted;
   }
   Close(oldest);

@@ -15,7 +15,8 @@
 //
 // Limits (docs/security.md, "Registration socket"): anyone in a GPU container can connect, so nothing a
 // connection does may starve the others. A connection that has not said its HELLO within `hello_timeout` is
-// closed; at most `max_pending` such connections are kept (a new one evicts the oldest); registered
+// closed; at most `max_pending` such connections are kept (a new one evicts the oldest of the peer with the
+// most pending, so that one container opening connections in a loop sheds its own, not others'); registered
 // connections are capped per tenant (`max_per_tenant`, the region's slots) and in all (`max_connections`,
 // also kept under half the process's descriptor limit). When accept() fails for want of descriptors the
 // server sheds the oldest pending connection with a reserve descriptor and keeps serving.
@@ -63,6 +64,9 @@ class RegistrationServer {
   struct Handlers {
     std::function<absl::StatusOr<Accepted>(int host_pid, const hook::Hello& hello)> hello;
     std::function<void(int host_pid, const std::string& tenant)> gone;
+    // Optional: who a connecting process is, for fairness among pending connections (the agent: its pod). Called
+    // on the server's thread at each accept; must be quick and never block.
+    std::function<std::string(int host_pid)> peer;
   };
 
   RegistrationServer(std::string socket_path, Handlers handlers, Limits limits = {});
@@ -90,6 +94,7 @@ class RegistrationServer {
     int fd = -1;
     int pid = 0;
     std::string tenant;  // empty until accepted
+    std::string peer;    // handlers.peer's answer at accept ("" without one)
     std::string buf;
     std::chrono::steady_clock::time_point opened;
   };
@@ -100,8 +105,8 @@ class RegistrationServer {
   void AcceptAll();
   // Closes pending connections older than hello_timeout; returns how long until the next one expires.
   std::chrono::milliseconds ExpirePending();
-  // Closes the oldest pending connection; false when there is none.
-  bool EvictOldestPending();
+  // Closes the oldest pending connection of the peer with the most pending ones; false when there is none.
+  bool EvictPending();
   size_t PendingCount() const;
 
   const std::string socket_path_;

@@ -347,8 +347,7 @@ class Tier:
             self.hostile(*attack)
             after = self.unreadable()
             what = " ".join([attack[0], *attack[2:3]])
-            if attack[2:3] != ("sparse",):  # a sparse file of the right size is a region of zeros: no magic
-                check(after > before, f"{what}: the agent did not refuse the region")
+            check(after > before, f"{what}: the agent did not refuse the region")
             self.agent_holds(f"the region: {what}")
         check(open(outside, "rb").read() == b"\0" * 4096, "the file a link pointed to was changed")
         subprocess.run(["rm", "-rf", region], check=True)

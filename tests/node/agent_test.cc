@@ -1254,6 +1254,77 @@ TEST_F(AgentTest, RegistrationSocketCapsIdleConnectionsAndRecovers) {
   conn.Close();
 }
 
+// The pending-connection cap is fair between pods: a container that keeps opening connections that never say
+// HELLO sheds its own, and another pod's process waiting between them still registers. (The oldest pending
+// connection used to go, whoever's it was: a flood from one container evicted everyone else's registrations.)
+TEST_F(AgentTest, AFloodOfConnectionsFromOnePodNeverEvictsAnotherPodsRegistration) {
+  config_.registration.max_pending = 8;
+  config_.registration.hello_timeout = std::chrono::seconds(60);  // nothing expires during the test
+  NodePod p = BoundPod(0, {{0, 30, 1024}});
+  api_.UpsertPod(p);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  const std::string socket = agent->registration_socket();
+  auto connect_raw = [&socket] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+    return connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? fd : -1;
+  };
+  int go[2], said[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(said), 0);
+  const pid_t flood = fork();
+  ASSERT_GE(flood, 0);
+  if (flood == 0) {
+    // Another pod's process: fills the pending cap, waits, then opens 40 more, and holds them all.
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(1);
+    std::vector<int> fds;
+    for (int i = 0; i < 8; ++i) fds.push_back(connect_raw());
+    if (write(said[1], "f", 1) != 1) _exit(2);
+    if (read(go[0], &c, 1) != 1) _exit(3);
+    for (int i = 0; i < 40; ++i) fds.push_back(connect_raw());
+    if (write(said[1], "m", 1) != 1) _exit(4);
+    while (true) pause();
+  }
+  struct Cleanup {
+    pid_t pid;
+    ~Cleanup() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } cleanup{flood};
+  FakeCgroup(flood, Uid(7), "ffffffffffffffffffff");
+  FakeCgroup(getpid(), p.uid, "aa11bb22cc33dd44ee55ff66");
+  char c = 0;
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  ASSERT_EQ(read(said[0], &c, 1), 1);
+  // This pod's process connects, and says its HELLO only after the flood has gone on past it.
+  const int mine = connect_raw();
+  ASSERT_GE(mine, 0);
+  // The flood's next connections queue behind this one (the listening socket accepts in order).
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  ASSERT_EQ(read(said[0], &c, 1), 1);
+  hook::Hello hello;
+  hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+  char line[hook::kMaxLine];
+  const size_t n = hook::FormatHello(hello, line, sizeof(line));
+  ASSERT_EQ(send(mine, line, n, MSG_NOSIGNAL), static_cast<ssize_t>(n)) << "the server closed this pod's connection";
+  std::string reply;
+  pollfd pfd{mine, POLLIN, 0};
+  while (reply.find('\n') == std::string::npos && poll(&pfd, 1, 30000) == 1) {
+    char b[256];
+    const ssize_t got = recv(mine, b, sizeof(b), 0);
+    if (got <= 0) break;
+    reply.append(b, static_cast<size_t>(got));
+  }
+  EXPECT_THAT(reply, ::testing::StartsWith("TESSERA 1 OK")) << "this pod's pending registration was evicted";
+  EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{getpid()});
+  close(mine);
+}
+
 // Container names and pod UIDs become directory names: "../" in an edited assignment used to escape the
 // state directory (and later Allocates failed with "disk full?").
 TEST_F(AgentTest, NamesThatCannotBeDirectoriesAreRefused) {
