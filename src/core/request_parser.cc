@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <set>
 
 #include "absl/status/status.h"
@@ -470,8 +471,14 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   return absl::OkStatus();
 }
 
+// No node has 2^50 cores or bytes; larger values only invite overflow further on. A pod's total (below) has
+// the same cap as each container's, so that no sum of containers under the cap can wrap into one that fits.
+constexpr int64_t kMaxHostQuantity = int64_t{1} << 50;
+
 // Sums a host resource (cpu in millicores, memory in MiB) the way the kubelet does: the larger of the app
-// containers' sum and the largest init container.
+// containers' sum and the largest init container. The sums saturate and a total above kMaxHostQuantity is
+// refused: 17 containers each under the cap once summed past 2^64 and wrapped to one core, which fit
+// anywhere.
 absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool memory) {
   auto read = [&](const ContainerSpec& c) -> absl::StatusOr<int64_t> {
     auto it = c.requests.find(name);
@@ -482,8 +489,7 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     absl::StatusOr<K8sQuantity> q = ParseQuantity(it->second);
     if (!q.ok()) return Invalid(c.name, StrCat(name, ": ", q.status().message()));
     if (q->milli < 0) return Invalid(c.name, StrCat(name, " cannot be negative"));
-    // Far beyond any node and far below overflow, even summed over many containers.
-    if (q->milli / 1000 > (int64_t{1} << 50)) {
+    if (q->milli / 1000 > kMaxHostQuantity) {
       return Invalid(c.name, StrCat(name, " is ", it->second, ", more than any node has; check the value"));
     }
     if (!memory) return q->milli;  // millicores
@@ -494,7 +500,7 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
   for (const ContainerSpec& c : pod.containers) {
     absl::StatusOr<int64_t> v = read(c);
     if (!v.ok()) return v.status();
-    sum += *v;
+    sum = SaturatingAdd(sum, *v);
   }
   // Sidecars run beside the app containers and beside every init container started after them.
   int64_t sidecars = 0;
@@ -503,13 +509,20 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     absl::StatusOr<int64_t> v = read(c);
     if (!v.ok()) return v.status();
     if (c.sidecar) {
-      sidecars += *v;
+      sidecars = SaturatingAdd(sidecars, *v);
     } else {
-      init_max = std::max(init_max, sidecars + *v);
+      init_max = std::max(init_max, SaturatingAdd(sidecars, *v));
     }
   }
-  sum += sidecars;
-  return std::max(sum, init_max);
+  sum = std::max(SaturatingAdd(sum, sidecars), init_max);
+  const int64_t cap = memory ? kMaxHostQuantity >> 20 : kMaxHostQuantity * 1000;
+  if (sum > cap) {
+    return absl::InvalidArgumentError(StrCat("the pod's containers ask for more ", name,
+                                             " in all than any node has (",
+                                             memory ? "over 2^50 bytes" : "over 2^50 cores",
+                                             "); check the containers' ", name, " requests and limits"));
+  }
+  return sum;
 }
 
 }  // namespace
@@ -748,17 +761,19 @@ absl::Status ParseHamiNames(std::string_view text, HamiNames* names) {
 }
 
 MilliGpu PodRequest::TotalCores() const {
-  MilliGpu total(0);
+  // Summed wide and clamped: a request built by hand (a trace row, a test) may hold more vGPUs than a parsed
+  // one.
+  int64_t total = 0;
   for (const ContainerRequest& c : containers) {
-    for (const VGpuDemand& v : c.vgpus) total += v.cores;
+    for (const VGpuDemand& v : c.vgpus) total = SaturatingAdd(total, v.cores.value());
   }
-  return total;
+  return MilliGpu(static_cast<int32_t>(std::min<int64_t>(total, std::numeric_limits<int32_t>::max())));
 }
 
 int PodRequest::VGpuCount() const {
-  int n = 0;
-  for (const ContainerRequest& c : containers) n += static_cast<int>(c.vgpus.size());
-  return n;
+  int64_t n = 0;
+  for (const ContainerRequest& c : containers) n = SaturatingAdd(n, static_cast<int64_t>(c.vgpus.size()));
+  return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
 }
 
 int PodShapeTag(const PodRequest& request) {

@@ -94,6 +94,27 @@ TEST(TesseraCliTest, PlaceReportsBadFiles) {
   EXPECT_THAT(p.output, HasSubstr("default/p: container \"main\": tessera.dev/gpu-cores is 150"));
 }
 
+// 16 containers at the per-container cap (2^50 cores) and one more used to sum past 2^64 to one core, and the
+// pod was placed on a 48-core node.
+TEST(TesseraCliTest, PlaceRefusesHostSumsThatWouldWrap) {
+  std::string cluster =
+      TempFile("cpu48.yaml",
+               "nodes:\n  - {name: big, cpuMilli: 48000, gpus: {model: T4, count: 1, memoryMiB: "
+               "15360}}\n");
+  std::string pods =
+      "pods:\n  - name: wrap\n    containers:\n      - {name: c0, resources: {tessera.dev/gpu: 1, "
+      "cpu: \"1125899906842624\"}}\n";
+  for (int i = 1; i < 16; ++i) {
+    pods += "      - {name: c" + std::to_string(i) + ", resources: {cpu: \"1125899906842624\"}}\n";
+  }
+  pods += "      - {name: last, resources: {cpu: \"432345564227568616m\"}}\n";
+  Result r = Tessera("place --cluster " + cluster + " --pods " + TempFile("wrap.yaml", pods));
+  EXPECT_EQ(r.status, 0) << r.output;  // a refused pod is a decision
+  EXPECT_THAT(r.output,
+              HasSubstr("default/wrap: the pod's containers ask for more cpu in all than any node has"));
+  EXPECT_THAT(r.output, HasSubstr("Placed 0 of 1 pods."));
+}
+
 TEST(TesseraCliTest, SimulateRunsTheBundledExample) {
   Result r = Tessera("simulate");
   ASSERT_EQ(r.status, 0) << r.output;

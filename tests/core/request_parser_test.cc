@@ -118,6 +118,33 @@ TEST(RequestParserTest, HugeValuesAreRefusedNotWrapped) {
   EXPECT_THAT(Error(many), HasSubstr("80 vGPUs in all"));
 }
 
+// 16 containers at the per-container cap (2^50 cores) and one more sum to 2^64 + 1 core: the sum used to wrap
+// to one core, and the pod fit a 48-core node.
+PodSpec WrappingCpuPod() {
+  PodSpec p = Pod({{"tessera.dev/gpu", "1"}, {"cpu", "1125899906842624"}});
+  for (int i = 1; i < 16; ++i)
+    p.containers.push_back({StrCat("c", i), {{"cpu", "1125899906842624"}}, {}, false});
+  p.containers.push_back({"last", {{"cpu", "432345564227568616m"}}, {}, false});
+  return p;
+}
+
+TEST(RequestParserTest, HostSumsDoNotWrap) {
+  EXPECT_THAT(Error(WrappingCpuPod()),
+              HasSubstr("the pod's containers ask for more cpu in all than any node has"));
+  // The same with memory, and with sidecars beside the app containers.
+  PodSpec mem = Pod({{"tessera.dev/gpu", "1"}});
+  for (int i = 0; i < 17; ++i) {
+    mem.init_containers.push_back({StrCat("side", i), {{"memory", "1125899906842624"}}, {}, false, true});
+  }
+  EXPECT_THAT(Error(mem), HasSubstr("more memory in all than any node has"));
+  // Below the cap, a sum is a sum.
+  PodSpec fine = Pod({{"tessera.dev/gpu", "1"}, {"cpu", "562949953421312"}});  // 2^49 cores, twice
+  fine.containers.push_back({"b", {{"cpu", "562949953421312"}}, {}, false});
+  absl::StatusOr<PodRequest> r = ParsePodRequest(fine);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cpu.value(), (int64_t{1} << 50) * 1000);
+}
+
 TEST(RequestParserTest, MilliSuffixIsExplained) {
   EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
               HasSubstr("the m suffix means thousandths; write a plain whole number of MiB (4096 for 4096)"));

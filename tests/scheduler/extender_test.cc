@@ -143,6 +143,24 @@ TEST_F(ExtenderTest, ImpossibleRequestIsUnresolvableEverywhereWithTheReason) {
   EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("150"));
 }
 
+// 16 containers at the per-container cap (2^50 cores) and one more: the sum used to wrap past 2^64 to one
+// core, and the pod was placed on a 48-core node.
+TEST_F(ExtenderTest, HostSumsThatWouldWrapAreRefused) {
+  core::NodeInfo node = MakeNode("cpu48", 1, core::MiB(15360), "T4");
+  node.cpu = core::MilliCpu(48000);
+  ASSERT_TRUE(cache_.UpsertNode(node).ok());
+  json pod = Pod("p", "u1", {{"tessera.dev/gpu", "1"}, {"cpu", "1125899906842624"}});
+  for (int i = 1; i < 16; ++i) {
+    pod["spec"]["containers"].push_back(
+        {{"name", "c" + std::to_string(i)}, {"resources", {{"limits", {{"cpu", "1125899906842624"}}}}}});
+  }
+  pod["spec"]["containers"].push_back(
+      {{"name", "last"}, {"resources", {{"limits", {{"cpu", "432345564227568616m"}}}}}});
+  json out = Filter(pod, {"cpu48"});
+  EXPECT_TRUE(out["NodeNames"].empty()) << out.dump();
+  EXPECT_THAT(out.dump(), HasSubstr("more cpu in all than any node has"));
+}
+
 TEST_F(ExtenderTest, PodsWithoutGpuAreNotJudged) {
   json out = Filter(Pod("web", "u1", {{"cpu", "1"}}), {"t4-a", "cpu-only"});
   EXPECT_THAT(out["NodeNames"].get<std::vector<std::string>>(), ElementsAre("t4-a", "cpu-only"));
