@@ -168,6 +168,18 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
   }
 }
 
+// --inflate on a large cluster with tiny pods used to clone until bad_alloc: 10 x 8,000 GPUs of
+// one-thousandth pods is 80 million arrivals.
+TEST(TesseraCliTest, SimulateRefusesAnInflatePastThePodCap) {
+  std::string nodes = "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 1000; ++i) nodes += "n" + std::to_string(i) + ",96000,393216,8,A100\n";
+  const std::string pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\ntiny,100,100,1,1,\n";
+  Result r = Tessera("simulate --nodes " + TempFile("inflate-nodes.csv", nodes) + " --pods " +
+                     TempFile("inflate-pods.csv", pods) + " --inflate 10");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("a replay takes at most 5000000: lower --inflate"));
+}
+
 TEST(TesseraCliTest, TopoDrawsTheTree) {
   Result r = Tessera("topo " + Data("tests/testdata/topo/two-socket-8gpu.txt"));
   ASSERT_EQ(r.status, 0) << r.output;
@@ -260,4 +272,16 @@ current-context: c
   r = tessera::testing::RunBinary("tessera-node", base + " --kubeconfig " + kubeconfig + " --dra-gpus six");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("give \"all\" or GPU indices such as 6,7 or 4-7"));
+}
+
+// --fake-gpus /dev/zero used to read until bad_alloc.
+TEST(TesseraNodeCliTest, EndlessFakeGpuFileIsRefused) {
+  const std::string state = ::testing::TempDir() + "zero-state";
+  Result r = tessera::testing::RunBinary("tessera-node", "--node-name n --fake-gpus /dev/zero --state-dir " +
+                                                             state + " --pod-resources-socket " + state +
+                                                             "/none.sock --metrics-listen '' --fake-api " +
+                                                             TempFile("zero-api.json", "{\"pods\": []}"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/dev/zero is larger than 1048576 bytes"));
+  EXPECT_THAT(r.output, HasSubstr("--fake-gpus"));
 }
