@@ -84,8 +84,10 @@ struct Ask {
   bool no_core_limit = false;           // HAMi or Volcano with gpucores left out or 0
 };
 
+// No name: the caller names the container itself (the admission webhook's "container m: ..."; a placeholder
+// name here used to double it: container m: container "container": ...).
 std::string In(const std::string& container) {
-  return StrCat("container \"", container, "\": ");
+  return container.empty() ? std::string() : StrCat("container \"", container, "\": ");
 }
 
 absl::Status Invalid(const std::string& container, std::string_view message) {
@@ -119,10 +121,21 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
                                     " MiB; write ", mib > 0 ? mib : 1, " for ", text));
     }
     if (q->suffix == "m") {
-      return Invalid(
-          c.name, StrCat(r.name, " is \"", text, "\", and the m suffix means thousandths; write a plain ",
-                         "whole number", memory_unit ? " of MiB" : "", " (", text.substr(0, text.size() - 1),
-                         " for ", text.substr(0, text.size() - 1), ")"));
+      // Say what the value is: "30000m" is 30 (the number before the m used to be suggested: "write 30000").
+      std::string value = StrCat(q->milli / 1000);
+      if (q->milli % 1000 != 0) {
+        std::string frac = StrCat(1000 + q->milli % 1000).substr(1);
+        while (frac.back() == '0') frac.pop_back();
+        value = StrCat(value, ".", frac);
+      }
+      if (q->IsInteger()) {
+        return Invalid(c.name, StrCat(r.name, " is \"", text, "\", which is ", value,
+                                      " (the m suffix means thousandths); write ", value));
+      }
+      return Invalid(c.name,
+                     StrCat(r.name, " is \"", text, "\", which is ", value,
+                            " (the m suffix means thousandths), not a whole number; write a plain whole ",
+                            "number", memory_unit ? " of MiB" : ""));
     }
     return Invalid(c.name, StrCat(r.name, " must be a plain whole number, not \"", text, "\""));
   }
@@ -645,8 +658,7 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
 }
 
 absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limits, const ParseOptions& options) {
-  ContainerSpec c;
-  c.name = "container";
+  ContainerSpec c;  // unnamed: errors leave the container to the caller
   c.limits = limits;
   absl::StatusOr<Ask> ask = ReadAsk(c, options);
   if (!ask.ok()) return ask.status();
@@ -660,8 +672,7 @@ absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limit
 absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList& resources,
                                                               const ParseOptions& options,
                                                               std::optional<int64_t> gpushare_count) {
-  ContainerSpec c;
-  c.name = "container";
+  ContainerSpec c;  // unnamed: errors leave the container to the caller
   c.limits = resources;
   absl::StatusOr<Ask> ask = ReadAsk(c, options, gpushare_count);
   if (!ask.ok()) return ask.status();

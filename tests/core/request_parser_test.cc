@@ -146,10 +146,31 @@ TEST(RequestParserTest, HostSumsDoNotWrap) {
 }
 
 TEST(RequestParserTest, MilliSuffixIsExplained) {
-  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
-              HasSubstr("the m suffix means thousandths; write a plain whole number of MiB (4096 for 4096)"));
+  EXPECT_THAT(
+      Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
+      HasSubstr("tessera.dev/gpu-memory is \"4096m\", which is 4.096 (the m suffix means thousandths), not "
+                "a whole number; write a plain whole number of MiB"));
+  // "30000m" is 30, and used to be answered "write 30000".
+  EXPECT_THAT(
+      Refusal({{"tessera.dev/gpu-cores", "30000m"}}),
+      HasSubstr(
+          "tessera.dev/gpu-cores is \"30000m\", which is 30 (the m suffix means thousandths); write 30"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-cores", "30500m"}}), HasSubstr("which is 30.5 ("));
   EXPECT_THAT(Refusal({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "205"}}),
               HasSubstr("for 2.05 GPUs"));
+}
+
+// The admission webhook names the container itself: the parser's own prefix used to double it
+// (container m: container "container": ...).
+TEST(RequestParserTest, TranslationErrorsLeaveTheContainerToTheCaller) {
+  absl::StatusOr<std::optional<Translation>> t =
+      TranslateToTessera({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}});
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), ::testing::Not(HasSubstr("container")));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("nvidia.com/gpucores is 150"));
+  absl::StatusOr<std::optional<int64_t>> n = ImpliedGpuCount({{"tessera.dev/gpu-cores", "0"}});
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(std::string(n.status().message()), ::testing::Not(HasSubstr("container")));
 }
 
 TEST(RequestParserTest, LimitsAndRequestsMustAgree) {

@@ -109,6 +109,17 @@ TEST_F(ExtenderTest, FilterWithNodeListAnswersTheFittingNodeObjects) {
   EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("15360"));
 }
 
+// A node named twice used to be answered as the object once and a `null` item the second time.
+TEST_F(ExtenderTest, NodeListNamingANodeTwiceIsRefused) {
+  json item = {{"metadata", {{"name", "a100"}}}};
+  json nodes = {{"kind", "NodeList"}, {"items", {item, {{"metadata", {{"name", "t4-a"}}}}, item}}};
+  Response r = extender_.Filter(
+      json{{"Pod", Pod("p", "u1", Share(50, 20000))}, {"Nodes", nodes}, {"NodeNames", nullptr}}.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("Nodes.items names node a100 twice"));
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr("null")));
+}
+
 // HAMi's use-gputype names a model by a word of it, in any case (docs/migration.md); Tessera's gpu-model is the
 // model's exact name.
 TEST_F(ExtenderTest, HamiGpuTypeMatchesAWordOfTheModelTesseraModelTheWholeName) {
