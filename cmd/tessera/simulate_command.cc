@@ -155,6 +155,10 @@ int RunSimulate(const SimulateOptions& options) {
   info.inflate = options.inflate;
   info.seeds = *seeds;
   const sim::ReplayInput input = sim::ReplayInput::Make(*std::move(cluster), *std::move(pods));
+  if (absl::Status s = sim::CheckArrivals(input.pods, input.capacity_milli, options.inflate); !s.ok()) {
+    std::cerr << "tessera simulate: " << s.message() << "\n";
+    return 2;
+  }
   log::Info("simulating", {{"nodes", StrCat(info.node_count)},
                            {"pods", StrCat(info.pod_count)},
                            {"policies", StrJoin(*policies, ",")},
@@ -175,6 +179,7 @@ int RunSimulate(const SimulateOptions& options) {
       std::max(1u, std::min<unsigned>(wanted_threads, static_cast<unsigned>(jobs.size())));
   std::vector<sim::RunResult> results(jobs.size());
   std::vector<std::string> errors;
+  bool input_error = false;
   std::mutex mu;
   std::atomic<size_t> next{0};
   std::atomic<int> done{0};
@@ -192,6 +197,9 @@ int RunSimulate(const SimulateOptions& options) {
         if (r.ok()) {
           results[j] = *std::move(r);
         } else {
+          // Too many arrivals is the input's fault (exit 2), found while cloning when CheckArrivals could not
+          // tell in advance.
+          input_error = input_error || absl::IsResourceExhausted(r.status());
           errors.push_back(StrCat(jobs[j].policy, ": ", r.status().message()));
         }
         ++done;
@@ -217,7 +225,7 @@ int RunSimulate(const SimulateOptions& options) {
   }
   if (!errors.empty()) {
     std::cerr << "tessera simulate: " << errors.front() << "\n";
-    return 1;
+    return input_error ? 2 : 1;
   }
 
   if (options.bound) {

@@ -1,6 +1,7 @@
 #include "core/cluster.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "core/strings.h"
@@ -143,6 +144,17 @@ absl::Status Cluster::AddNode(NodeInfo info) {
       return absl::InvalidArgumentError(
           StrCat("node ", info.name.value(), ": GPU ", g, " has no memory size (memoryMiB)"));
     }
+    // The node's totals sum its GPUs' memory; the cap keeps 64 of them far from wrapping.
+    if (gpu.memory > kMaxGpuMemory) {
+      return absl::InvalidArgumentError(StrCat("node ", info.name.value(), ": GPU ", g, " has ",
+                                               gpu.memory.value(), " MiB; no GPU has more than 2^40 MiB"));
+    }
+  }
+  if (info.cpu.value() < 0 || info.cpu > kMaxNodeCpu || info.memory.value() < 0 ||
+      info.memory > kMaxNodeMemory) {
+    return absl::InvalidArgumentError(
+        StrCat("node ", info.name.value(), ": CPU ", info.cpu.value(), " millicores or memory ",
+               info.memory.value(), " MiB is negative or more than 2^40; check the node's capacity"));
   }
   if (info.links.size() == 0 && n > 0) info.links = LinkMatrix(n);
   if (info.links.size() != n) {
@@ -272,6 +284,9 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
   if (ni < 0) return absl::NotFoundError(StrCat("no node ", placement.node.value()));
   NodeState& node = nodes_[static_cast<size_t>(ni)];
   const std::string where = StrCat("pod ", request.FullName(), " on node ", node.name().value());
+  if (request.cpu.value() < 0 || request.memory.value() < 0) {
+    return absl::InvalidArgumentError(StrCat(where, ": negative CPU or host memory"));
+  }
 
   // Validate on copies, then apply.
   std::array<MilliGpu, kMaxGpusPerNode> free_cores = node.free_cores_;
@@ -369,12 +384,14 @@ absl::Status Cluster::Commit(const PodRequest& request, const Placement& placeme
       t.cores = v.cores;
       t.memory = AccountedMemory(v, gpu);
       t.memory_limit = v.memory;
-      quota_used_[{request.ns, node.model_id(v.gpu_index)}] += t.requested;
+      quota_used_[{request.ns, node.model_id(v.gpu_index)}] += t.requested.value();
       node.tenants_[static_cast<size_t>(v.gpu_index)].push_back(std::move(t));
     }
   }
-  node.cpu_used_ += request.cpu;
-  node.memory_used_ += request.memory;
+  // Counted only where the node has a capacity: there the checks above bound the sum by it. An unbounded node
+  // would sum every pod's CPU, and enough of them wrap.
+  if (node.tracks_cpu()) node.cpu_used_ += request.cpu;
+  if (node.tracks_host_memory()) node.memory_used_ += request.memory;
   const int shape = PodShapeTag(request);
   if (shape != kNoGpuShape) {
     auto it = std::find_if(node.pod_shapes_.begin(), node.pod_shapes_.end(),
@@ -414,13 +431,13 @@ absl::StatusOr<std::vector<ShareChange>> Cluster::Release(const PodUid& pod) {
       if (t == tenants.end()) continue;
       node.free_cores_[static_cast<size_t>(v.gpu_index)] += t->cores;
       node.free_memory_[static_cast<size_t>(v.gpu_index)] += t->memory;
-      quota_used_[{record.ns, node.model_id(v.gpu_index)}] -= t->requested;
+      quota_used_[{record.ns, node.model_id(v.gpu_index)}] -= t->requested.value();
       tenants.erase(t);
       touched.Add(v.gpu_index);
     }
   }
-  node.cpu_used_ -= record.cpu;
-  node.memory_used_ -= record.memory;
+  if (node.tracks_cpu()) node.cpu_used_ -= record.cpu;
+  if (node.tracks_host_memory()) node.memory_used_ -= record.memory;
   if (record.shape != kNoGpuShape) {
     auto shape = std::find_if(node.pod_shapes_.begin(), node.pod_shapes_.end(),
                               [&](const auto& p) { return p.first == record.shape; });
@@ -475,7 +492,8 @@ std::optional<MilliGpu> Cluster::Quota(const Namespace& ns, int model_id) const 
 
 MilliGpu Cluster::QuotaUsed(const Namespace& ns, int model_id) const {
   auto it = quota_used_.find({ns, model_id});
-  return it == quota_used_.end() ? MilliGpu(0) : it->second;
+  if (it == quota_used_.end()) return MilliGpu(0);
+  return MilliGpu(static_cast<int32_t>(std::min<int64_t>(it->second, std::numeric_limits<int32_t>::max())));
 }
 
 }  // namespace tessera::core

@@ -140,12 +140,18 @@ class NodeState {
 // A tenant whose share changed as a side effect (restored after a high-priority pod left).
 using ShareChange = Compression;
 
+// The largest capacities a node may state (the file formats and the inventory annotation cap them too): sums
+// of them over a node's GPUs, and of pods under them, stay far from wrapping.
+inline constexpr MiB kMaxGpuMemory{int64_t{1} << 40};
+inline constexpr MilliCpu kMaxNodeCpu{int64_t{1} << 40};
+inline constexpr MiB kMaxNodeMemory{int64_t{1} << 40};
+
 class Cluster {
  public:
   Cluster() = default;
 
   // Adds a node. Refuses duplicates, GPU lists whose indices are not 0..n-1, duplicate UUIDs, a link matrix
-  // of the wrong size, zero memory.
+  // of the wrong size, zero memory, and capacities above the caps above.
   absl::Status AddNode(NodeInfo info);
   // Removes a node that holds no pods.
   absl::Status RemoveNode(const NodeName& name);
@@ -222,7 +228,9 @@ class Cluster {
   std::unordered_map<std::string, int> model_index_;
   std::unordered_map<PodUid, PodRecord> pods_;
   std::map<std::pair<Namespace, int>, MilliGpu> quota_;
-  std::map<std::pair<Namespace, int>, MilliGpu> quota_used_;
+  // Summed in 64 bits: one namespace may hold more than 2^31 thousandths (2.1 million GPUs) of a model in a
+  // large enough cluster, and a wrapped sum would free its quota. QuotaUsed clamps what it returns.
+  std::map<std::pair<Namespace, int>, int64_t> quota_used_;
 };
 
 }  // namespace tessera::core

@@ -9,6 +9,7 @@
 #define TESSERA_CORE_QUANTITY_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,25 @@ struct K8sQuantity {
 // suffixes (Ki Mi Gi Ti Pi Ei), the decimal suffixes (n u m k M G T P E) or an exponent (e3, E-2).
 // Errors say what was wrong. Values beyond 2^63 thousandths are refused.
 absl::StatusOr<K8sQuantity> ParseQuantity(std::string_view text);
+
+// Sums and products of quantities that cannot wrap: past the largest int64 they stay there (and below the
+// smallest, there), so a total that is too large stays too large for every node instead of wrapping to a
+// small number that fits (17 containers each under a cap once summed past 2^64 to one core). Callers compare
+// the result with their own cap and refuse with a message.
+constexpr int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) {
+    return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  }
+  return out;
+}
+constexpr int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) {
+    return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  }
+  return out;
+}
 
 }  // namespace tessera::core
 

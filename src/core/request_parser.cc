@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <set>
 
 #include "absl/status/status.h"
@@ -83,8 +84,10 @@ struct Ask {
   bool no_core_limit = false;           // HAMi or Volcano with gpucores left out or 0
 };
 
+// No name: the caller names the container itself (the admission webhook's "container m: ..."; a placeholder
+// name here used to double it: container m: container "container": ...).
 std::string In(const std::string& container) {
-  return StrCat("container \"", container, "\": ");
+  return container.empty() ? std::string() : StrCat("container \"", container, "\": ");
 }
 
 absl::Status Invalid(const std::string& container, std::string_view message) {
@@ -118,10 +121,21 @@ absl::StatusOr<std::optional<Field>> ReadField(const ContainerSpec& c, const Kno
                                     " MiB; write ", mib > 0 ? mib : 1, " for ", text));
     }
     if (q->suffix == "m") {
-      return Invalid(
-          c.name, StrCat(r.name, " is \"", text, "\", and the m suffix means thousandths; write a plain ",
-                         "whole number", memory_unit ? " of MiB" : "", " (", text.substr(0, text.size() - 1),
-                         " for ", text.substr(0, text.size() - 1), ")"));
+      // Say what the value is: "30000m" is 30 (the number before the m used to be suggested: "write 30000").
+      std::string value = StrCat(q->milli / 1000);
+      if (q->milli % 1000 != 0) {
+        std::string frac = StrCat(1000 + q->milli % 1000).substr(1);
+        while (frac.back() == '0') frac.pop_back();
+        value = StrCat(value, ".", frac);
+      }
+      if (q->IsInteger()) {
+        return Invalid(c.name, StrCat(r.name, " is \"", text, "\", which is ", value,
+                                      " (the m suffix means thousandths); write ", value));
+      }
+      return Invalid(c.name,
+                     StrCat(r.name, " is \"", text, "\", which is ", value,
+                            " (the m suffix means thousandths), not a whole number; write a plain whole ",
+                            "number", memory_unit ? " of MiB" : ""));
     }
     return Invalid(c.name, StrCat(r.name, " must be a plain whole number, not \"", text, "\""));
   }
@@ -470,8 +484,14 @@ absl::Status ReadAnnotations(const PodSpec& pod, PodRequest& req) {
   return absl::OkStatus();
 }
 
+// No node has 2^50 cores or bytes; larger values only invite overflow further on. A pod's total (below) has
+// the same cap as each container's, so that no sum of containers under the cap can wrap into one that fits.
+constexpr int64_t kMaxHostQuantity = int64_t{1} << 50;
+
 // Sums a host resource (cpu in millicores, memory in MiB) the way the kubelet does: the larger of the app
-// containers' sum and the largest init container.
+// containers' sum and the largest init container. The sums saturate and a total above kMaxHostQuantity is
+// refused: 17 containers each under the cap once summed past 2^64 and wrapped to one core, which fit
+// anywhere.
 absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool memory) {
   auto read = [&](const ContainerSpec& c) -> absl::StatusOr<int64_t> {
     auto it = c.requests.find(name);
@@ -482,8 +502,7 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     absl::StatusOr<K8sQuantity> q = ParseQuantity(it->second);
     if (!q.ok()) return Invalid(c.name, StrCat(name, ": ", q.status().message()));
     if (q->milli < 0) return Invalid(c.name, StrCat(name, " cannot be negative"));
-    // Far beyond any node and far below overflow, even summed over many containers.
-    if (q->milli / 1000 > (int64_t{1} << 50)) {
+    if (q->milli / 1000 > kMaxHostQuantity) {
       return Invalid(c.name, StrCat(name, " is ", it->second, ", more than any node has; check the value"));
     }
     if (!memory) return q->milli;  // millicores
@@ -494,7 +513,7 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
   for (const ContainerSpec& c : pod.containers) {
     absl::StatusOr<int64_t> v = read(c);
     if (!v.ok()) return v.status();
-    sum += *v;
+    sum = SaturatingAdd(sum, *v);
   }
   // Sidecars run beside the app containers and beside every init container started after them.
   int64_t sidecars = 0;
@@ -503,13 +522,20 @@ absl::StatusOr<int64_t> HostResource(const PodSpec& pod, const char* name, bool 
     absl::StatusOr<int64_t> v = read(c);
     if (!v.ok()) return v.status();
     if (c.sidecar) {
-      sidecars += *v;
+      sidecars = SaturatingAdd(sidecars, *v);
     } else {
-      init_max = std::max(init_max, sidecars + *v);
+      init_max = std::max(init_max, SaturatingAdd(sidecars, *v));
     }
   }
-  sum += sidecars;
-  return std::max(sum, init_max);
+  sum = std::max(SaturatingAdd(sum, sidecars), init_max);
+  const int64_t cap = memory ? kMaxHostQuantity >> 20 : kMaxHostQuantity * 1000;
+  if (sum > cap) {
+    return absl::InvalidArgumentError(StrCat("the pod's containers ask for more ", name,
+                                             " in all than any node has (",
+                                             memory ? "over 2^50 bytes" : "over 2^50 cores",
+                                             "); check the containers' ", name, " requests and limits"));
+  }
+  return sum;
 }
 
 }  // namespace
@@ -632,8 +658,7 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
 }
 
 absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limits, const ParseOptions& options) {
-  ContainerSpec c;
-  c.name = "container";
+  ContainerSpec c;  // unnamed: errors leave the container to the caller
   c.limits = limits;
   absl::StatusOr<Ask> ask = ReadAsk(c, options);
   if (!ask.ok()) return ask.status();
@@ -647,8 +672,7 @@ absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limit
 absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList& resources,
                                                               const ParseOptions& options,
                                                               std::optional<int64_t> gpushare_count) {
-  ContainerSpec c;
-  c.name = "container";
+  ContainerSpec c;  // unnamed: errors leave the container to the caller
   c.limits = resources;
   absl::StatusOr<Ask> ask = ReadAsk(c, options, gpushare_count);
   if (!ask.ok()) return ask.status();
@@ -748,17 +772,19 @@ absl::Status ParseHamiNames(std::string_view text, HamiNames* names) {
 }
 
 MilliGpu PodRequest::TotalCores() const {
-  MilliGpu total(0);
+  // Summed wide and clamped: a request built by hand (a trace row, a test) may hold more vGPUs than a parsed
+  // one.
+  int64_t total = 0;
   for (const ContainerRequest& c : containers) {
-    for (const VGpuDemand& v : c.vgpus) total += v.cores;
+    for (const VGpuDemand& v : c.vgpus) total = SaturatingAdd(total, v.cores.value());
   }
-  return total;
+  return MilliGpu(static_cast<int32_t>(std::min<int64_t>(total, std::numeric_limits<int32_t>::max())));
 }
 
 int PodRequest::VGpuCount() const {
-  int n = 0;
-  for (const ContainerRequest& c : containers) n += static_cast<int>(c.vgpus.size());
-  return n;
+  int64_t n = 0;
+  for (const ContainerRequest& c : containers) n = SaturatingAdd(n, static_cast<int64_t>(c.vgpus.size()));
+  return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
 }
 
 int PodShapeTag(const PodRequest& request) {

@@ -128,7 +128,8 @@ struct Translation {
 // Rewrites a container's GPU resources written for another system into Tessera's names, with the same meaning
 // (what the mutating admission webhook patches in). Other resources are kept. Returns nullopt when the
 // container already uses Tessera's names or no GPU at all. `gpushare_count` is the pod's aliyun.com/gpu-count
-// label, when it has one (gpushare's memory is then split evenly over that many GPUs).
+// label, when it has one (gpushare's memory is then split evenly over that many GPUs). Errors here and from
+// ImpliedGpuCount do not name the container: the caller knows it.
 absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList& resources,
                                                               const ParseOptions& options = {},
                                                               std::optional<int64_t> gpushare_count = {});

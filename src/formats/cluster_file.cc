@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/status/status.h"
+#include "core/quantity.h"
 #include "core/strings.h"
 #include "formats/yaml_fields.h"
 
@@ -37,7 +38,10 @@ GpuInfo ParseGpu(const YAML::Node& n, const std::string& node, int index) {
   return g;
 }
 
-std::vector<NodeInfo> ParseNode(const YAML::Node& n) {
+// Parses one entry of `nodes` (a node, or `replicas` of it) and appends its nodes to `out`, refusing a file
+// whose nodes or GPUs would pass the caps (`gpus` counts the file's GPUs so far). What the replicas share is
+// parsed once: the topology text used to be parsed again for each replica.
+void ParseNode(const YAML::Node& n, std::vector<NodeInfo>& out, int64_t& gpus_total) {
   CheckKeys(
       n,
       {"name", "replicas", "cpuMilli", "memoryMiB", "gpus", "topology", "links", "numaCpus", "schedulable"},
@@ -49,85 +53,107 @@ std::vector<NodeInfo> ParseNode(const YAML::Node& n) {
   if (n["memoryMiB"]) base.memory = MiB(Int(n["memoryMiB"], "memoryMiB", 0, int64_t{1} << 40));
   if (n["schedulable"]) base.schedulable = Bool(n["schedulable"], "schedulable");
   const int replicas = n["replicas"] ? static_cast<int>(Int(n["replicas"], "replicas", 1, 100000)) : 1;
+  if (static_cast<int64_t>(out.size()) + replicas > kMaxFileNodes) {
+    Fail(n, StrCat("the file has more than ", kMaxFileNodes, " nodes with this entry's ", replicas,
+                   " replicas; a cluster file holds at most ", kMaxFileNodes,
+                   ": lower replicas or split the cluster"));
+  }
+  const auto first_name = [&] { return replicas == 1 ? name : StrCat(name, "-0"); };
 
-  std::vector<NodeInfo> out;
+  // The GPUs of the first replica; `explicit_uuid` marks those whose uuid the file gives.
+  std::vector<bool> explicit_uuid;
+  const YAML::Node& gpus = n["gpus"];
+  if (gpus && gpus.IsMap()) {
+    // Shorthand: {model, count, memoryMiB, numa?}
+    CheckKeys(gpus, {"model", "count", "memoryMiB"}, "gpus (shorthand)");
+    if (!gpus["model"] || !gpus["count"] || !gpus["memoryMiB"]) {
+      Fail(gpus, "the gpus shorthand needs model, count and memoryMiB (or give a list of GPUs)");
+    }
+    const int count = static_cast<int>(Int(gpus["count"], "count", 0, core::kMaxGpusPerNode));
+    const std::string model = Str(gpus["model"], "model");
+    const MiB memory(Int(gpus["memoryMiB"], "memoryMiB", 1, int64_t{1} << 40));
+    for (int i = 0; i < count; ++i) {
+      GpuInfo g;
+      g.index = i;
+      g.model = model;
+      g.memory = memory;
+      base.gpus.push_back(std::move(g));
+      explicit_uuid.push_back(false);
+    }
+  } else if (gpus && gpus.IsSequence()) {
+    int i = 0;
+    for (const YAML::Node& g : gpus) {
+      if (i >= core::kMaxGpusPerNode) {
+        Fail(g, StrCat("a node has at most ", core::kMaxGpusPerNode, " GPUs"));
+      }
+      base.gpus.push_back(ParseGpu(g, first_name(), i++));
+      explicit_uuid.push_back(static_cast<bool>(g["uuid"]));
+    }
+  } else if (gpus) {
+    Fail(gpus, "gpus must be a list of GPUs or {model, count, memoryMiB}");
+  }
+  const int count = static_cast<int>(base.gpus.size());
+  if (gpus_total + int64_t{count} * replicas > kMaxFileGpus) {
+    Fail(n,
+         StrCat("the file has more than ", kMaxFileGpus, " GPUs with this entry's ", replicas, " x ", count,
+                "; a cluster file holds at most ", kMaxFileGpus, ": lower replicas or split the cluster"));
+  }
+  gpus_total += int64_t{count} * replicas;
+  if (n["topology"] && n["links"])
+    Fail(n, "give either topology (nvidia-smi topo -m text) or links, not both");
+  if (n["topology"]) {
+    absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(n["topology"], "topology"));
+    if (!topo.ok()) Fail(n["topology"], StrCat("topology: ", topo.status().message()));
+    if (topo->links.size() != count) {
+      Fail(n["topology"],
+           StrCat("topology describes ", topo->links.size(), " GPUs but the node has ", count));
+    }
+    base.links = topo->links;
+    for (int g = 0; g < count; ++g) {
+      GpuInfo& gpu = base.gpus[static_cast<size_t>(g)];
+      if (gpu.numa_node < 0) gpu.numa_node = topo->numa_node[static_cast<size_t>(g)];
+      if (gpu.numa_node >= 0 && !topo->cpu_affinity[static_cast<size_t>(g)].empty()) {
+        base.numa_cpus.emplace(gpu.numa_node, topo->cpu_affinity[static_cast<size_t>(g)]);
+      }
+    }
+  } else if (n["links"]) {
+    std::vector<std::vector<std::string>> rows;
+    for (const YAML::Node& row : n["links"]) {
+      std::vector<std::string> r2;
+      for (const YAML::Node& cell : row) r2.push_back(core::Link(ParseLink(cell)).ToString());
+      rows.push_back(std::move(r2));
+    }
+    absl::StatusOr<core::LinkMatrix> m = core::LinkMatrix::FromRows(rows);
+    if (!m.ok()) Fail(n["links"], std::string(m.status().message()));
+    if (m->size() != count)
+      Fail(n["links"], StrCat("links is ", m->size(), "x", m->size(), " but the node has ", count, " GPUs"));
+    base.links = *m;
+  }
+  if (n["numaCpus"]) {
+    if (!n["numaCpus"].IsMap())
+      Fail(n["numaCpus"], "numaCpus maps a NUMA node to its CPUs, e.g. {0: \"0-15\"}");
+    for (const auto& kv : n["numaCpus"]) {
+      const int numa = static_cast<int>(Int(kv.first, "a NUMA node", 0, 1024));
+      const std::string cpus = Str(kv.second, "numaCpus");
+      absl::StatusOr<std::vector<int>> parsed = core::ParseCpuList(cpus);
+      if (!parsed.ok()) Fail(kv.second, std::string(parsed.status().message()));
+      base.numa_cpus[numa] = cpus;
+    }
+  }
+
   for (int r = 0; r < replicas; ++r) {
     NodeInfo info = base;
     info.name = core::NodeName(replicas == 1 ? name : StrCat(name, "-", r));
-    const YAML::Node& gpus = n["gpus"];
-    if (gpus && gpus.IsMap()) {
-      // Shorthand: {model, count, memoryMiB, numa?}
-      CheckKeys(gpus, {"model", "count", "memoryMiB"}, "gpus (shorthand)");
-      if (!gpus["model"] || !gpus["count"] || !gpus["memoryMiB"]) {
-        Fail(gpus, "the gpus shorthand needs model, count and memoryMiB (or give a list of GPUs)");
-      }
-      const int count = static_cast<int>(Int(gpus["count"], "count", 0, core::kMaxGpusPerNode));
-      for (int i = 0; i < count; ++i) {
-        GpuInfo g;
-        g.index = i;
-        g.uuid = GpuUuid(StrCat("GPU-", info.name.value(), "-", i));
-        g.model = Str(gpus["model"], "model");
-        g.memory = MiB(Int(gpus["memoryMiB"], "memoryMiB", 1, int64_t{1} << 40));
-        info.gpus.push_back(std::move(g));
-      }
-    } else if (gpus && gpus.IsSequence()) {
-      int i = 0;
-      for (const YAML::Node& g : gpus) info.gpus.push_back(ParseGpu(g, info.name.value(), i++));
-    } else if (gpus) {
-      Fail(gpus, "gpus must be a list of GPUs or {model, count, memoryMiB}");
-    }
-    if (replicas > 1 && gpus && gpus.IsSequence()) {
-      for (GpuInfo& g : info.gpus) {
-        if (!gpus[static_cast<size_t>(g.index)]["uuid"]) continue;
-        g.uuid = GpuUuid(StrCat(g.uuid.value(), "-", r));  // UUIDs stay unique across replicas
-      }
-    }
-    const int count = static_cast<int>(info.gpus.size());
-    if (n["topology"] && n["links"])
-      Fail(n, "give either topology (nvidia-smi topo -m text) or links, not both");
-    if (n["topology"]) {
-      absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(n["topology"], "topology"));
-      if (!topo.ok()) Fail(n["topology"], StrCat("topology: ", topo.status().message()));
-      if (topo->links.size() != count) {
-        Fail(n["topology"],
-             StrCat("topology describes ", topo->links.size(), " GPUs but the node has ", count));
-      }
-      info.links = topo->links;
-      for (int g = 0; g < count; ++g) {
-        GpuInfo& gpu = info.gpus[static_cast<size_t>(g)];
-        if (gpu.numa_node < 0) gpu.numa_node = topo->numa_node[static_cast<size_t>(g)];
-        if (gpu.numa_node >= 0 && !topo->cpu_affinity[static_cast<size_t>(g)].empty()) {
-          info.numa_cpus.emplace(gpu.numa_node, topo->cpu_affinity[static_cast<size_t>(g)]);
-        }
-      }
-    } else if (n["links"]) {
-      std::vector<std::vector<std::string>> rows;
-      for (const YAML::Node& row : n["links"]) {
-        std::vector<std::string> r2;
-        for (const YAML::Node& cell : row) r2.push_back(core::Link(ParseLink(cell)).ToString());
-        rows.push_back(std::move(r2));
-      }
-      absl::StatusOr<core::LinkMatrix> m = core::LinkMatrix::FromRows(rows);
-      if (!m.ok()) Fail(n["links"], std::string(m.status().message()));
-      if (m->size() != count)
-        Fail(n["links"],
-             StrCat("links is ", m->size(), "x", m->size(), " but the node has ", count, " GPUs"));
-      info.links = *m;
-    }
-    if (n["numaCpus"]) {
-      if (!n["numaCpus"].IsMap())
-        Fail(n["numaCpus"], "numaCpus maps a NUMA node to its CPUs, e.g. {0: \"0-15\"}");
-      for (const auto& kv : n["numaCpus"]) {
-        const int numa = static_cast<int>(Int(kv.first, "a NUMA node", 0, 1024));
-        const std::string cpus = Str(kv.second, "numaCpus");
-        absl::StatusOr<std::vector<int>> parsed = core::ParseCpuList(cpus);
-        if (!parsed.ok()) Fail(kv.second, std::string(parsed.status().message()));
-        info.numa_cpus[numa] = cpus;
+    for (size_t i = 0; i < info.gpus.size(); ++i) {
+      GpuInfo& g = info.gpus[i];
+      if (!explicit_uuid[i]) {
+        g.uuid = GpuUuid(StrCat("GPU-", info.name.value(), "-", g.index));
+      } else if (replicas > 1) {
+        g.uuid = GpuUuid(StrCat(base.gpus[i].uuid.value(), "-", r));  // UUIDs stay unique across replicas
       }
     }
     out.push_back(std::move(info));
   }
-  return out;
 }
 
 template <typename F>
@@ -145,6 +171,22 @@ auto Guard(std::string_view source, F&& f) -> decltype(f()) {
 void ParseResourceMap(const YAML::Node& n, core::ResourceList& out, std::string_view what) {
   if (!n.IsMap()) Fail(n, StrCat(what, " must map resource names to quantities"));
   for (const auto& kv : n) out[kv.first.as<std::string>()] = Str(kv.second, what);
+}
+
+// About what a parsed pod takes in memory: its strings, and a fixed allowance for each object and map entry.
+// Only compared with kMaxFilePodBytes, which has room for honest estimates' error.
+int64_t ApproximateBytes(const core::PodSpec& pod) {
+  constexpr int64_t kObject = 256;
+  constexpr int64_t kEntry = 96;
+  int64_t n = kObject + static_cast<int64_t>(pod.name.size() + pod.ns.size()) * 2 + 64;
+  for (const auto& [k, v] : pod.annotations) n += kEntry + static_cast<int64_t>(k.size() + v.size());
+  for (const core::ContainerSpec& c : pod.containers) {
+    n += kObject + static_cast<int64_t>(c.name.size());
+    for (const core::ResourceList* list : {&c.limits, &c.requests}) {
+      for (const auto& [k, v] : *list) n += kEntry + static_cast<int64_t>(k.size() + v.size());
+    }
+  }
+  return n;
 }
 
 // A list of {namespace, model, gpus}; one namespace and model at most once.
@@ -177,7 +219,7 @@ std::vector<QuotaEntry> ParseQuotas(const YAML::Node& list) {
 
 absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source) {
   return Guard(source, [&]() -> absl::StatusOr<ClusterFile> {
-    YAML::Node doc = YAML::Load(std::string(text));
+    YAML::Node doc = LoadBounded(text);
     if (!doc || doc.IsNull()) Fail(doc, "the file is empty; expected a mapping with a list of nodes");
     CheckKeys(doc, {"apiVersion", "kind", "nodes", "quotas"}, "a cluster file");
     if (doc["kind"] && Str(doc["kind"], "kind") != "Cluster") {
@@ -187,11 +229,13 @@ absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_
     if (!doc["nodes"] || !doc["nodes"].IsSequence()) Fail(doc, "a cluster file needs a list of nodes");
     ClusterFile file;
     std::set<std::string> names;
+    int64_t gpus = 0;
     for (const YAML::Node& n : doc["nodes"]) {
-      for (NodeInfo& info : ParseNode(n)) {
-        if (!names.insert(info.name.value()).second)
-          Fail(n, StrCat("node ", info.name.value(), " appears twice"));
-        file.nodes.push_back(std::move(info));
+      const size_t before = file.nodes.size();
+      ParseNode(n, file.nodes, gpus);
+      for (size_t i = before; i < file.nodes.size(); ++i) {
+        if (!names.insert(file.nodes[i].name.value()).second)
+          Fail(n, StrCat("node ", file.nodes[i].name.value(), " appears twice"));
       }
     }
     if (doc["quotas"]) file.quotas = ParseQuotas(doc["quotas"]);
@@ -201,7 +245,7 @@ absl::StatusOr<ClusterFile> ParseClusterFile(std::string_view text, std::string_
 
 absl::StatusOr<std::vector<QuotaEntry>> ParseQuotaFile(std::string_view text, std::string_view source) {
   return Guard(source, [&]() -> absl::StatusOr<std::vector<QuotaEntry>> {
-    YAML::Node doc = YAML::Load(std::string(text));
+    YAML::Node doc = LoadBounded(text);
     if (!doc || doc.IsNull() || !doc.IsMap()) {
       Fail(doc, "expected a mapping: apiVersion: tessera.dev/v1, kind: GpuQuotas, quotas: [...]");
     }
@@ -226,12 +270,14 @@ absl::StatusOr<core::Cluster> BuildCluster(const ClusterFile& file) {
 
 absl::StatusOr<std::vector<core::PodSpec>> ParseWorkloadFile(std::string_view text, std::string_view source) {
   return Guard(source, [&]() -> absl::StatusOr<std::vector<core::PodSpec>> {
-    YAML::Node doc = YAML::Load(std::string(text));
+    YAML::Node doc = LoadBounded(text);
     if (!doc || doc.IsNull()) Fail(doc, "the file is empty; expected a mapping with a list of pods");
     CheckKeys(doc, {"apiVersion", "kind", "pods"}, "a workload file");
     if (!doc["pods"] || !doc["pods"].IsSequence()) Fail(doc, "a workload file needs a list of pods");
     std::vector<core::PodSpec> pods;
     std::set<std::string> uids;
+    int64_t containers = 0;
+    int64_t bytes = 0;
     for (const YAML::Node& p : doc["pods"]) {
       CheckKeys(p, {"name", "namespace", "uid", "replicas", "annotations", "containers"}, "a pod");
       if (!p["name"]) Fail(p, "a pod needs a name");
@@ -260,7 +306,27 @@ absl::StatusOr<std::vector<core::PodSpec>> ParseWorkloadFile(std::string_view te
         }
         base.containers.push_back(std::move(spec));
       }
-      const int replicas = p["replicas"] ? static_cast<int>(Int(p["replicas"], "replicas", 1, 1000000)) : 1;
+      const int replicas =
+          p["replicas"] ? static_cast<int>(Int(p["replicas"], "replicas", 1, kMaxFilePods)) : 1;
+      // Refused before a replica is made: 1,000 aliased containers times a million replicas passed every
+      // other check of a 4 KB file and ended in bad_alloc.
+      if (static_cast<int64_t>(pods.size()) + replicas > kMaxFilePods) {
+        Fail(p, StrCat("the file has more than ", kMaxFilePods, " pods with this entry's ", replicas,
+                       " replicas; a workload file holds at most ", kMaxFilePods, ": lower replicas"));
+      }
+      containers = core::SaturatingAdd(containers, core::SaturatingMul(replicas, base.containers.size()));
+      if (containers > kMaxFileContainers) {
+        Fail(p, StrCat("the file has more than ", kMaxFileContainers, " containers with this entry's ",
+                       replicas, " replicas of ", base.containers.size(), "; a workload file holds at most ",
+                       kMaxFileContainers, ": lower replicas or the number of containers"));
+      }
+      bytes = core::SaturatingAdd(bytes, core::SaturatingMul(replicas, ApproximateBytes(base)));
+      if (bytes > kMaxFilePodBytes) {
+        Fail(p, StrCat("the file's pods would take more than ", kMaxFilePodBytes >> 20,
+                       " MiB in memory with this ", "entry's ", replicas, " replicas (about ",
+                       ApproximateBytes(base), " bytes each); lower ",
+                       "replicas, or shorten the annotations and names"));
+      }
       for (int r = 0; r < replicas; ++r) {
         core::PodSpec pod = base;
         if (replicas > 1) pod.name = StrCat(base.name, "-", r);

@@ -11,6 +11,7 @@
 #ifndef TESSERA_FORMATS_CLUSTER_FILE_H_
 #define TESSERA_FORMATS_CLUSTER_FILE_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,15 @@
 #include "core/request_parser.h"
 
 namespace tessera::formats {
+
+// What a cluster or workload file may expand to (after replicas and YAML aliases; formats/yaml_fields.h
+// bounds the document itself). The node caps are the trace's (sim/trace.h); a workload's pods are built in
+// memory before any is placed, so their total is bounded by count and by an estimate of their bytes.
+inline constexpr int64_t kMaxFileNodes = 50'000;
+inline constexpr int64_t kMaxFileGpus = 400'000;
+inline constexpr int64_t kMaxFilePods = 1'000'000;
+inline constexpr int64_t kMaxFileContainers = 2'000'000;
+inline constexpr int64_t kMaxFilePodBytes = int64_t{512} << 20;
 
 struct QuotaEntry {
   core::Namespace ns;

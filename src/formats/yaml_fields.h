@@ -26,6 +26,28 @@ struct FileError {
 };
 
 [[noreturn]] void Fail(const YAML::Node& at, std::string message);
+
+// The limits on a YAML document, checked before it is loaded. yaml-cpp loads an alias as a second reference
+// to its anchor's node, so a document's tree is small, but every walk over it (and every copy made from it)
+// visits an aliased node once per alias: a 4 KB workload file of aliases expanded to gigabytes and ended in
+// bad_alloc. The document is first read as events, summing what it would be with every alias written out.
+struct YamlLimits {
+  // Nodes (scalars, lists, maps) of the document with every alias written out.
+  int64_t max_nodes = 2'000'000;
+  // Scalar bytes with every alias written out: a fixed allowance plus a multiple of the text's own size (a
+  // document without aliases is within its own size; aliases may repeat what they name a few times over).
+  int64_t min_expanded_bytes = int64_t{1} << 20;
+  int64_t expanded_bytes_per_byte = 4;
+  // Nesting of lists and maps. Tessera's files need about six levels; yaml-cpp's own guard, deeper, said only
+  // "bad file".
+  int max_depth = 64;
+  // The text itself.
+  size_t max_text_bytes = size_t{32} << 20;
+};
+
+// Loads the first document of `text` after checking it against `limits`; throws FileError (with the line) for
+// a document past them, and yaml-cpp's exceptions for a malformed one.
+YAML::Node LoadBounded(std::string_view text, const YamlLimits& limits = {});
 // `map` must be a mapping whose keys are all in `allowed`; `what` names it in the error ("a GPU").
 void CheckKeys(const YAML::Node& map, std::initializer_list<const char*> allowed, std::string_view what);
 std::string Str(const YAML::Node& n, std::string_view field);

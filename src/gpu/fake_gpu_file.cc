@@ -8,11 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
+#include "common/files.h"
 #include "core/gpu_mask.h"
 #include "core/strings.h"
 #include "formats/yaml_fields.h"
@@ -151,7 +150,7 @@ GpuInventory ParseDocument(const YAML::Node& doc, std::string_view node) {
 absl::StatusOr<GpuInventory> ParseFakeGpuFile(std::string_view text, std::string_view source,
                                               std::string_view node_name) {
   try {
-    GpuInventory inv = ParseDocument(YAML::Load(std::string(text)), node_name);
+    GpuInventory inv = ParseDocument(formats::LoadBounded(text), node_name);
     inv.source = StrCat("fake:", source);
     return inv;
   } catch (const FileError& e) {
@@ -186,14 +185,14 @@ FakeGpuSource::~FakeGpuSource() {
 }
 
 absl::StatusOr<GpuInventory> FakeGpuSource::ReadFile(std::string* content) const {
-  std::ifstream in(path_);
-  if (!in) {
-    return absl::NotFoundError(StrCat("cannot read the fake-GPU file ", path_, ": ", std::strerror(errno),
-                                      "; check the path given to --fake-gpus"));
+  // Capped: --fake-gpus /dev/zero used to read until bad_alloc.
+  absl::StatusOr<std::string> text = ReadTextFile(path_, kMaxFakeGpuFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        StrCat("cannot read the fake-GPU file ", text.status().message(),
+                               "; check the path given to --fake-gpus"));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  *content = text.str();
+  *content = *std::move(text);
   return ParseFakeGpuFile(*content, path_, node_);
 }
 

@@ -17,6 +17,7 @@
 #ifndef TESSERA_GPU_FAKE_GPU_FILE_H_
 #define TESSERA_GPU_FAKE_GPU_FILE_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,9 @@ namespace tessera::gpu {
 
 // Parses a fake-GPU file's text. `source` names it in errors ("fake.yaml line 3: ..."); GPUs without a UUID
 // become GPU-<node_name>-<index> (GPU-fake-<index> when node_name is empty).
+// A fake-GPU file lists at most 64 GPUs and their topology: a few KB. Larger is the wrong file.
+inline constexpr size_t kMaxFakeGpuFileBytes = size_t{1} << 20;
+
 absl::StatusOr<formats::GpuInventory> ParseFakeGpuFile(std::string_view text, std::string_view source,
                                                        std::string_view node_name = "");
 

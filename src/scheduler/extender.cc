@@ -142,8 +142,12 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
       for (json& n : const_cast<json&>(*items)) {  // the document is ours: move the nodes out, not copy
         std::string name = NodeName(n);
         if (name.empty()) return absl::InvalidArgumentError("a node in Nodes.items has no metadata.name");
+        // Twice, the second object replaced the first and the answer echoed a moved-from `null` item.
+        if (!args.node_objects.try_emplace(name, std::move(n)).second) {
+          return absl::InvalidArgumentError(
+              StrCat("Nodes.items names node ", name, " twice; kube-scheduler sends each node once"));
+        }
         args.list_names.push_back(name);
-        args.node_objects[name] = std::move(n);
       }
     }
     // Views once the list is complete: growing it moves short strings' bytes.

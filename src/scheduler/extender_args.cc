@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "core/strings.h"
@@ -81,6 +83,14 @@ class ArgsSax {
       names_next_ = true;
       return true;
     }
+    // A top-level field given twice, in any case ("Pod" and "pod"): Go's decoder, which kube-scheduler uses,
+    // matches keys in any case and keeps the last, where the DOM kept both and the extender read the exact
+    // name. kube-scheduler never sends a field twice, so such a body is refused rather than read one way or
+    // the other. (NodeNames lists add up, as they always have: each name is judged on its own.)
+    if (depth_ == 1 && !top_keys_.insert(AsciiLower(k)).second) {
+      duplicate_ = k;
+      return false;
+    }
     return dom_.key(k);
   }
   bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
@@ -90,6 +100,7 @@ class ArgsSax {
   bool bad_names() const { return bad_names_; }
   bool too_deep() const { return too_deep_; }
   bool has_names() const { return has_names_; }
+  const std::optional<std::string>& duplicate() const { return duplicate_; }
   std::vector<std::string>& names() { return names_; }
 
  private:
@@ -122,6 +133,8 @@ class ArgsSax {
   bool bad_names_ = false;
   bool too_deep_ = false;
   std::vector<std::string> names_;
+  std::set<std::string> top_keys_;  // lower case
+  std::optional<std::string> duplicate_;
 };
 
 // Parses `text` through ArgsSax into `out`: the document, and NodeNames into out.owned_names.
@@ -133,6 +146,11 @@ absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out) {
     return absl::InvalidArgumentError(StrCat("the request body is nested deeper than ",
                                              formats::kMaxJsonDepth,
                                              " levels of objects and arrays; no ExtenderArgs is"));
+  }
+  if (sax.duplicate()) {
+    return absl::InvalidArgumentError(StrCat("the request body gives the field \"", *sax.duplicate(),
+                                             "\" twice (field names match in any case, as in Go); ",
+                                             "kube-scheduler sends each field once"));
   }
   if (!parsed_ok || out.doc.is_discarded()) {
     return absl::InvalidArgumentError(

@@ -58,7 +58,8 @@ struct ExtenderArgsDoc {
 enum class ArgsPath { kFast, kGeneral };
 
 // Reads ExtenderArgs. Errors are InvalidArgument with the message the extender answers (after "<verb>: "):
-// not valid JSON, nested too deep, not an object, or NodeNames not a list of node names.
+// not valid JSON, nested too deep, not an object, NodeNames not a list of node names, or a top-level field
+// given twice in any case ("Pod" and "pod": Go would keep the last, the DOM kept both; refused).
 absl::StatusOr<ExtenderArgsDoc> ReadExtenderArgs(std::string_view body, ArgsPath path = ArgsPath::kFast);
 
 // The fast path's scan alone (exposed for tests): the NodeNames lists as views into `body` and the body

@@ -354,8 +354,10 @@ absl::StatusOr<SeedBound> BoundForSeed(const core::Cluster& cluster,
                                        const std::vector<core::PodRequest>& pods, int64_t capacity_milli,
                                        uint64_t seed, double inflate, double forced_until) {
   std::vector<core::PodRequest> clones;
-  const std::vector<const core::PodRequest*> order =
+  absl::StatusOr<std::vector<const core::PodRequest*>> arrivals =
       ArrivalOrder(pods, capacity_milli, inflate, seed, clones);
+  if (!arrivals.ok()) return arrivals.status();
+  const std::vector<const core::PodRequest*>& order = *arrivals;
   // The pods arrived while they ask for at most 100% of the GPUs; the early ones, up to `forced_until`.
   std::vector<const core::PodRequest*> arrived;
   std::vector<const core::PodRequest*> early;

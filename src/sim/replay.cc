@@ -8,8 +8,10 @@
 #include "core/placement/evaluation_cache.h"
 #include "core/placement/fragmentation.h"
 #include "core/placement/placer.h"
+#include "core/quantity.h"
 #include "core/random.h"
 #include "core/strings.h"
+#include "sim/trace.h"
 
 namespace tessera::sim {
 
@@ -89,8 +91,38 @@ ReplayInput ReplayInput::Make(core::Cluster cluster, std::vector<core::PodReques
   return in;
 }
 
-std::vector<const PodRequest*> ArrivalOrder(const std::vector<PodRequest>& pods, int64_t capacity_milli,
-                                            double inflate, uint64_t seed, std::vector<PodRequest>& clones) {
+namespace {
+
+absl::Status TooManyArrivals(size_t at_least, double inflate) {
+  return absl::ResourceExhaustedError(StrCat("--inflate ", inflate, " makes at least ", at_least,
+                                             " arrivals (the pods and their clones); a replay takes at most ",
+                                             kMaxTracePods,
+                                             ": lower --inflate, or use pods that ask for more GPU"));
+}
+
+}  // namespace
+
+absl::Status CheckArrivals(const std::vector<PodRequest>& pods, int64_t capacity_milli, double inflate) {
+  int64_t total = 0;
+  int64_t largest = 0;
+  for (const PodRequest& p : pods) {
+    total = core::SaturatingAdd(total, GpuMilli(p));
+    largest = std::max(largest, GpuMilli(p));
+  }
+  const auto target = static_cast<int64_t>(inflate * static_cast<double>(capacity_milli));
+  if (total >= target || largest == 0) return absl::OkStatus();
+  // Clones stop within one pod of the target, so at least this many are made, even if every clone is the
+  // largest pod.
+  const int64_t fewest = (target - total - largest) / largest;
+  if (fewest > static_cast<int64_t>(kMaxTracePods) - static_cast<int64_t>(pods.size())) {
+    return TooManyArrivals(pods.size() + static_cast<size_t>(std::max<int64_t>(fewest, 0)), inflate);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<const PodRequest*>> ArrivalOrder(const std::vector<PodRequest>& pods,
+                                                            int64_t capacity_milli, double inflate,
+                                                            uint64_t seed, std::vector<PodRequest>& clones) {
   core::Rng rng(seed);
   // 1. By name, then shuffled (Fisher-Yates).
   std::vector<const PodRequest*> by_name;
@@ -114,6 +146,8 @@ std::vector<const PodRequest*> ArrivalOrder(const std::vector<PodRequest>& pods,
       const int64_t add = GpuMilli(*by_name[i]);
       if (grown + add > target) break;
       grown += add;
+      // Pods asking for no GPU add nothing to `grown`: counted here, not bounded by the target.
+      if (pods.size() + picks.size() >= kMaxTracePods) return TooManyArrivals(kMaxTracePods + 1, inflate);
       picks.push_back(i);
     }
     clones.clear();
@@ -145,8 +179,10 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
   core::Cluster cluster = input.cluster;
 
   std::vector<PodRequest> clones;
-  const std::vector<const PodRequest*> order =
+  absl::StatusOr<std::vector<const PodRequest*>> arrivals =
       ArrivalOrder(input.pods, input.capacity_milli, inflate, seed, clones);
+  if (!arrivals.ok()) return arrivals.status();
+  const std::vector<const PodRequest*>& order = *arrivals;
 
   // The tie-break ranking of the nodes, once per run.
   core::Rng rng(seed * 0x9e3779b97f4a7c15ULL + 1);

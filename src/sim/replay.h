@@ -78,10 +78,17 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
                                  double inflate, std::atomic<int64_t>* progress = nullptr,
                                  const ReplayOptions& options = {});
 
-// The pods of one run in arrival order (steps 1 and 2 above); exposed for tests.
-std::vector<const core::PodRequest*> ArrivalOrder(const std::vector<core::PodRequest>& pods,
-                                                  int64_t capacity_milli, double inflate, uint64_t seed,
-                                                  std::vector<core::PodRequest>& clones);
+// The pods of one run in arrival order (steps 1 and 2 above); exposed for tests. ResourceExhausted when the
+// pods and their clones would pass kMaxTracePods (sim/trace.h): --inflate on a large cluster with small pods
+// used to clone until bad_alloc.
+absl::StatusOr<std::vector<const core::PodRequest*>> ArrivalOrder(const std::vector<core::PodRequest>& pods,
+                                                                  int64_t capacity_milli, double inflate,
+                                                                  uint64_t seed,
+                                                                  std::vector<core::PodRequest>& clones);
+
+// Refuses, before any run, an --inflate that needs more than kMaxTracePods arrivals even if every clone were
+// the workload's largest pod (ArrivalOrder refuses the rest as it clones).
+absl::Status CheckArrivals(const std::vector<core::PodRequest>& pods, int64_t capacity_milli, double inflate);
 
 // "share", "k-gpu", "cpu", or "other" (several shares, whole GPUs with a share).
 std::string ShapeLabel(const core::PodRequest& pod);

@@ -94,6 +94,27 @@ TEST(TesseraCliTest, PlaceReportsBadFiles) {
   EXPECT_THAT(p.output, HasSubstr("default/p: container \"main\": tessera.dev/gpu-cores is 150"));
 }
 
+// 16 containers at the per-container cap (2^50 cores) and one more used to sum past 2^64 to one core, and the
+// pod was placed on a 48-core node.
+TEST(TesseraCliTest, PlaceRefusesHostSumsThatWouldWrap) {
+  std::string cluster =
+      TempFile("cpu48.yaml",
+               "nodes:\n  - {name: big, cpuMilli: 48000, gpus: {model: T4, count: 1, memoryMiB: "
+               "15360}}\n");
+  std::string pods =
+      "pods:\n  - name: wrap\n    containers:\n      - {name: c0, resources: {tessera.dev/gpu: 1, "
+      "cpu: \"1125899906842624\"}}\n";
+  for (int i = 1; i < 16; ++i) {
+    pods += "      - {name: c" + std::to_string(i) + ", resources: {cpu: \"1125899906842624\"}}\n";
+  }
+  pods += "      - {name: last, resources: {cpu: \"432345564227568616m\"}}\n";
+  Result r = Tessera("place --cluster " + cluster + " --pods " + TempFile("wrap.yaml", pods));
+  EXPECT_EQ(r.status, 0) << r.output;  // a refused pod is a decision
+  EXPECT_THAT(r.output,
+              HasSubstr("default/wrap: the pod's containers ask for more cpu in all than any node has"));
+  EXPECT_THAT(r.output, HasSubstr("Placed 0 of 1 pods."));
+}
+
 TEST(TesseraCliTest, SimulateRunsTheBundledExample) {
   Result r = Tessera("simulate");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -145,6 +166,18 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.says)) << c.args;
   }
+}
+
+// --inflate on a large cluster with tiny pods used to clone until bad_alloc: 10 x 8,000 GPUs of
+// one-thousandth pods is 80 million arrivals.
+TEST(TesseraCliTest, SimulateRefusesAnInflatePastThePodCap) {
+  std::string nodes = "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 1000; ++i) nodes += "n" + std::to_string(i) + ",96000,393216,8,A100\n";
+  const std::string pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\ntiny,100,100,1,1,\n";
+  Result r = Tessera("simulate --nodes " + TempFile("inflate-nodes.csv", nodes) + " --pods " +
+                     TempFile("inflate-pods.csv", pods) + " --inflate 10");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("a replay takes at most 5000000: lower --inflate"));
 }
 
 TEST(TesseraCliTest, TopoDrawsTheTree) {
@@ -239,4 +272,16 @@ current-context: c
   r = tessera::testing::RunBinary("tessera-node", base + " --kubeconfig " + kubeconfig + " --dra-gpus six");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("give \"all\" or GPU indices such as 6,7 or 4-7"));
+}
+
+// --fake-gpus /dev/zero used to read until bad_alloc.
+TEST(TesseraNodeCliTest, EndlessFakeGpuFileIsRefused) {
+  const std::string state = ::testing::TempDir() + "zero-state";
+  Result r = tessera::testing::RunBinary("tessera-node", "--node-name n --fake-gpus /dev/zero --state-dir " +
+                                                             state + " --pod-resources-socket " + state +
+                                                             "/none.sock --metrics-listen '' --fake-api " +
+                                                             TempFile("zero-api.json", "{\"pods\": []}"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/dev/zero is larger than 1048576 bytes"));
+  EXPECT_THAT(r.output, HasSubstr("--fake-gpus"));
 }

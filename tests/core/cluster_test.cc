@@ -48,6 +48,27 @@ TEST(ClusterTest, AddNodeValidates) {
   EXPECT_EQ(c.node_count(), 1);
 }
 
+// A node's totals sum its 64 GPUs' memory, and pods' CPU adds up under its capacity: capacities beyond any
+// machine, or negative ones, used to be accepted and their sums could wrap.
+TEST(ClusterTest, CapacitiesThatCouldWrapAreRefused) {
+  Cluster c;
+  NodeInfo huge_gpu = MakeNode("g", 64);
+  for (GpuInfo& g : huge_gpu.gpus) g.memory = MiB(int64_t{1} << 57);  // 64 x 2^57 wraps an int64
+  EXPECT_THAT(std::string(c.AddNode(huge_gpu).message()), HasSubstr("no GPU has more than 2^40 MiB"));
+  NodeInfo negative = MakeNode("n", 1);
+  negative.cpu = MilliCpu(-1);
+  EXPECT_THAT(std::string(c.AddNode(negative).message()), HasSubstr("negative or more than 2^40"));
+  NodeInfo big_cpu = MakeNode("b", 1);
+  big_cpu.memory = MiB(int64_t{1} << 41);
+  EXPECT_THAT(std::string(c.AddNode(big_cpu).message()), HasSubstr("negative or more than 2^40"));
+  EXPECT_EQ(c.node_count(), 0);
+  // A negative request cannot free CPU on commit.
+  ASSERT_TRUE(c.AddNode(MakeNode("a", 1)).ok());
+  PodRequest p = MakePod("p", {Share(30, 1000)});
+  p.cpu = MilliCpu(-5000);
+  EXPECT_EQ(c.Commit(p, On("a", {Vgpu(0, 300, 1000)})).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ClusterTest, CommitAndReleaseAccountExactly) {
   Cluster c;
   ASSERT_TRUE(c.AddNode(MakeNode("a", 2, MiB(16000))).ok());

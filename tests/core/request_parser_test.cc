@@ -118,11 +118,59 @@ TEST(RequestParserTest, HugeValuesAreRefusedNotWrapped) {
   EXPECT_THAT(Error(many), HasSubstr("80 vGPUs in all"));
 }
 
+// 16 containers at the per-container cap (2^50 cores) and one more sum to 2^64 + 1 core: the sum used to wrap
+// to one core, and the pod fit a 48-core node.
+PodSpec WrappingCpuPod() {
+  PodSpec p = Pod({{"tessera.dev/gpu", "1"}, {"cpu", "1125899906842624"}});
+  for (int i = 1; i < 16; ++i)
+    p.containers.push_back({StrCat("c", i), {{"cpu", "1125899906842624"}}, {}, false});
+  p.containers.push_back({"last", {{"cpu", "432345564227568616m"}}, {}, false});
+  return p;
+}
+
+TEST(RequestParserTest, HostSumsDoNotWrap) {
+  EXPECT_THAT(Error(WrappingCpuPod()),
+              HasSubstr("the pod's containers ask for more cpu in all than any node has"));
+  // The same with memory, and with sidecars beside the app containers.
+  PodSpec mem = Pod({{"tessera.dev/gpu", "1"}});
+  for (int i = 0; i < 17; ++i) {
+    mem.init_containers.push_back({StrCat("side", i), {{"memory", "1125899906842624"}}, {}, false, true});
+  }
+  EXPECT_THAT(Error(mem), HasSubstr("more memory in all than any node has"));
+  // Below the cap, a sum is a sum.
+  PodSpec fine = Pod({{"tessera.dev/gpu", "1"}, {"cpu", "562949953421312"}});  // 2^49 cores, twice
+  fine.containers.push_back({"b", {{"cpu", "562949953421312"}}, {}, false});
+  absl::StatusOr<PodRequest> r = ParsePodRequest(fine);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cpu.value(), (int64_t{1} << 50) * 1000);
+}
+
 TEST(RequestParserTest, MilliSuffixIsExplained) {
-  EXPECT_THAT(Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
-              HasSubstr("the m suffix means thousandths; write a plain whole number of MiB (4096 for 4096)"));
+  EXPECT_THAT(
+      Refusal({{"tessera.dev/gpu-memory", "4096m"}}),
+      HasSubstr("tessera.dev/gpu-memory is \"4096m\", which is 4.096 (the m suffix means thousandths), not "
+                "a whole number; write a plain whole number of MiB"));
+  // "30000m" is 30, and used to be answered "write 30000".
+  EXPECT_THAT(
+      Refusal({{"tessera.dev/gpu-cores", "30000m"}}),
+      HasSubstr(
+          "tessera.dev/gpu-cores is \"30000m\", which is 30 (the m suffix means thousandths); write 30"));
+  EXPECT_THAT(Refusal({{"tessera.dev/gpu-cores", "30500m"}}), HasSubstr("which is 30.5 ("));
   EXPECT_THAT(Refusal({{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "205"}}),
               HasSubstr("for 2.05 GPUs"));
+}
+
+// The admission webhook names the container itself: the parser's own prefix used to double it
+// (container m: container "container": ...).
+TEST(RequestParserTest, TranslationErrorsLeaveTheContainerToTheCaller) {
+  absl::StatusOr<std::optional<Translation>> t =
+      TranslateToTessera({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "150"}});
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), ::testing::Not(HasSubstr("container")));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("nvidia.com/gpucores is 150"));
+  absl::StatusOr<std::optional<int64_t>> n = ImpliedGpuCount({{"tessera.dev/gpu-cores", "0"}});
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(std::string(n.status().message()), ::testing::Not(HasSubstr("container")));
 }
 
 TEST(RequestParserTest, LimitsAndRequestsMustAgree) {

@@ -123,5 +123,91 @@ TEST(WorkloadFileTest, Errors) {
               HasSubstr("w.yaml line 4: privileged must be true or false"));
 }
 
+// Small files that expanded to gigabytes (issue 25, item 9): each is refused with the limit it passed.
+std::string WorkloadError(const std::string& yaml) {
+  absl::StatusOr<std::vector<core::PodSpec>> p = ParseWorkloadFile(yaml, "w.yaml");
+  EXPECT_FALSE(p.ok()) << p->size() << " pods";
+  return p.ok() ? "" : std::string(p.status().message());
+}
+
+TEST(FileExpansionTest, ReplicasOfAliasedContainersAreCappedBeforeTheyAreMade) {
+  // 4 KB: a million replicas of a pod with 1,000 aliased containers.
+  std::string yaml =
+      "pods:\n  - name: p\n    replicas: 1000000\n    containers: [&c {name: m, resources: {cpu: 1}}";
+  for (int i = 1; i < 1000; ++i) yaml += ", *c";
+  yaml += "]\n";
+  EXPECT_LT(yaml.size(), 4100u);
+  EXPECT_THAT(WorkloadError(yaml), HasSubstr("w.yaml line 2: the file has more than 2000000 containers"));
+  // Pods are capped too, counted over the whole file.
+  EXPECT_THAT(WorkloadError("pods:\n  - {name: a, replicas: 600000, containers: []}\n"
+                            "  - {name: b, replicas: 600000, containers: []}\n"),
+              HasSubstr("w.yaml line 3: the file has more than 1000000 pods"));
+  // And their bytes: 200 KB of annotation times 10,000 replicas.
+  EXPECT_THAT(WorkloadError("pods:\n  - name: p\n    replicas: 10000\n    annotations: {a: " +
+                            std::string(200000, 'x') + "}\n    containers: [{name: m}]\n"),
+              HasSubstr("the file's pods would take more than 512 MiB in memory"));
+}
+
+TEST(FileExpansionTest, AliasesAreCountedOncePerUse) {
+  // A 1 MB annotation aliased 100 times: 100 MB from a 1 MB file.
+  std::string yaml =
+      "pods:\n  - name: p\n    annotations:\n      a0: &big " + std::string(1 << 20, 'x') + "\n";
+  for (int i = 1; i < 100; ++i) yaml += "      a" + std::to_string(i) + ": *big\n";
+  yaml += "    containers: [{name: m}]\n";
+  EXPECT_THAT(WorkloadError(yaml), HasSubstr("the document's aliases expand it to more than"));
+  // Aliases of aliases ("billion laughs"): refused as it is read, before anything is built.
+  std::string laughs = "a0: &a0 [~, ~, ~, ~, ~, ~, ~, ~, ~, ~]\n";  // nulls: no bytes, only values
+  for (int i = 1; i < 9; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k) laughs += ", " + prev;
+    laughs += "]\n";
+  }
+  EXPECT_THAT(ClusterError(laughs), HasSubstr("the document has more than 2000000 values"));
+  // A few aliases are what they are for.
+  absl::StatusOr<ClusterFile> ok = ParseClusterFile(
+      "nodes:\n  - {name: a, gpus: &g {model: T4, count: 4, memoryMiB: 15360}}\n  - {name: b, gpus: *g}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->nodes.size(), 2u);
+}
+
+TEST(FileExpansionTest, ClusterNodesAndGpusAreCapped) {
+  EXPECT_THAT(ClusterError("nodes:\n  - {name: a, replicas: 30000}\n  - {name: b, replicas: 30000}\n"),
+              HasSubstr("c.yaml line 3: the file has more than 50000 nodes"));
+  EXPECT_THAT(
+      ClusterError("nodes:\n  - {name: a, replicas: 10000, gpus: {model: T4, count: 64, memoryMiB: 1}}\n"),
+      HasSubstr("c.yaml line 2: the file has more than 400000 GPUs"));
+  // Replicas still get their own names and UUIDs from one parse.
+  absl::StatusOr<ClusterFile> f = ParseClusterFile(
+      "nodes:\n  - name: n\n    replicas: 2\n    gpus: [{uuid: GPU-x, model: T4, memoryMiB: 1}, {model: T4, "
+      "memoryMiB: 1}]\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->nodes.size(), 2u);
+  EXPECT_EQ(f->nodes[1].name.value(), "n-1");
+  EXPECT_EQ(f->nodes[1].gpus[0].uuid.value(), "GPU-x-1");
+  EXPECT_EQ(f->nodes[1].gpus[1].uuid.value(), "GPU-n-1-1");
+}
+
+TEST(FileExpansionTest, DeepNestingSaysTheLimitAndTheLine) {
+  const std::string deep =
+      "pods:\n  - name: p\n    annotations: " + std::string(100, '[') + std::string(100, ']') + "\n";
+  EXPECT_THAT(WorkloadError(deep),
+              HasSubstr("w.yaml line 3: lists and maps are nested more than 64 levels deep"));
+  // Deeper than yaml-cpp's own guard, which used to say only "bad file".
+  const std::string deeper = "nodes: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
+  EXPECT_THAT(ClusterError(deeper),
+              HasSubstr("c.yaml line 1: lists and maps are nested more than 64 levels deep"));
+}
+
+TEST(FileExpansionTest, AnAliasInsideItsOwnAnchorIsRefused) {
+  EXPECT_THAT(ClusterError("nodes: &n [*n]\n"),
+              HasSubstr("c.yaml line 1: an alias refers to a node that contains it"));
+}
+
+TEST(FileExpansionTest, OversizedTextIsRefused) {
+  EXPECT_THAT(ClusterError(std::string((32 << 20) + 1, '#')),
+              HasSubstr("the limit for a YAML or JSON file is 32 MiB"));
+}
+
 }  // namespace
 }  // namespace tessera::formats

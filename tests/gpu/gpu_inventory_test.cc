@@ -137,6 +137,15 @@ TEST(FakeGpuSourceTest, MissingFile) {
   EXPECT_THAT(Message(src.status()), HasSubstr("--fake-gpus"));
 }
 
+// tessera-node --fake-gpus /dev/zero used to read until bad_alloc.
+TEST(FakeGpuSourceTest, EndlessFileIsCapped) {
+  absl::StatusOr<std::unique_ptr<FakeGpuSource>> src = FakeGpuSource::Open("/dev/zero");
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(src.status())) << src.status();
+  EXPECT_THAT(Message(src.status()), HasSubstr("/dev/zero is larger than 1048576 bytes"));
+  EXPECT_THAT(Message(src.status()), HasSubstr("--fake-gpus"));
+}
+
 TEST(FakeGpuSourceTest, HealthChangesArePickedUp) {
   TempDir dir;
   const std::string yaml = "gpus:\n  - {uuid: GPU-a, model: T4, memoryMiB: 15360}\n"

@@ -118,6 +118,24 @@ TEST(ExtenderArgsTest, MalformedBodiesGetTheSameErrorOnBothPaths) {
   }
 }
 
+// "Pod" and "pod" in one body were both kept and the exact name won; Go's decoder (kube-scheduler's) matches
+// names in any case and keeps the last. No kube-scheduler sends a field twice: refused, on both paths.
+TEST(ExtenderArgsTest, TopLevelFieldsGivenTwiceInAnyCaseAreRefused) {
+  for (const std::string& body : std::vector<std::string>{
+           Body(R"(,"pod":{"metadata":{"name":"other"}})"),
+           Body(R"(,"NodeNames":["a"],"POD":null)"),
+           Body(R"(,"NodeNames":["caf\u00e9"],"pOd":1)"),  // escapes: the general path
+           R"({"Nodes":null,"nodes":{"items":[]},"Pod":{}})",
+       }) {
+    absl::StatusOr<ExtenderArgsDoc> args = ReadBoth(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr("\" twice (field names match in any case"))
+        << body;
+  }
+  // The same names at other levels are the Pod's own business.
+  EXPECT_TRUE(ReadBoth(R"({"Pod":{"metadata":{"name":"p"},"x":{"pod":1,"Pod":2}}})").ok());
+}
+
 TEST(ExtenderArgsTest, NamesOfTheGeneralPathOutliveAMove) {
   absl::StatusOr<ExtenderArgsDoc> args = ReadExtenderArgs(Body(R"(,"NodeNames":["caf\u00e9","b"])"));
   ASSERT_TRUE(args.ok());

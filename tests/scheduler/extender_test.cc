@@ -109,6 +109,17 @@ TEST_F(ExtenderTest, FilterWithNodeListAnswersTheFittingNodeObjects) {
   EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("15360"));
 }
 
+// A node named twice used to be answered as the object once and a `null` item the second time.
+TEST_F(ExtenderTest, NodeListNamingANodeTwiceIsRefused) {
+  json item = {{"metadata", {{"name", "a100"}}}};
+  json nodes = {{"kind", "NodeList"}, {"items", {item, {{"metadata", {{"name", "t4-a"}}}}, item}}};
+  Response r = extender_.Filter(
+      json{{"Pod", Pod("p", "u1", Share(50, 20000))}, {"Nodes", nodes}, {"NodeNames", nullptr}}.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("Nodes.items names node a100 twice"));
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr("null")));
+}
+
 // HAMi's use-gputype names a model by a word of it, in any case (docs/migration.md); Tessera's gpu-model is the
 // model's exact name.
 TEST_F(ExtenderTest, HamiGpuTypeMatchesAWordOfTheModelTesseraModelTheWholeName) {
@@ -141,6 +152,24 @@ TEST_F(ExtenderTest, ImpossibleRequestIsUnresolvableEverywhereWithTheReason) {
   EXPECT_TRUE(out["NodeNames"].empty());
   ASSERT_EQ(out["FailedAndUnresolvableNodes"].size(), 2u);
   EXPECT_THAT(out["FailedAndUnresolvableNodes"]["t4-a"].get<std::string>(), HasSubstr("150"));
+}
+
+// 16 containers at the per-container cap (2^50 cores) and one more: the sum used to wrap past 2^64 to one
+// core, and the pod was placed on a 48-core node.
+TEST_F(ExtenderTest, HostSumsThatWouldWrapAreRefused) {
+  core::NodeInfo node = MakeNode("cpu48", 1, core::MiB(15360), "T4");
+  node.cpu = core::MilliCpu(48000);
+  ASSERT_TRUE(cache_.UpsertNode(node).ok());
+  json pod = Pod("p", "u1", {{"tessera.dev/gpu", "1"}, {"cpu", "1125899906842624"}});
+  for (int i = 1; i < 16; ++i) {
+    pod["spec"]["containers"].push_back(
+        {{"name", "c" + std::to_string(i)}, {"resources", {{"limits", {{"cpu", "1125899906842624"}}}}}});
+  }
+  pod["spec"]["containers"].push_back(
+      {{"name", "last"}, {"resources", {{"limits", {{"cpu", "432345564227568616m"}}}}}});
+  json out = Filter(pod, {"cpu48"});
+  EXPECT_TRUE(out["NodeNames"].empty()) << out.dump();
+  EXPECT_THAT(out.dump(), HasSubstr("more cpu in all than any node has"));
 }
 
 TEST_F(ExtenderTest, PodsWithoutGpuAreNotJudged) {

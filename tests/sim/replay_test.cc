@@ -39,7 +39,7 @@ int64_t Total(const std::vector<const core::PodRequest*>& order) {
 TEST(ArrivalOrderTest, ShuffledThenScaledUpWithClonesAtTheEnd) {
   ReplayInput in = SmallInput();
   std::vector<core::PodRequest> clones;
-  std::vector<const core::PodRequest*> order = ArrivalOrder(in.pods, in.capacity_milli, 1.3, 42, clones);
+  std::vector<const core::PodRequest*> order = *ArrivalOrder(in.pods, in.capacity_milli, 1.3, 42, clones);
   // The originals first, each once, shuffled; then the clones.
   std::set<std::string> firsts;
   for (size_t i = 0; i < in.pods.size(); ++i) firsts.insert(order[i]->name);
@@ -54,11 +54,11 @@ TEST(ArrivalOrderTest, ShuffledThenScaledUpWithClonesAtTheEnd) {
   EXPECT_GT(Total(order), 52000 - 1000);
   // Same seed, same order; another seed, another.
   std::vector<core::PodRequest> c2;
-  std::vector<const core::PodRequest*> again = ArrivalOrder(in.pods, in.capacity_milli, 1.3, 42, c2);
+  std::vector<const core::PodRequest*> again = *ArrivalOrder(in.pods, in.capacity_milli, 1.3, 42, c2);
   ASSERT_EQ(again.size(), order.size());
   for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(again[i]->name, order[i]->name);
   std::vector<core::PodRequest> c3;
-  std::vector<const core::PodRequest*> other = ArrivalOrder(in.pods, in.capacity_milli, 1.3, 43, c3);
+  std::vector<const core::PodRequest*> other = *ArrivalOrder(in.pods, in.capacity_milli, 1.3, 43, c3);
   bool differs = false;
   for (size_t i = 0; i < std::min(other.size(), order.size()); ++i)
     differs = differs || other[i]->name != order[i]->name;
@@ -68,10 +68,41 @@ TEST(ArrivalOrderTest, ShuffledThenScaledUpWithClonesAtTheEnd) {
 TEST(ArrivalOrderTest, ScaledDownByRemovals) {
   ReplayInput in = SmallInput();
   std::vector<core::PodRequest> clones;
-  std::vector<const core::PodRequest*> order = ArrivalOrder(in.pods, in.capacity_milli, 0.5, 7, clones);
+  std::vector<const core::PodRequest*> order = *ArrivalOrder(in.pods, in.capacity_milli, 0.5, 7, clones);
   EXPECT_TRUE(clones.empty());
   EXPECT_LE(Total(order), 20000);
   EXPECT_LT(order.size(), in.pods.size());
+}
+
+// A pod asking `milli` thousandths of one GPU.
+core::PodRequest Tiny(const std::string& name, int milli) {
+  core::PodRequest r;
+  r.name = name;
+  r.uid = core::PodUid(name);
+  if (milli > 0) r.containers.push_back({"main", {core::VGpuDemand{core::MilliGpu(milli), {}}}});
+  return r;
+}
+
+// --inflate on a large cluster with tiny pods used to clone until bad_alloc.
+TEST(ArrivalOrderTest, ClonesPastTheTracePodCapAreRefused) {
+  const std::vector<core::PodRequest> tiny = {Tiny("a", 1)};
+  // 10 x 800,000 GPUs of 1-thousandth pods: 8 billion arrivals, refused before a run.
+  absl::Status s = CheckArrivals(tiny, 800'000'000, 10);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(std::string(s.message()).find("a replay takes at most 5000000"), std::string::npos) << s;
+  std::vector<core::PodRequest> clones;
+  EXPECT_TRUE(absl::IsResourceExhausted(ArrivalOrder(tiny, 800'000'000, 10, 1, clones).status()));
+  EXPECT_TRUE(clones.empty());
+  // Pods without GPU add no GPU, so CheckArrivals cannot bound them in advance: half the clones here ask for
+  // none, and the whole GPU pods alone stay under the cap. ArrivalOrder stops at the cap as it clones.
+  const std::vector<core::PodRequest> mixed = {Tiny("g", 1000), Tiny("cpu", 0)};
+  EXPECT_TRUE(CheckArrivals(mixed, 3'000'000'000, 1).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(ArrivalOrder(mixed, 3'000'000'000, 1, 1, clones).status()));
+  // Within the cap, nothing changes.
+  EXPECT_TRUE(CheckArrivals(mixed, 100'000, 1.3).ok());
+  absl::StatusOr<std::vector<const core::PodRequest*>> fine = ArrivalOrder(mixed, 100'000, 1.3, 1, clones);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_GT(fine->size(), 100u);
 }
 
 TEST(ReplayTest, RecordsEveryArrival) {

@@ -337,6 +337,9 @@ void DeleteContext(Ctx* c) {
 // --- Initialization, devices
 // -------------------------------------------------------------------------------------
 
+// Every entry point that writes through a pointer refuses a null one with CUDA_ERROR_INVALID_VALUE before
+// doing anything, as the real driver does (a tenant's cuMemAlloc(NULL, n) used to crash the fake, so tests
+// could not show what the hook does with it). The NVML fake does the same with NVML_ERROR_INVALID_ARGUMENT.
 FAKE_EXPORT CUresult cuInit(unsigned int) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_initialized) {
@@ -346,27 +349,32 @@ FAKE_EXPORT CUresult cuInit(unsigned int) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDriverGetVersion(int* v) {
+  if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *v = CUDA_VERSION;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetCount(int* n) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   *n = g_visible_count;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  if (d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (ordinal < 0 || ordinal >= g_visible_count) return CUDA_ERROR_INVALID_DEVICE;
   *d = ordinal;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
   strncpy(name, Shared()->gpus[g_visible[d]].name, static_cast<size_t>(len));
   if (len > 0) name[len - 1] = 0;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) {
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
   // Parse "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" into 16 bytes.
   const char* u = Shared()->gpus[g_visible[d]].uuid + 4;
@@ -383,20 +391,24 @@ FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice d) {
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuDeviceGetUuid_v2(uuid, d);
 }
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
   *bytes = Shared()->gpus[g_visible[d]].total_bytes;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice d) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   size_t b = 0;
   const CUresult r = cuDeviceTotalMem_v2(&b, d);
   *bytes = static_cast<unsigned>(b > 0xffffffffu ? 0xffffffffu : b);
   return r;
 }
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(d)) return CUDA_ERROR_INVALID_DEVICE;
   *v = a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 132 : 1;
   return CUDA_SUCCESS;
@@ -406,6 +418,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice
 // ------------------------------------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (g_primary[dev] == nullptr) {
@@ -437,18 +450,22 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   return cuDevicePrimaryCtxReset_v2(dev);
 }
 FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int, CUdevice dev) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const CUresult r = NewContext(pctx, dev, false);
   if (r == CUDA_SUCCESS) t_ctx = reinterpret_cast<Ctx*>(*pctx);
   return r;
 }
 FAKE_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuCtxCreate_v2(pctx, flags, dev);
 }
 FAKE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int, unsigned int flags,
                                     CUdevice dev) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuCtxCreate_v2(pctx, flags, dev);
 }
 FAKE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int flags, CUdevice dev) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuCtxCreate_v2(pctx, flags, dev);
 }
 FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
@@ -464,6 +481,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *ctx = reinterpret_cast<CUcontext>(t_ctx);
   return CUDA_SUCCESS;
 }
@@ -484,6 +502,7 @@ FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* dev) {
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   *dev = t_ctx->gpu;
   return CUDA_SUCCESS;
@@ -497,6 +516,7 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
 }
 // CUDA 13: the context is named (null: the current one).
 FAKE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext ctx) {
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Ctx* c = ctx != nullptr ? reinterpret_cast<Ctx*>(ctx) : t_ctx;
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   *dev = c->gpu;
@@ -533,6 +553,7 @@ FAKE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
 // ----------------------------------------------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   State* s = Shared();
   Lock(s);
@@ -544,6 +565,7 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
   size_t f = 0;
   size_t t = 0;
   const CUresult r = cuMemGetInfo_v2(&f, &t);
@@ -552,6 +574,7 @@ FAKE_EXPORT CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
   return r;
 }
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (UnsafeCallProhibited()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -561,6 +584,7 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return r;
 }
 FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytes) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   uint64_t p = 0;
@@ -569,12 +593,14 @@ FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytes) {
   return r;
 }
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w, size_t h, unsigned int) {
+  if (dptr == nullptr || pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (w == 0 || h == 0) return CUDA_ERROR_INVALID_VALUE;
   *pitch = (w + 511) / 512 * 512;
   return cuMemAlloc_v2(dptr, *pitch * h);
 }
 FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, unsigned int w,
                                      unsigned int h, unsigned int) {
+  if (dptr == nullptr || pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   const uint64_t p = (static_cast<uint64_t>(w) + 511) / 512 * 512;
   uint64_t d = 0;
@@ -585,6 +611,7 @@ FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch, 
   return r;
 }
 FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuMemAlloc_v2(dptr, bytes);
 }
 FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
@@ -601,6 +628,7 @@ FAKE_EXPORT CUresult cuMemFree(CUdeviceptr_v1 p) {
   return FreeDevice(p);
 }
 FAKE_EXPORT CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *p = malloc(bytes == 0 ? 1 : bytes);
   return *p != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -620,22 +648,26 @@ CUresult NewArray(uint64_t bytes, uint64_t* handle) {
 }  // namespace
 
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
   const CUresult r = NewArray(FakeArrayBytes(d->Width, d->Height, 1, d->NumChannels), &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUarray>(h);
   return r;
 }
 FAKE_EXPORT CUresult cuArrayCreate(CUarray* a, const CUDA_ARRAY_DESCRIPTOR_v1* d) {
+  if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY_DESCRIPTOR d2{d->Width, d->Height, d->Format, d->NumChannels};
   return cuArrayCreate_v2(a, &d2);
 }
 FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
   const CUresult r = NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels), &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUarray>(h);
   return r;
 }
 FAKE_EXPORT CUresult cuArray3DCreate(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR_v1* d) {
+  if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR d2{d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags};
   return cuArray3DCreate_v2(a, &d2);
 }
@@ -644,6 +676,7 @@ FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
 }
 FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d,
                                             unsigned int n) {
+  if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
   const CUresult r =
       NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels) * 2 * (n > 0 ? 1 : 1), &h);
@@ -657,11 +690,13 @@ FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
 // Virtual memory management: a handle is physical memory; mapping it costs nothing more.
 FAKE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp*,
                                                    CUmemAllocationGranularity_flags) {
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *g = 2ull << 20;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size,
                                  const CUmemAllocationProp* prop, unsigned long long) {
+  if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (prop == nullptr || size == 0 || size % (2ull << 20) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     *h = reinterpret_cast<CUmemGenericAllocationHandle>(malloc(1));
@@ -708,6 +743,7 @@ FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
 }
 FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr,
                                          unsigned long long) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
   *p = g_next_va;
   g_next_va += size + (2ull << 20);
@@ -750,6 +786,7 @@ FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*,
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr) {
+  if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -861,6 +898,7 @@ void ReleaseAtSynchronization() {
 }  // namespace
 
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (pool == nullptr || props == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (pool == nullptr || props == nullptr || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
       !ValidDevice(props->location.id)) {
@@ -892,6 +930,7 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Pool* p = reinterpret_cast<Pool*>(pool);
   if (p == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -914,6 +953,7 @@ FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribut
   }
 }
 FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Pool* p = reinterpret_cast<Pool*>(pool);
   if (p == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -928,6 +968,7 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
   }
 }
 FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -936,6 +977,7 @@ FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev)
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -988,6 +1030,7 @@ bool CapturedFree(CUstream s, CUdeviceptr ptr) {
 }  // namespace
 
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   CUresult captured = CUDA_SUCCESS;
@@ -1000,9 +1043,11 @@ FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s
   return PoolAllocate(p, bytes, dptr);
 }
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream s) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuMemAllocAsync(dptr, bytes, s);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream s) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUresult captured = CUDA_SUCCESS;
   if (CapturedAlloc(s, bytes, dptr, &captured)) return captured;
@@ -1010,6 +1055,7 @@ FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CU
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                                   CUstream s) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuMemAllocFromPoolAsync(dptr, bytes, pool, s);
 }
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
@@ -1075,15 +1121,19 @@ static void LoadLazily(CUfunction f) {
 }
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void*) {
+  if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(m));
 }
 FAKE_EXPORT CUresult cuModuleLoad(CUmodule* m, const char*) {
+  if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(m));
 }
 FAKE_EXPORT CUresult cuModuleLoadDataEx(CUmodule* m, const void*, unsigned int, CUjit_option*, void**) {
+  if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(m));
 }
 FAKE_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* m, const void*) {
+  if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(m));
 }
 FAKE_EXPORT CUresult cuModuleUnload(CUmodule m) {
@@ -1091,10 +1141,12 @@ FAKE_EXPORT CUresult cuModuleUnload(CUmodule m) {
 }
 FAKE_EXPORT CUresult cuLibraryLoadData(CUlibrary* l, const void*, CUjit_option*, void**, unsigned int,
                                        CUlibraryOption*, void**, unsigned int) {
+  if (l == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(l));
 }
 FAKE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* l, const char*, CUjit_option*, void**, unsigned int,
                                            CUlibraryOption*, void**, unsigned int) {
+  if (l == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return LoadModule(reinterpret_cast<void**>(l));
 }
 FAKE_EXPORT CUresult cuLibraryUnload(CUlibrary l) {
@@ -1102,6 +1154,7 @@ FAKE_EXPORT CUresult cuLibraryUnload(CUlibrary l) {
 }
 // A green context: a context of its own on part of the GPU (a quarter of a context's memory here).
 FAKE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* g, CUdevResourceDesc, CUdevice dev, unsigned int) {
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   Module* m = new Module();
@@ -1119,6 +1172,7 @@ FAKE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g) {
   return UnloadModule(g);
 }
 FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  if (f == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Function* fn = new Function();
   fn->module = m;
   snprintf(fn->name, sizeof(fn->name), "%s", name);
@@ -1126,6 +1180,7 @@ FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* 
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int) {
+  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Stream* st = new Stream();
   st->gpu = t_ctx->gpu;
@@ -1147,6 +1202,7 @@ FAKE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
   return cuStreamSynchronize(s == nullptr ? CU_STREAM_PER_THREAD : s);
 }
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = StreamOf(s);
   *status = st == nullptr || st->capture == nullptr ? CU_STREAM_CAPTURE_STATUS_NONE
             : st->capture_state.invalidated           ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
@@ -1154,6 +1210,7 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* stat
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int) {
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *e = reinterpret_cast<CUevent>(new Event());
   return CUDA_SUCCESS;
 }
@@ -1183,6 +1240,7 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Event* x = reinterpret_cast<Event*>(a);
   Event* y = reinterpret_cast<Event*>(b);
   if (!x->recorded || !y->recorded) return CUDA_ERROR_INVALID_HANDLE;
@@ -1191,6 +1249,7 @@ FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuEventElapsedTime_v2(ms, a, b);
 }
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -1228,6 +1287,7 @@ FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, un
 // -------------------------------------------------------------------
 
 FAKE_EXPORT CUresult cuGraphCreate(CUgraph* g, unsigned int) {
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Graph* gr = new Graph();
   gr->gpu = CurrentGpu() < 0 ? 0 : CurrentGpu();
   *g = reinterpret_cast<CUgraph>(gr);
@@ -1235,6 +1295,7 @@ FAKE_EXPORT CUresult cuGraphCreate(CUgraph* g, unsigned int) {
 }
 FAKE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
                                              const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   reinterpret_cast<Graph*>(g)->duration_ns += KernelNs(p->kernelParams);
   *n = reinterpret_cast<CUgraphNode>(new int(0));
   return CUDA_SUCCESS;
@@ -1276,13 +1337,16 @@ CUresult AddFreeNode(CUgraphNode* n, CUgraph g, CUdeviceptr ptr) {
 
 FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
                                             CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return AddAllocNode(n, g, p);
 }
 FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUdeviceptr ptr) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return AddFreeNode(n, g, ptr);
 }
 // The generic form (CUDA 12.2/12.3): memory nodes as above; other node types add nothing to run here.
 FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUgraphNodeParams* p) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
     CUDA_MEM_ALLOC_NODE_PARAMS a{p->alloc.poolProps, p->alloc.accessDescs, p->alloc.accessDescCount,
@@ -1304,9 +1368,11 @@ FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode
 }
 FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData*,
                                        size_t nd, CUgraphNodeParams* p) {
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphAddNode(n, g, d, nd, p);
 }
 FAKE_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (g == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Graph* gr = reinterpret_cast<Graph*>(g);
   if (nodes == nullptr) {
@@ -1319,17 +1385,20 @@ FAKE_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* coun
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType* type) {
+  if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (n == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *type = reinterpret_cast<GraphNode*>(n)->type;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphNode* node = reinterpret_cast<GraphNode*>(n);
   if (node == nullptr || p == nullptr || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
   *p = node->alloc;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Graph* src = reinterpret_cast<Graph*>(g);
   Graph* copy = new Graph();
   copy->duration_ns = src->duration_ns;
@@ -1340,9 +1409,11 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsi
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS*) {
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphInstantiateWithFlags(e, g, 0);
 }
 FAKE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS*) {
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphInstantiateWithFlags(e, g, 0);
 }
 FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
@@ -1383,6 +1454,7 @@ FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -1543,12 +1615,14 @@ FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, con
 }
 FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const CUstreamCaptureMode old = t_capture_mode;
   t_capture_mode = *mode;
   *mode = old;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = StreamOf(s);
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (st->capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
@@ -1578,17 +1652,21 @@ FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuStreamEndCapture(s == nullptr ? CU_STREAM_PER_THREAD : s, graph);
 }
 FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuStreamIsCapturing(s == nullptr ? CU_STREAM_PER_THREAD : s, status);
 }
 
 FAKE_EXPORT CUresult cuGetErrorString(CUresult r, const char** s) {
+  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *s = r == CUDA_SUCCESS ? "no error" : r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "fake error";
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGetErrorName(CUresult r, const char** s) {
+  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *s = r == CUDA_SUCCESS               ? "CUDA_SUCCESS"
        : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
                                        : "CUDA_ERROR";
@@ -1788,10 +1866,12 @@ CUresult Resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
 }  // namespace
 
 FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return Resolve(symbol, pfn, version, flags, nullptr);
 }
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                          CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return Resolve(symbol, pfn, version, flags, status);
 }
 

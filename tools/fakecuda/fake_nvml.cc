@@ -43,10 +43,12 @@ FAKE_EXPORT const char* nvmlErrorString(nvmlReturn_t r) {
   return r == NVML_SUCCESS ? "Success" : "Fake NVML error";
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* n) {
+  if (n == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *n = fakecuda::Shared()->gpu_count;
   return NVML_SUCCESS;
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t* d) {
+  if (d == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (i >= fakecuda::Shared()->gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
   *d = reinterpret_cast<nvmlDevice_t>(static_cast<intptr_t>(i) + 1);
   return NVML_SUCCESS;
@@ -58,6 +60,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* n) {
   return nvmlDeviceGetCount_v2(n);
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* d) {
+  if (uuid == nullptr || d == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   fakecuda::State* s = fakecuda::Shared();
   for (uint32_t i = 0; i < s->gpu_count; ++i) {
     if (strcmp(s->gpus[i].uuid, uuid) == 0) return nvmlDeviceGetHandleByIndex_v2(i, d);
@@ -65,6 +68,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_
   return NVML_ERROR_NOT_FOUND;
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned int len) {
+  if (uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   int i = 0;
   if (!Handle(d, &i)) return NVML_ERROR_INVALID_ARGUMENT;
   if (snprintf(uuid, len, "%s", fakecuda::Shared()->gpus[i].uuid) >= static_cast<int>(len)) {
@@ -73,12 +77,14 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned 
   return NVML_SUCCESS;
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name, unsigned int len) {
+  if (name == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   int i = 0;
   if (!Handle(d, &i)) return NVML_ERROR_INVALID_ARGUMENT;
   snprintf(name, len, "%s", fakecuda::Shared()->gpus[i].name);
   return NVML_SUCCESS;
 }
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int* index) {
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   int i = 0;
   if (!Handle(d, &i)) return NVML_ERROR_INVALID_ARGUMENT;
   *index = static_cast<unsigned>(i);
@@ -271,10 +277,12 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int*, uns
   return Handle(d, &i) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
 }
 FAKE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int len) {
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   snprintf(version, len, "580.00.fake");
   return NVML_SUCCESS;
 }
 FAKE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) {
+  if (v == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *v = 13000;
   return NVML_SUCCESS;
 }
