@@ -1,5 +1,5 @@
 // The clock seam: wall time and monotonic time through one interface. Leader election, token reloading, the
-// scheduler's cluster cache, the node agent and its region jobs read time through it, so tests drive time by
+// scheduler's cluster cache and the node agent read time through it, so tests drive time by
 // hand instead of sleeping.
 //
 //   FakeClock clock;                                   // starts at 2024-01-01T00:00:00Z
