@@ -56,9 +56,9 @@ std::map<std::string, hook::RegionSnapshot> NodeAgent::ReadRegionReports() const
                 {{"tenant", key}, {"error", why}});
     }
   }
-  std::erase_if(region_warned_, [&](const std::string& k) {
-    return !tenants_.contains(k.substr(0, k.find('|')));
-  });
+  for (auto it = region_warned_.begin(); it != region_warned_.end();) {  // forget the tenants that are gone
+    it = tenants_.contains(it->substr(0, it->find('|'))) ? std::next(it) : region_warned_.erase(it);
+  }
   return out;
 }
 
