@@ -1,6 +1,7 @@
 #include "formats/assignment.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "core/gpu_mask.h"
@@ -28,6 +29,43 @@ json Percent(core::MilliGpu cores) {
   return static_cast<double>(cores.value()) / 10.0;
 }
 
+// A share of a vGPU: `milli_key` (thousandths of a GPU, the ledger's unit: what counts) and/or `percent_key`
+// (percent with up to one decimal, as version 1 was first written). When both are given they must be the same
+// share; a reader never picks one of two disagreeing values. 0 when neither is given and !required.
+absl::StatusOr<core::MilliGpu> Share(const json& v, const char* percent_key, const char* milli_key,
+                                     const std::string& at, bool required) {
+  std::optional<int64_t> milli;
+  auto m = v.find(milli_key);
+  if (m != v.end()) {
+    milli = JsonIntIn(*m, 1, core::kWholeGpu.value());
+    if (!milli) {
+      return Bad(StrCat(at, ".", milli_key, " is ", m->dump(), "; a share is 1-1000 thousandths of one GPU"));
+    }
+  }
+  auto p = v.find(percent_key);
+  if (p == v.end()) {
+    if (milli) return core::MilliGpu(static_cast<int32_t>(*milli));
+    if (required) return Bad(StrCat(at, " has no numeric \"", percent_key, "\""));
+    return core::MilliGpu(0);
+  }
+  if (!p->is_number()) return Bad(StrCat(at, " has no numeric \"", percent_key, "\""));
+  const double percent = p->get<double>();
+  if (!(percent > 0 && percent <= 100)) {
+    return Bad(StrCat(at, ".", percent_key, " is ", p->dump(), "; a share is 0-100 percent of one GPU"));
+  }
+  const int64_t from_percent = std::llround(percent * 10);
+  if (from_percent < 1) {
+    return Bad(
+        StrCat(at, ".", percent_key, " is ", p->dump(), "; the smallest share is 0.1 percent of one GPU"));
+  }
+  if (milli && *milli != from_percent) {
+    return Bad(
+        StrCat(at, ".", percent_key, " (", p->dump(), ") and ", milli_key, " (", *milli,
+               ") are not the same share; the annotation is written by tessera-scheduler, do not edit it"));
+  }
+  return core::MilliGpu(static_cast<int32_t>(from_percent));
+}
+
 }  // namespace
 
 std::string FormatAssignment(const core::Placement& placement) {
@@ -35,9 +73,17 @@ std::string FormatAssignment(const core::Placement& placement) {
   for (const core::ContainerAssignment& c : placement.containers) {
     json vgpus = json::array();
     for (const core::VGpuAssignment& v : c.vgpus) {
-      json vgpu = {{"uuid", v.uuid.value()}, {"cores", Percent(v.cores)}, {"memoryMiB", v.memory.value()}};
+      // milliCores is the share (the ledger's unit); cores, the same in percent, is for readers of version 1
+      // that predate it.
+      json vgpu = {{"uuid", v.uuid.value()},
+                   {"cores", Percent(v.cores)},
+                   {"milliCores", v.cores.value()},
+                   {"memoryMiB", v.memory.value()}};
       if (v.gpu_index >= 0) vgpu["index"] = v.gpu_index;  // the UUID is what counts; the index is a hint
-      if (v.requested > v.cores) vgpu["requestedCores"] = Percent(v.requested);
+      if (v.requested > v.cores) {
+        vgpu["requestedCores"] = Percent(v.requested);
+        vgpu["requestedMilliCores"] = v.requested.value();
+      }
       vgpus.push_back(std::move(vgpu));
     }
     json container = {{"name", c.name}, {"vgpus", std::move(vgpus)}};
@@ -116,19 +162,17 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
         if (!n) return Bad(StrCat(at, ".index must be a GPU index, 0 to ", core::kMaxGpusPerNode - 1));
         g.gpu_index = static_cast<int>(*n);
       }
-      auto cores = v.find("cores");
-      if (cores == v.end() || !cores->is_number()) return Bad(StrCat(at, " has no numeric \"cores\""));
-      const double percent = cores->get<double>();
-      if (!(percent > 0 && percent <= 100)) {
-        return Bad(StrCat(at, ".cores is ", cores->dump(), "; a share is 0-100 percent of one GPU"));
-      }
-      g.cores = core::MilliGpu(static_cast<int64_t>(std::llround(percent * 10)));
-      if (auto requested = v.find("requestedCores"); requested != v.end()) {
-        if (!requested->is_number() ||
-            !(requested->get<double>() >= percent && requested->get<double>() <= 100)) {
+      absl::StatusOr<core::MilliGpu> cores = Share(v, "cores", "milliCores", at, /*required=*/true);
+      if (!cores.ok()) return cores.status();
+      g.cores = *cores;
+      absl::StatusOr<core::MilliGpu> requested =
+          Share(v, "requestedCores", "requestedMilliCores", at, /*required=*/false);
+      if (!requested.ok()) return requested.status();
+      if (requested->value() != 0) {
+        if (*requested < g.cores) {
           return Bad(StrCat(at, ".requestedCores must be a share between cores and 100 percent"));
         }
-        g.requested = core::MilliGpu(static_cast<int64_t>(std::llround(requested->get<double>() * 10)));
+        g.requested = *requested;
       }
       auto memory = v.find("memoryMiB");
       const std::optional<int64_t> mib =

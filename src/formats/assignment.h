@@ -2,14 +2,16 @@
 // (docs/protocols.md), and from which the scheduler rebuilds its state after a restart:
 //
 //   tessera.dev/assignment   {"version":1,"node":"gpu-1","containers":[{"name":"main","vgpus":
-//                             [{"uuid":"GPU-0a..","index":0,"cores":30,"memoryMiB":4096}]}]}
+//                             [{"uuid":"GPU-0a..","index":0,"cores":30,"milliCores":300,"memoryMiB":4096}]}]}
 //   tessera.dev/assigned-at  RFC 3339 time of the decision
 //   tessera.dev/phase        bound (the scheduler bound it) -> allocated (the agent gave it its devices)
 //
-// `cores` is the compute share in percent of one GPU (100 = the whole GPU), with up to one decimal: shares
-// derived from memory (gpushare's requests) are not always whole percents. A vGPU whose share a high-priority
-// pod compressed (SharedGPU) also carries "requestedCores", the share it gets back when that pod leaves.
-// Documented in docs/protocols.md.
+// `milliCores` is the compute share in thousandths of one GPU (1000 = the whole GPU), the unit the
+// scheduler's ledger commits in, carried unchanged to the limits file (`cores-milli`). `cores` is the same
+// share in percent with up to one decimal, for readers that predate `milliCores`; a reader takes either, and
+// refuses the two when they disagree. A vGPU whose share a high-priority pod compressed (SharedGPU) also
+// carries "requestedCores" and "requestedMilliCores", the share it gets back when that pod leaves. Documented
+// in docs/protocols.md.
 //
 //   std::string text = FormatAssignment(placement);
 //   absl::StatusOr<Assignment> a = ParseAssignment(pod.annotations["tessera.dev/assignment"]);
@@ -40,8 +42,9 @@ struct Assignment {
 };
 
 std::string FormatAssignment(const core::Placement& placement);
-// Strict: unknown versions, missing fields, shares outside 0-100%, negative memory and duplicate containers
-// are refused with a message that names the field.
+// Strict: unknown versions, missing fields, shares outside 0-100% (1-1000 thousandths), two values of one
+// share that disagree, negative memory and duplicate containers are refused with a message that names the
+// field.
 absl::StatusOr<Assignment> ParseAssignment(std::string_view text);
 
 // The placement an assignment describes (the scores and compressions of the original decision are not kept).

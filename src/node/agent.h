@@ -165,9 +165,20 @@ class NodeAgent : public kubelet::AllocationBackend {
   // Picks and claims the oldest matching container; NotFound when none.
   absl::StatusOr<formats::Assignment> ParseCached(const std::string& uid, const std::string& text);
   // AlreadyExists when a device slot is being allocated to another container right now.
+  // Containers whose assignment would overcommit a GPU are passed over and added to `overcommitted` with why.
   absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
-                                        const std::vector<NodePod>& pods);
+                                        const std::vector<NodePod>& pods,
+                                        std::vector<std::pair<NodePod, std::string>>* overcommitted);
   absl::Status Materialize(Tenant* tenant);  // directories, limits file, record
+  // Why container `key` with `vgpus` would put one of its GPUs over its compute (1000 thousandths) or its
+  // memory; empty when it fits. Counted with it: every other tenant of the GPU whose pod is in `live_uids`
+  // (or that is a DRA claim) and every allocation in flight, each at the smaller of its record and its pod's
+  // assignment in `assigned` (by pod UID): a share the scheduler lowered (SharedGPU compression) is free for
+  // the pod it was lowered for before the next pass applies it.
+  std::string OvercommitLocked(const std::string& key, const std::vector<core::VGpuAssignment>& vgpus,
+                               const std::set<std::string>& live_uids,
+                               const std::map<std::string, formats::Assignment>& assigned) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when it
   // is not among them yet), the limits file's tenants=.
   std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -225,6 +236,8 @@ class NodeAgent : public kubelet::AllocationBackend {
   formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);    // by record key
   std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);             // keys being allocated right now
+  // The vGPUs of the device-plugin claims among them, counted by OvercommitLocked until they are tenants.
+  std::map<std::string, std::vector<core::VGpuAssignment>> in_flight_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims
   std::shared_ptr<const std::vector<NodePod>> pods_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // "<uid>|<annotation>" already told

@@ -14,6 +14,26 @@ namespace tessera::node {
 
 namespace fs = std::filesystem;
 
+std::string ZeroMemory(const core::ContainerAssignment& container) {
+  for (const core::VGpuAssignment& v : container.vgpus) {
+    if (v.memory.value() <= 0) {
+      return StrCat("tessera.dev/assignment gives container \"", container.name, "\" no memory on GPU ",
+                    v.uuid.value(), " (memoryMiB: 0 would mean no memory limit at all)");
+    }
+  }
+  return "";
+}
+
+std::string QueueTime(const NodePod& pod) {
+  const absl::StatusOr<std::chrono::system_clock::time_point> created =
+      formats::ParseHeartbeat(pod.creation_timestamp);
+  const absl::StatusOr<std::chrono::system_clock::time_point> assigned =
+      formats::ParseHeartbeat(Annotation(pod, formats::kAnnotationAssignedAt));
+  if (!created.ok()) return assigned.ok() ? formats::FormatHeartbeat(*assigned) : pod.creation_timestamp;
+  if (!assigned.ok()) return formats::FormatHeartbeat(*created);
+  return formats::FormatHeartbeat(std::max(*created, *assigned));
+}
+
 struct NodeAgent::Candidate {
   std::string sort_key;
   const NodePod* pod = nullptr;
@@ -35,8 +55,68 @@ absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& ui
   return a;
 }
 
-absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>& device_ids,
-                                                 const std::vector<NodePod>& pods) {
+std::string NodeAgent::OvercommitLocked(const std::string& key,
+                                        const std::vector<core::VGpuAssignment>& vgpus,
+                                        const std::set<std::string>& live_uids,
+                                        const std::map<std::string, formats::Assignment>& assigned) const {
+  // The smaller of a record's share on GPU `uuid` and its pod's assignment now.
+  const auto held = [&](const std::string& pod_uid, const std::string& container,
+                        const core::VGpuAssignment& v) -> std::pair<int64_t, int64_t> {
+    int64_t cores = v.cores.value();
+    int64_t memory = v.memory.value();
+    auto a = assigned.find(pod_uid);
+    if (a == assigned.end()) return {cores, memory};
+    for (const core::ContainerAssignment& c : a->second.containers) {
+      if (c.name != container) continue;
+      for (const core::VGpuAssignment& now : c.vgpus) {
+        if (now.uuid != v.uuid) continue;
+        cores = std::min<int64_t>(cores, now.cores.value());
+        memory = std::min<int64_t>(memory, now.memory.value());
+      }
+    }
+    return {cores, memory};
+  };
+  for (const core::VGpuAssignment& v : vgpus) {
+    auto gpu = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
+                            [&](const formats::InventoryGpu& g) { return g.info.uuid == v.uuid; });
+    if (gpu == inventory_.gpus.end()) return StrCat("GPU ", v.uuid.value(), " is not on this node");
+    int64_t cores = v.cores.value();
+    int64_t memory = v.memory.value();
+    for (const auto& [other, t] : tenants_) {
+      if (other == key) continue;
+      if (!t.record.is_claim() && !live_uids.contains(t.record.pod_uid)) continue;
+      for (const core::VGpuAssignment& o : t.record.vgpus) {
+        if (o.uuid != v.uuid) continue;
+        const auto [c, m] = held(t.record.pod_uid, t.record.container, o);
+        cores += c;
+        memory += m;
+      }
+    }
+    for (const auto& [other, claimed] : in_flight_) {
+      if (other == key) continue;
+      for (const core::VGpuAssignment& o : claimed) {
+        if (o.uuid != v.uuid) continue;
+        cores += o.cores.value();
+        memory += o.memory.value();
+      }
+    }
+    // Each term is at most 1000 or 2^40 MiB (ParseAssignment's bounds) and there are fewer than 2^20 of them:
+    // no sum here can overflow.
+    if (cores > core::kWholeGpu.value() || memory > gpu->info.memory.value()) {
+      return StrCat("tessera.dev/assignment gives this container ", v.cores.value(), "/1000 of GPU ",
+                    v.uuid.value(), " and ", v.memory.value(),
+                    " MiB; with the containers already on it the GPU "
+                    "would carry ",
+                    cores, "/1000 and ", memory, " MiB of its ", gpu->info.memory.value(),
+                    " MiB, so it is refused");
+    }
+  }
+  return "";
+}
+
+absl::StatusOr<ContainerRecord> NodeAgent::Claim(
+    const std::vector<std::string>& device_ids, const std::vector<NodePod>& pods,
+    std::vector<std::pair<NodePod, std::string>>* overcommitted) {
   const size_t count = device_ids.size();
   // Parse outside the lock; malformed annotations are reported once per pod and value.
   std::vector<std::pair<const NodePod*, formats::Assignment>> parsed;
@@ -63,6 +143,10 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
                            "\", which cannot name a directory (a Kubernetes container name is a DNS label); "
                            "delete the pod to reschedule");
         }
+        if (std::string zero = ZeroMemory(c); !zero.empty()) {
+          problem = StrCat(
+              zero, "; the pod gets no GPU until the scheduler rewrites it (delete the pod to reschedule)");
+        }
       }
     }
     if (!problem.empty()) {
@@ -76,11 +160,18 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
     }
     parsed.emplace_back(&pod, std::move(*a));
   }
+  // What OvercommitLocked counts: the pods on the node now (a record whose pod is gone holds nothing: the
+  // kubelet hands its devices on before the agent collects it) and their assignments as they read now.
+  std::set<std::string> live_uids;
+  for (const NodePod& pod : pods) {
+    if (!pod.terminated()) live_uids.insert(pod.uid);
+  }
+  std::map<std::string, formats::Assignment> assigned;
+  for (const auto& [pod, a] : parsed) assigned.emplace(pod->uid, a);
   MutexLock lock(&mu_);
   std::vector<Candidate> candidates;
   for (auto& [pod, a] : parsed) {
-    std::string at = Annotation(*pod, formats::kAnnotationAssignedAt);
-    if (at.empty()) at = pod->creation_timestamp;
+    const std::string at = QueueTime(*pod);
     for (core::ContainerAssignment& c : a.containers) {
       if (c.vgpus.size() != count) continue;
       // The kubelet allocates a container once: an allocated pod's container that it reports holding devices
@@ -134,6 +225,13 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
       v.gpu_index = it->info.index;
     }
     if (!known) continue;
+    // The annotation is the scheduler's, but the agent hands out only what its GPUs have: a share that would
+    // take a GPU past its compute or memory is refused, whoever wrote it.
+    if (std::string over = OvercommitLocked(key, r.vgpus, live_uids, assigned); !over.empty()) {
+      overcommitted->push_back(
+          {*c.pod, StrCat(over, "; the container gets no GPU (delete the pod to reschedule)")});
+      continue;
+    }
     r.numa_node = c.container->numa_node;
     r.cpus = c.container->cpus;
     // Read as the scheduler reads them (a pod annotated "Elastic" was placed as elastic and limited as hard).
@@ -143,6 +241,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(const std::vector<std::string>&
         core::PriorityAnnotation(Annotation(*c.pod, core::kAnnotationPriority)).value_or(core::Priority::kLow);
     r.gpu_tenants = GpuTenantsLocked(r);
     claims_.insert(key);
+    in_flight_[key] = r.vgpus;
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());
     return r;
   }
@@ -154,25 +253,39 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   const size_t count = req.devices.size();
   std::vector<std::string> device_ids;
   for (const kubelet::DeviceSlot& d : req.devices) device_ids.push_back(d.id);
-  absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods());
+  std::vector<std::pair<NodePod, std::string>> overcommitted;
+  absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods(), &overcommitted);
   if (absl::IsAlreadyExists(claimed.status()))
     return absl::FailedPreconditionError(Message(claimed.status()));
   if (!claimed.ok()) {
-    // The pod may have been bound a moment ago: look again with a fresh list.
+    // The pod may have been bound a moment ago (or a co-tenant's pod gone a moment ago): look again with a
+    // fresh list.
     if (absl::Status s = RefreshPods(); !s.ok()) {
       return absl::UnavailableError(StrCat("cannot list this node's pods from the API server: ", Message(s),
                                            "; the kubelet will retry"));
     }
-    claimed = Claim(device_ids, *Pods());
+    overcommitted.clear();
+    claimed = Claim(device_ids, *Pods(), &overcommitted);
     if (absl::IsAlreadyExists(claimed.status()))
       return absl::FailedPreconditionError(Message(claimed.status()));
+  }
+  for (const auto& [pod, why] : overcommitted) {
+    bool first = false;
+    {
+      MutexLock lock(&mu_);
+      first = reported_problems_.insert(StrCat(pod.uid, "|", Annotation(pod, formats::kAnnotationAssignment)))
+                  .second;
+    }
+    if (first) Event(pod, "Warning", "OvercommittedAssignment", why);
   }
   if (!claimed.ok()) {
     return absl::FailedPreconditionError(
         StrCat("no pod bound to node ", config_.node_name,
                " by tessera-scheduler waits for a container with ", count,
-               " vGPU(s) (tessera.dev/phase: bound, a readable tessera.dev/assignment); schedule GPU pods "
-               "with schedulerName tessera-scheduler or check the pod's events"));
+               " vGPU(s) (tessera.dev/phase: bound, a readable tessera.dev/assignment that fits its GPUs); "
+               "schedule GPU "
+               "pods with schedulerName tessera-scheduler or check the pod's events",
+               overcommitted.empty() ? "" : StrCat(" (", overcommitted.front().second, ")")));
   }
   Tenant t;
   t.record = std::move(*claimed);
@@ -184,6 +297,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   if (absl::Status s = Materialize(&t); !s.ok()) {
     MutexLock lock(&mu_);
     claims_.erase(key);
+    in_flight_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);
     return s;
   }
@@ -191,6 +305,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   {
     MutexLock lock(&mu_);
     claims_.erase(key);
+    in_flight_.erase(key);
     exchanges_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);
     t.allocation = ++allocations_;
@@ -322,13 +437,10 @@ absl::Status NodeAgent::Materialize(Tenant* t) {
     }
     if (ec) return absl::InternalError(StrCat("cannot create ", d, ": ", ec.message()));
   }
-  fs::permissions(t->record.region_dir, fs::perms::all,
-                  ec);  // container users of any UID create nothing here,
-                        // but the hook may re-create a deleted region
+  // The region directory is the container's (its processes of any UID create and share the region in it);
+  // the agent makes no region there and never opens one (docs/hook-abi.md, "Who touches the region").
+  fs::permissions(t->record.region_dir, fs::perms::all, ec);
   if (absl::Status s = WriteLimits(t->record); !s.ok()) return s;
-  // The region itself (half a MiB, initialized and fsynced) is created by the next reconcile pass, off the
-  // Allocate path; a hooked process that starts first creates it the same way (SharedRegion::Open publishes
-  // a fully initialized file with link(2), so the two cannot clash).
   return records_.Save(t->record);
 }
 

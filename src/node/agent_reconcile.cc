@@ -127,6 +127,18 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::vector<ContainerRecord> changed;  // the records as they become
   std::set<std::string> resized;          // of those, the ones whose shares changed (not only their tenants)
   std::vector<std::pair<NodeEvent, std::string>> events;
+  // What OvercommitLocked counts (as at Allocate): the pods on the node and their assignments now, parsed
+  // before the lock.
+  std::set<std::string> live_uids;
+  std::map<std::string, formats::Assignment> assigned;
+  for (const NodePod& p : pods) {
+    if (p.terminated()) continue;
+    live_uids.insert(p.uid);
+    const std::string text = Annotation(p, formats::kAnnotationAssignment);
+    if (text.empty()) continue;
+    absl::StatusOr<formats::Assignment> a = ParseCached(p.uid, text);
+    if (a.ok()) assigned.emplace(p.uid, *std::move(a));
+  }
   {
     // Decide under the lock; write, post and tell after it.
     MutexLock lock(&mu_);
@@ -136,7 +148,10 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
       auto p = by_uid.find(t.record.pod_uid);
       if (p == by_uid.end()) continue;
       const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
-      absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(text);
+      auto parsed = assigned.find(t.record.pod_uid);
+      absl::StatusOr<formats::Assignment> a = parsed != assigned.end()
+                                                  ? absl::StatusOr<formats::Assignment>(parsed->second)
+                                                  : formats::ParseAssignment(text);
       if (!a.ok()) {
         if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
           events.push_back(
@@ -154,6 +169,22 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
       if (!SameGpus(c->vgpus, t.record.vgpus)) {
         log::Warn("assignment names other GPUs than the running container has; ignored",
                   {{"pod", p->second->key()}, {"container", t.record.container}});
+        continue;
+      }
+      // A rewrite is held to what the GPUs have, as an Allocate is: no memory, or more than a GPU has left,
+      // and the container keeps its current limits.
+      std::string refused = ZeroMemory(*c);
+      const char* reason = "MalformedAssignment";
+      if (refused.empty()) {
+        refused = OvercommitLocked(key, c->vgpus, live_uids, assigned);
+        reason = "OvercommittedAssignment";
+      }
+      if (!refused.empty()) {
+        if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
+          events.push_back({NodeEvent{p->second->ns, p->second->name, p->second->uid, "Warning", reason,
+                                      StrCat(refused, "; the container keeps its current limits")},
+                            p->second->key()});
+        }
         continue;
       }
       ContainerRecord r = t.record;

@@ -192,8 +192,12 @@ hook::Limits LimitsFor(const ContainerRecord& r) {
     // that has no UUID to match (OpenCL without cl_khr_device_uuid).
     d.index = static_cast<int>(i);
     d.memory_bytes = static_cast<uint64_t>(v.memory.value()) << 20;
-    const int percent = static_cast<int>(std::lround(v.cores.value() / 10.0));
-    d.cores_percent = static_cast<uint32_t>(std::clamp(percent, 1, 100));
+    // The ledger's thousandths, unrounded (the hook enforces them exactly: SharePpm); `cores=` beside them is
+    // for hooks that read percent only, rounded down. The rounding to the nearest whole percent here (at
+    // least 1) used to hand out more than the scheduler committed: 8 x 12.5% became 8 x 13%.
+    const uint32_t milli = static_cast<uint32_t>(std::clamp<int32_t>(v.cores.value(), 1, 1000));
+    d.cores_milli = milli;
+    d.cores_percent = hook::PercentForMilli(milli);
     d.policy = r.compute_policy == core::ComputePolicy::kElastic ? hook::ComputePolicy::kElastic
                                                                  : hook::ComputePolicy::kHard;
     d.ceiling_percent = std::max<uint32_t>(hook::kDefaultCeilingPercent, d.cores_percent);

@@ -72,7 +72,8 @@ def read_limits(path):
             if words and words[0] == "gpu":
                 kv = dict(w.split("=", 1) for w in words[1:])
                 gpus[kv["uuid"]] = {"memory": int(kv["memory"]), "cores": int(kv["cores"]), "policy": kv["policy"],
-                                    "priority": kv["priority"], "tenants": int(kv.get("tenants", 0))}
+                                    "priority": kv["priority"], "tenants": int(kv.get("tenants", 0)),
+                                    "milli": int(kv.get("cores-milli", 0))}
     return gpus
 
 
@@ -128,7 +129,9 @@ def _started_with_assignment(c, pod, container):
     for v in vgpus:
         got = limits[v["uuid"]]
         assert got["memory"] == v["memoryMiB"] << 20, (got, v)
-        assert got["cores"] == max(1, int(v["cores"] + 0.5)), (got, v)  # rounded half up, as the agent does
+        # The share in the ledger's thousandths, unrounded; whole percent rounded down beside it for older hooks.
+        assert got["milli"] == v["milliCores"] == round(v["cores"] * 10), (got, v)
+        assert got["cores"] == max(1, v["milliCores"] // 10), (got, v)
     # The kubelet's pod-resources API agrees: the agent marks its record confirmed once the real kubelet reports
     # these devices for this very container (docs/node-agent.md).
     path = c.path("tessera", "records", f"{pod['metadata']['uid']}_{container}.json")

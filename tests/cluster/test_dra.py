@@ -123,7 +123,7 @@ def test_a_share_claim_is_prepared_with_its_limits(c):
     uuid = uuids(c)[int(result["device"].split("-")[1])]
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid and env["TESSERA_LIMITS_FILE"] == "/etc/tessera/limits", env
     assert limits == {uuid: {"memory": 8192 << 20, "cores": 30, "policy": "hard", "priority": "low",
-                             "tenants": limits[uuid]["tenants"]}}, limits
+                             "tenants": limits[uuid]["tenants"], "milli": 300}}, limits
     tc.delete(c, "dra-share")
 
 

@@ -4,6 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace tessera::formats {
 namespace {
 
@@ -29,10 +33,49 @@ TEST(AssignmentTest, RoundTrips) {
   EXPECT_THAT(text, HasSubstr(R"("cores":30,)"));
   EXPECT_THAT(text, HasSubstr(R"("cores":33.3,)"));
   EXPECT_THAT(text, HasSubstr(R"("requestedCores":50)"));
+  // The ledger's thousandths, as integers: what counts.
+  EXPECT_THAT(text, HasSubstr(R"("milliCores":333,)"));
+  EXPECT_THAT(text, HasSubstr(R"("requestedMilliCores":500)"));
   absl::StatusOr<Assignment> a = ParseAssignment(text);
   ASSERT_TRUE(a.ok()) << a.status();
   core::Placement back = ToPlacement(*a);
   EXPECT_EQ(back, Example());
+}
+
+// The share is carried in thousandths (milliCores, the unit the scheduler's ledger commits in); an annotation
+// of an older scheduler (percent only) still reads as the same share, and one written with milliCores alone
+// too.
+TEST(AssignmentTest, ReadsTheShareInThousandthsAndInPercent) {
+  const auto share = [](const std::string& vgpu) -> absl::StatusOr<core::VGpuAssignment> {
+    absl::StatusOr<Assignment> a = ParseAssignment(
+        R"({"version":1,"node":"n","containers":[{"name":"a","vgpus":[{"uuid":"G","memoryMiB":1,)" + vgpu +
+        "}]}]}");
+    if (!a.ok()) return a.status();
+    return a->containers[0].vgpus[0];
+  };
+  EXPECT_EQ(share(R"("cores":12.5)")->cores.value(), 125);
+  EXPECT_EQ(share(R"("milliCores":125)")->cores.value(), 125);
+  EXPECT_EQ(share(R"("cores":12.5,"milliCores":125)")->cores.value(), 125);
+  EXPECT_EQ(share(R"("cores":0.1,"milliCores":1)")->cores.value(), 1);
+  absl::StatusOr<core::VGpuAssignment> compressed =
+      share(R"("cores":40,"milliCores":400,"requestedCores":80,"requestedMilliCores":800)");
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  EXPECT_EQ(compressed->requested.value(), 800);
+  EXPECT_EQ(share(R"("milliCores":400,"requestedMilliCores":800)")->requested.value(), 800);
+  // Two values of one share that disagree are refused, never one of them picked.
+  for (const auto& [vgpu, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"("cores":13,"milliCores":125)", "not the same share"},
+           {R"("cores":40,"milliCores":400,"requestedCores":80,"requestedMilliCores":900)",
+            "not the same share"},
+           {R"("milliCores":0)", "1-1000 thousandths"},
+           {R"("milliCores":1001)", "1-1000 thousandths"},
+           {R"("milliCores":12.5)", "1-1000 thousandths"},
+           {R"("cores":0.04)", "smallest share"},
+           {R"("milliCores":400,"requestedMilliCores":300)", "requestedCores"}}) {
+    absl::StatusOr<core::VGpuAssignment> v = share(vgpu);
+    ASSERT_FALSE(v.ok()) << vgpu;
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr(says)) << vgpu;
+  }
 }
 
 TEST(AssignmentTest, RefusesWhatItCannotTrust) {

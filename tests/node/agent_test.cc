@@ -200,8 +200,8 @@ TEST(CgroupTest, ParsesBothDrivers) {
 }
 
 TEST_F(AgentTest, FiftyPodsOfOneShapeAllocatedConcurrentlyAllGetCorrectRecords) {
-  // 50 pods of one shape (1 vGPU, 8%, 1 GiB) spread over 4 GPUs by the "scheduler".
-  for (int i = 0; i < 50; ++i) api_.UpsertPod(BoundPod(i, {{i % 4, 8, 1024}}));
+  // 50 pods of one shape (1 vGPU, 7%, 1 GiB) spread over 4 GPUs by the "scheduler" (13 x 7% fit on one).
+  for (int i = 0; i < 50; ++i) api_.UpsertPod(BoundPod(i, {{i % 4, 7, 1024}}));
   auto agent = StartAgent();
   auto client = Client();
   std::vector<std::future<absl::StatusOr<std::vector<kubelet::ContainerAllocation>>>> calls;
@@ -228,7 +228,7 @@ TEST_F(AgentTest, FiftyPodsOfOneShapeAllocatedConcurrentlyAllGetCorrectRecords) 
     ASSERT_EQ(limits.device_count, 1);
     EXPECT_EQ(a.envs.at("NVIDIA_VISIBLE_DEVICES"), limits.devices[0].uuid);
     EXPECT_EQ(limits.devices[0].memory_bytes, 1024ull << 20);
-    EXPECT_EQ(limits.devices[0].cores_percent, 8u);
+    EXPECT_EQ(limits.devices[0].cores_percent, 7u);
   }
   EXPECT_EQ(limits_dirs.size(), 50u);  // 50 distinct containers
   std::vector<ContainerRecord> records = agent->Records();
@@ -245,7 +245,7 @@ TEST_F(AgentTest, FiftyPodsOfOneShapeAllocatedConcurrentlyAllGetCorrectRecords) 
     auto pod = api_.GetPod("default", StrCat("pod-", i));
     EXPECT_EQ(pod->annotations.at(formats::kAnnotationPhase), "allocated") << pod->name;
     EXPECT_EQ(pod->annotations.at(formats::kAnnotationAssignment),
-              BoundPod(i, {{i % 4, 8, 1024}}).annotations.at(formats::kAnnotationAssignment));
+              BoundPod(i, {{i % 4, 7, 1024}}).annotations.at(formats::kAnnotationAssignment));
   }
   for (const ContainerRecord& r : agent->Records()) EXPECT_TRUE(r.confirmed && r.reported) << r.key();
   // A 51st container finds no pod: a clear refusal, nothing disturbed.
@@ -372,6 +372,146 @@ TEST_F(AgentTest, MalformedAssignmentIsAnEventAndDisturbsNothingElse) {
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "bound");
   EXPECT_EQ(api_.GetPod("default", "pod-2")->annotations.at(formats::kAnnotationPhase), "allocated");
+}
+
+// An assignment is the scheduler's, but anyone who could write it on their own pod (docs/security.md) got
+// what it said: the agent hands out only what the GPU has left, counting every live co-tenant.
+TEST_F(AgentTest, AnAssignmentThatWouldOvercommitItsGpuIsRefused) {
+  api_.UpsertPod(BoundPod(0, {{0, 70, 8192}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  ASSERT_TRUE(client->Allocate({{"GPU-0::0"}}).ok());
+  // Forged: 100% and 15 GiB of GPU-0, which holds 70% and 8 GiB of its 16 GiB already.
+  api_.UpsertPod(BoundPod(1, {{0, 100, 15360}}));
+  auto r = client->Allocate({{"GPU-0::1"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("would carry 1700/1000"));
+  // Compute fits, memory does not: 70% + 10% but 8 GiB + 12000 MiB of 16 GiB.
+  api_.DeletePod("default", "pod-1");
+  api_.UpsertPod(BoundPod(2, {{0, 10, 12000}}));
+  r = client->Allocate({{"GPU-0::2"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("20192 MiB of its 16384 MiB"));
+  int told = 0;
+  for (const NodeEvent& e : api_.events()) {
+    if (e.reason == "OvercommittedAssignment") {
+      ++told;
+      EXPECT_EQ(e.type, "Warning");
+    }
+  }
+  EXPECT_EQ(told, 2);
+  EXPECT_EQ(agent->Records().size(), 1u);
+  // What fits is still given.
+  api_.DeletePod("default", "pod-2");
+  api_.UpsertPod(BoundPod(3, {{0, 30, 8192}}));
+  ASSERT_TRUE(client->Allocate({{"GPU-0::3"}}).ok());
+  EXPECT_EQ(agent->Records().size(), 2u);
+}
+
+// What the refusal must not refuse: a share the scheduler just lowered for a high-priority pod (compression:
+// the low pod's record is rewritten on the next pass, after the new pod's Allocate), and the share of a pod
+// that has left while its record waits for the next pass (the kubelet hands its devices on at once).
+TEST_F(AgentTest, ASharePlacedByTheSchedulerIsNotRefusedBeforeTheAgentCatchesUp) {
+  api_.UpsertPod(BoundPod(0, {{0, 80, 8192}}));
+  api_.UpsertPod(BoundPod(1, {{1, 90, 8192}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  ASSERT_TRUE(client->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(client->Allocate({{"GPU-1::0"}}).ok());
+  // Compression: pod-0 goes to 40% (its annotation), then pod-2 is bound with 60%.
+  NodePod low = *api_.GetPod("default", "pod-0");
+  auto a = formats::ParseAssignment(low.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].vgpus[0].requested = core::MilliGpu(800);
+  a->containers[0].vgpus[0].cores = core::MilliGpu(400);
+  low.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(low);
+  api_.UpsertPod(BoundPod(2, {{0, 60, 8192}}));
+  auto r = client->Allocate({{"GPU-0::1"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  // pod-1 leaves; pod-3 takes its place on GPU-1 before a pass collects pod-1's record.
+  api_.DeletePod("default", "pod-1");
+  api_.UpsertPod(BoundPod(3, {{1, 90, 8192}}));
+  r = client->Allocate({{"GPU-1::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const NodeEvent& e : api_.events()) EXPECT_NE(e.reason, "OvercommittedAssignment") << e.message;
+}
+
+// A rewrite of a running container's assignment is held to the GPU too: a forged raise keeps the current
+// limits.
+TEST_F(AgentTest, ARewriteThatWouldOvercommitItsGpuKeepsTheCurrentLimits) {
+  api_.UpsertPod(BoundPod(0, {{0, 60, 8192}}));
+  api_.UpsertPod(BoundPod(1, {{0, 40, 8192}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  ASSERT_TRUE(client->Allocate({{"GPU-0::0"}}).ok());
+  ASSERT_TRUE(client->Allocate({{"GPU-0::1"}}).ok());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  NodePod forged = *api_.GetPod("default", "pod-1");
+  auto a = formats::ParseAssignment(forged.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].vgpus[0].cores = core::MilliGpu(1000);
+  forged.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(forged);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  for (const ContainerRecord& r : agent->Records()) {
+    if (r.pod_name != "pod-1") continue;
+    hook::Limits limits;
+    hook::Error error;
+    ASSERT_TRUE(hook::ReadLimitsFile((r.dir + "/limits").c_str(), &limits, &error)) << error.text;
+    EXPECT_EQ(limits.devices[0].cores_percent, 40u);
+    EXPECT_EQ(r.vgpus[0].cores.value(), 400);
+  }
+  bool told = false;
+  for (const NodeEvent& e : api_.events())
+    told |= e.reason == "OvercommittedAssignment" && e.pod_name == "pod-1";
+  EXPECT_TRUE(told);
+  EXPECT_EQ(agent->stats().limit_updates, 0u);
+}
+
+// memoryMiB: 0 would reach the limits file as "no limit": refused, at Allocate and in a rewrite.
+TEST_F(AgentTest, AnAssignmentWithoutMemoryIsRefused) {
+  api_.UpsertPod(BoundPod(0, {{0, 10, 0}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  auto r = client->Allocate({{"GPU-0::0"}});
+  ASSERT_FALSE(r.ok());
+  api_.UpsertPod(BoundPod(1, {{1, 10, 1024}}));
+  r = client->Allocate({{"GPU-1::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  NodePod later = *api_.GetPod("default", "pod-1");
+  auto a = formats::ParseAssignment(later.annotations[formats::kAnnotationAssignment]);
+  a->containers[0].vgpus[0].memory = core::MiB(0);
+  later.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+  api_.UpsertPod(later);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  const ContainerRecord rec = agent->Records().at(0);
+  hook::Limits limits;
+  hook::Error error;
+  ASSERT_TRUE(hook::ReadLimitsFile((rec.dir + "/limits").c_str(), &limits, &error)) << error.text;
+  EXPECT_EQ(limits.devices[0].memory_bytes, 1024ull << 20);
+  std::set<std::string> told;
+  for (const NodeEvent& e : api_.events()) {
+    if (e.reason == "MalformedAssignment") {
+      told.insert(e.pod_name);
+      EXPECT_THAT(e.message, HasSubstr("memoryMiB: 0"));
+    }
+  }
+  EXPECT_EQ(told, (std::set<std::string>{"pod-0", "pod-1"}));
+}
+
+// Allocate takes the oldest assignment first; a forged old tessera.dev/assigned-at counts from the pod's
+// creation (which the API server writes), so it cannot put a pod ahead of one bound before it existed.
+TEST_F(AgentTest, AForgedOldAssignedAtDoesNotJumpTheQueue) {
+  NodePod honest = BoundPod(1, {{0, 10, 1024}});  // created 10:00:01, bound at once
+  NodePod forger = BoundPod(5, {{0, 10, 1024}});  // created 10:00:05
+  forger.annotations[formats::kAnnotationAssignedAt] = "2001-01-01T00:00:00Z";
+  api_.UpsertPod(forger);
+  api_.UpsertPod(honest);
+  auto agent = StartAgent();
+  auto r = Client()->Allocate({{"GPU-0::0"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
 }
 
 TEST_F(AgentTest, ChangedAssignmentReachesTheRunningContainerWithReload) {

@@ -7,7 +7,10 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/strings.h"
 #include "temp_dir.h"
 
 namespace tessera::node {
@@ -118,6 +121,58 @@ TEST(RecordTest, LimitsFollowTheRecord) {
   absl::StatusOr<ContainerRecord> back = ParseRecord(text);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->gpu_tenants.empty());
+}
+
+// The share goes to the limits file in the ledger's thousandths, unrounded; `cores=` beside it is for hooks
+// that read percent only, rounded down. The nearest percent (at least 1) used to give 12.5% as 13% and 0.1%
+// as 1%.
+TEST(RecordTest, LimitsCarryTheLedgersThousandthsUnrounded) {
+  for (const auto& [milli, percent] : std::vector<std::pair<int, uint32_t>>{
+           {125, 12}, {1, 1}, {9, 1}, {10, 1}, {999, 99}, {1000, 100}, {333, 33}, {905, 90}}) {
+    ContainerRecord r = Sample();
+    r.vgpus[0].cores = core::MilliGpu(milli);
+    const hook::Limits written = LimitsFor(r);
+    EXPECT_EQ(written.devices[0].cores_milli, static_cast<uint32_t>(milli));
+    EXPECT_EQ(written.devices[0].cores_percent, percent) << milli;
+    char text[2048];
+    const size_t n = hook::FormatLimits(written, text, sizeof(text));
+    ASSERT_GT(n, 0u);
+    EXPECT_THAT(std::string(text), HasSubstr(StrCat(" cores=", percent, " ")));
+    EXPECT_THAT(std::string(text), HasSubstr(StrCat(" cores-milli=", milli)));
+    hook::Limits read;
+    hook::Error error;
+    ASSERT_TRUE(hook::ParseLimits(text, n, &read, &error)) << error.text;
+    EXPECT_EQ(hook::SharePpm(read.devices[0]), static_cast<uint32_t>(milli) * 1000u) << text;
+    EXPECT_GE(hook::CeilingPpm(read.devices[0]), hook::SharePpm(read.devices[0]));
+  }
+}
+
+// A file of an older agent (percent only) still reads, as the share it says; a line whose two shares
+// disagree, or whose thousandths are out of range, is refused with the line's number.
+TEST(RecordTest, LimitsFilesOfOlderAgentsStillReadAndDisagreementIsRefused) {
+  const std::string old_file =
+      "tessera-limits 1\ngeneration 2\ngpu uuid=GPU-1 index=0 memory=4294967296 cores=30 policy=hard "
+      "ceiling=90 priority=low\n";
+  hook::Limits read;
+  hook::Error error;
+  ASSERT_TRUE(hook::ParseLimits(old_file.data(), old_file.size(), &read, &error)) << error.text;
+  EXPECT_EQ(read.devices[0].cores_milli, 0u);
+  EXPECT_EQ(hook::SharePpm(read.devices[0]), 300000u);
+  const std::string milli_only =
+      "tessera-limits 1\ngeneration 2\ngpu uuid=GPU-1 memory=4294967296 cores-milli=125\n";
+  ASSERT_TRUE(hook::ParseLimits(milli_only.data(), milli_only.size(), &read, &error)) << error.text;
+  EXPECT_EQ(read.devices[0].cores_percent, 12u);
+  EXPECT_EQ(hook::SharePpm(read.devices[0]), 125000u);
+  for (const auto& [line, says] : std::vector<std::pair<std::string, std::string>>{
+           {"gpu uuid=GPU-1 memory=1 cores=13 cores-milli=125", "does not match cores-milli=125"},
+           {"gpu uuid=GPU-1 memory=1 cores=1 cores-milli=0", "cores-milli must be 1..1000"},
+           {"gpu uuid=GPU-1 memory=1 cores=100 cores-milli=1001", "cores-milli must be 1..1000"},
+           {"gpu uuid=GPU-1 memory=1 cores-milli=125 cores-milli=125", "given twice"},
+           {"gpu uuid=GPU-1 memory=1", "needs memory=<bytes> and cores"}}) {
+    const std::string text = "tessera-limits 1\ngeneration 2\n" + line + "\n";
+    EXPECT_FALSE(hook::ParseLimits(text.data(), text.size(), &read, &error)) << line;
+    EXPECT_THAT(std::string(error.text), HasSubstr(says)) << line;
+  }
 }
 
 TEST(RecordTest, SignatureTellsTradableAllocationsApart) {

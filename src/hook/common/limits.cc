@@ -18,6 +18,22 @@ const char* PriorityName(Priority priority) {
   return priority == Priority::kHigh ? "high" : "low";
 }
 
+uint32_t SharePpm(const DeviceLimits& d) {
+  if (d.cores_milli >= 1 && d.cores_milli <= kMilliPerGpu) return d.cores_milli * (kPpmPerGpu / kMilliPerGpu);
+  return d.cores_percent >= 100 ? kPpmPerGpu : d.cores_percent * (kPpmPerGpu / 100);
+}
+
+uint32_t CeilingPpm(const DeviceLimits& d) {
+  const uint32_t ceiling = d.ceiling_percent >= 100 ? kPpmPerGpu : d.ceiling_percent * (kPpmPerGpu / 100);
+  const uint32_t share = SharePpm(d);
+  return ceiling < share ? share : ceiling;
+}
+
+uint32_t PercentForMilli(uint32_t milli) {
+  const uint32_t percent = milli / 10;
+  return percent < 1 ? 1 : percent > 100 ? 100 : percent;
+}
+
 namespace {
 
 struct Token {
@@ -112,6 +128,14 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
         return false;
       }
       have_cores = true;
+    } else if (key.Is("cores-milli")) {
+      uint64_t v = 0;
+      if (!ParseU64(value.p, value.n, &v) || v < 1 || v > kMilliPerGpu) {
+        error->Set("limits file line %d: cores-milli must be 1..%u (thousandths of the GPU), found '%.*s'",
+                   line_no, kMilliPerGpu, static_cast<int>(value.n), value.p);
+        return false;
+      }
+      d->cores_milli = static_cast<uint32_t>(v);
     } else if (key.Is("ceiling")) {
       if (!ParsePercent(value, &d->ceiling_percent)) {
         error->Set("limits file line %d: ceiling must be 1..100, found '%.*s'", line_no,
@@ -154,9 +178,19 @@ bool ParseGpuLine(const Token* tokens, int count, int line_no, DeviceLimits* d, 
     error->Set("limits file line %d: a gpu line needs uuid=<GPU-...> or index=<i>", line_no);
     return false;
   }
-  if (!have_memory || !have_cores) {
+  if (!have_memory || (!have_cores && d->cores_milli == 0)) {
     error->Set("limits file line %d: a gpu line needs memory=<bytes> and cores=<1..100>", line_no);
     return false;
+  }
+  // The share is cores-milli when given; cores= beside it is what readers of percent only get, and must be
+  // that (a line whose two shares disagree is not one the agent wrote).
+  if (d->cores_milli != 0) {
+    if (have_cores && d->cores_percent != PercentForMilli(d->cores_milli)) {
+      error->Set("limits file line %d: cores=%u does not match cores-milli=%u (it must be %u)", line_no,
+                 d->cores_percent, d->cores_milli, PercentForMilli(d->cores_milli));
+      return false;
+    }
+    d->cores_percent = PercentForMilli(d->cores_milli);
   }
   if (!have_ceiling && d->ceiling_percent < d->cores_percent) d->ceiling_percent = d->cores_percent;
   return true;
@@ -174,6 +208,13 @@ bool ValidateLimits(const Limits& limits, Error* error) {
     const DeviceLimits& d = limits.devices[i];
     if (d.cores_percent < 1 || d.cores_percent > 100) {
       error->Set("limits: GPU entry %d: cores %u is outside 1..100", i, d.cores_percent);
+      return false;
+    }
+    if (d.cores_milli > kMilliPerGpu ||
+        (d.cores_milli != 0 && d.cores_percent != PercentForMilli(d.cores_milli))) {
+      error->Set(
+          "limits: GPU entry %d: cores-milli %u must be 0 or 1..%u, with cores %u its percent rounded down",
+          i, d.cores_milli, kMilliPerGpu, d.cores_percent);
       return false;
     }
     // The ceiling matters only to the elastic policy; elsewhere a ceiling below the share means "the share".
@@ -327,6 +368,7 @@ size_t FormatLimits(const Limits& limits, char* buf, size_t cap) {
                    ComputePolicyName(d.policy),
                    d.ceiling_percent < d.cores_percent ? d.cores_percent : d.ceiling_percent,
                    PriorityName(d.priority));
+      if (ok && d.cores_milli != 0) ok = Appendf(buf, cap, &used, " cores-milli=%u", d.cores_milli);
       if (ok && d.tenants != 0) ok = Appendf(buf, cap, &used, " tenants=%u", d.tenants);
       if (ok) ok = Appendf(buf, cap, &used, "\n");
     }

@@ -29,6 +29,10 @@ inline constexpr size_t kUuidSize = 64;
 inline constexpr size_t kPathSize = 256;
 inline constexpr uint32_t kMaxTenants = 1000;  // tenants= on a gpu line (the agent's --slots-per-gpu bound)
 inline constexpr uint32_t kDefaultCeilingPercent = 90;  // GaiaGPU: elastic use stops at 90% of the GPU
+// A whole GPU in the unit of `cores-milli=` (thousandths: the scheduler's ledger's unit), and in parts per
+// million (the unit the hooks' token bucket enforces).
+inline constexpr uint32_t kMilliPerGpu = 1000;
+inline constexpr uint32_t kPpmPerGpu = 1000000;
 // DeviceLimits::index value for an entry that applies to every visible GPU not named by another entry.
 inline constexpr int kAnyDevice = -1;
 // DeviceLimits::index value for an entry that names its GPU by UUID only.
@@ -44,7 +48,11 @@ struct DeviceLimits {
   char uuid[kUuidSize] = {0};      // "GPU-..." (NVML's and cuDeviceGetUuid's form); empty when by index
   int index = kByUuid;             // visible GPU index (CUDA ordinal), kByUuid, or kAnyDevice
   uint64_t memory_bytes = 0;       // 0: no memory limit (written `memory=unlimited`; `memory=0` is refused)
-  uint32_t cores_percent = 100;    // 1..100; 100: no compute limit
+  uint32_t cores_percent = 100;    // 1..100; 100: no compute limit. With cores_milli: its PercentForMilli
+  // The share in thousandths of the GPU (`cores-milli=`, 1..1000), the unit the scheduler's ledger commits
+  // in, carried unrounded from the assignment to the hook; 0: not given (a file of an older agent, the
+  // environment), and cores_percent is the share. What the hooks enforce is SharePpm().
+  uint32_t cores_milli = 0;
   ComputePolicy policy = ComputePolicy::kHard;
   uint32_t ceiling_percent = kDefaultCeilingPercent;  // elastic only: the most it may use when the GPU is idle
   Priority priority = Priority::kLow;
@@ -62,6 +70,15 @@ struct Limits {
   DeviceLimits devices[kMaxDevices];
 };
 
+// The compute share the hooks enforce, in parts per million of the GPU's time: cores_milli x 1000 when given
+// (exact: no share grows on its way from the ledger), else cores_percent x 10,000. kPpmPerGpu: no limit.
+uint32_t SharePpm(const DeviceLimits& d);
+// The elastic ceiling in parts per million: ceiling_percent x 10,000, never below SharePpm.
+uint32_t CeilingPpm(const DeviceLimits& d);
+// The whole percent written as `cores=` next to `cores-milli=` for readers that know only percent: rounded
+// down, at least 1 (their parser needs 1..100).
+uint32_t PercentForMilli(uint32_t milli);
+
 // Parses the text of a limits file. On error, `error` says which line and what to do; `out` is unspecified.
 bool ParseLimits(const char* text, size_t size, Limits* out, Error* error);
 
@@ -69,8 +86,9 @@ bool ParseLimits(const char* text, size_t size, Limits* out, Error* error);
 // Entries by index are written as `index=<i>` (or `index=*` for kAnyDevice).
 size_t FormatLimits(const Limits& limits, char* buf, size_t cap);
 
-// Checks a Limits value before it is written: cores 1..100, ceiling >= cores, at most one kAnyDevice entry,
-// a UUID or an index on every entry, no duplicates.
+// Checks a Limits value before it is written: cores 1..100, cores_milli 0 or 1..1000 with cores its
+// PercentForMilli, ceiling >= cores, at most one kAnyDevice entry, a UUID or an index on every entry, no
+// duplicates.
 bool ValidateLimits(const Limits& limits, Error* error);
 
 // Reads and parses a limits file (at most 64 KiB).

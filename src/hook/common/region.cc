@@ -385,8 +385,9 @@ void SharedRegion::SetDeviceLimits(int dev, const DeviceLimits& limits, uint64_t
   RegionDevice* d = device(dev);
   d->limit_bytes.store(limits.memory_bytes, std::memory_order_relaxed);
   ControllerState* c = &d->controller;
-  const uint32_t share = limits.cores_percent >= 100 ? kPpm : limits.cores_percent * 10000u;
-  const uint32_t ceiling = limits.ceiling_percent >= 100 ? kPpm : limits.ceiling_percent * 10000u;
+  // The share as the ledger committed it (cores-milli, exact), or the whole percent of an older file.
+  const uint32_t share = SharePpm(limits) >= kPpm ? kPpm : SharePpm(limits);
+  const uint32_t ceiling = CeilingPpm(limits) >= kPpm ? kPpm : CeilingPpm(limits);
   const bool elastic = limits.policy == ComputePolicy::kElastic && share < kPpm;
   c->share_ppm.store(share, std::memory_order_relaxed);
   c->ceiling_ppm.store(ceiling < share ? share : ceiling, std::memory_order_relaxed);
