@@ -1,7 +1,9 @@
 // Launches: every launch path (kernels, Ex, cooperative, graphs) is paced against the container's GPU-time
-// budget (docs/isolation.md, "Compute"). The fast path is one mode load, one device lookup, one cost-table
-// lookup and one atomic subtraction: no lock, no allocation, no system call. A launch finds the budget empty
-// only when the container is over its share; then it waits (the slow path), and that is the throttling.
+// budget (docs/isolation.md, "Compute"). The fast path (FastLaunch) is a few loads and compares and the
+// launch's cost added to the thread's tab with a plain load and store: no atomic read-modify-write, no lock,
+// no allocation, no system call; the wrapper then calls the driver directly. Everything else (the first call,
+// refusals, captures, sampled launches, settling the tab with the shared bucket, waiting when the bucket is
+// empty: that is the throttling) is the slow path, out of line.
 #include "hook/cuda/hook.h"
 
 namespace tessera::cuda_hook {
@@ -20,6 +22,10 @@ inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   h = Mix(h, (static_cast<uint64_t>(gz) << 32) | bx);
   h = Mix(h, (static_cast<uint64_t>(by) << 32) | bz);
   return Mix(h, shmem);
+}
+
+inline uint64_t GraphKey(CUgraphExec exec) {
+  return Mix(0x67726170, reinterpret_cast<uint64_t>(exec));
 }
 
 }  // namespace
@@ -45,15 +51,54 @@ bool Capturing(CUstream stream, bool ptsz) {
   return StreamIsCapturing(stream, ptsz);
 }
 
+// What the fast path learnt, handed to the slow path so that it does not count the launch twice.
+struct FastResult {
+  bool looked = false;  // `look` is this launch's cost-table lookup
+  hook::KernelCostTable::Lookup look{0, false};
+};
+
+// The fast path: true when the launch may go to the driver now with nothing more to do (no limits, a GPU the
+// hook does not account, an unpaced GPU, or an unsampled launch the bucket has budget for: its cost is then
+// on the thread's tab). False sends the launch to SlowLaunch, which decides again from the start.
+inline __attribute__((always_inline)) bool FastLaunch(uint64_t key, FastResult* out) {
+  const Mode mode = CurrentMode();
+  if (mode != Mode::kLimited) return mode == Mode::kPassThrough;
+  // One GPU (a container's usual case): no call to ask the driver which.
+  const int ordinal = g_state.device_count.load(std::memory_order_relaxed) == 1 ? 0 : CurrentDevice();
+  if (ordinal < 0 || ordinal >= g_state.device_count.load(std::memory_order_relaxed)) return true;
+  HookDevice& d = g_state.devices[ordinal];
+  if (d.shared == nullptr) return true;
+  if (!d.has_limits) return false;
+  hook::BucketState* b = &d.shared->bucket;
+  if (hook::TokenBucket::Unlimited(b)) return true;
+  if (g_state.capturing.load(std::memory_order_relaxed) != 0) return false;
+  out->look = g_state.costs.Find(key);
+  out->looked = true;
+  return !out->look.sample &&
+         hook::TokenBucket::RunUp(hook::ThreadTab(), b, hook::TabEpoch(), out->look.estimate_ns);
+}
+
+// The slow path: every decision of the fast path again, with the waits, the refusals, the captures and the
+// sampled launches. `call()` makes the real driver call.
 template <typename Call>
-__attribute__((noinline)) CUresult SlowLaunch(int ordinal, hook::BucketState* b, uint64_t key,
-                                              hook::KernelCostTable::Lookup look, CUstream stream, bool ptsz,
-                                              Call call) {
-  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) hook::TokenBucket::WaitForBudget(b);
-  hook::TokenBucket::Take(b, look.estimate_ns);
+CUresult PacedSlow(uint64_t key, const FastResult& fast, CUstream stream, bool ptsz, Call call) {
+  Mode mode = CurrentMode();
+  if (mode == Mode::kUninitialized) mode = EnsureInit();
+  if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
+  if (mode != Mode::kLimited) return call();
+  const int ordinal = CurrentDevice();
+  if (ordinal < 0 || ordinal >= g_state.device_count.load(std::memory_order_relaxed)) return call();
+  HookDevice& d = g_state.devices[ordinal];
+  if (d.shared == nullptr) return call();
+  if (!d.has_limits) return CUDA_ERROR_NOT_PERMITTED;
+  hook::BucketState* b = &d.shared->bucket;
+  if (hook::TokenBucket::Unlimited(b)) return call();
+  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))
+    return call();  // not run now
+  const hook::KernelCostTable::Lookup look = fast.looked ? fast.look : g_state.costs.Find(key);
+  hook::TokenBucket::ChargeLaunch(b, look.estimate_ns);
   if (!look.sample || g_cu.real_cuEventCreate == nullptr || g_cu.real_cuEventRecord == nullptr ||
-      g_state.samples.InFlight() >= hook::SampleRing::kCapacity / 2 ||
-      (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))) {
+      g_state.samples.InFlight() >= hook::SampleRing::kCapacity / 2) {
     return call();
   }
   // A timed launch: events before and after, measured later by the limiter thread.
@@ -77,26 +122,13 @@ __attribute__((noinline)) CUresult SlowLaunch(int ordinal, hook::BucketState* b,
   return r;
 }
 
-template <typename Call>
-inline __attribute__((always_inline)) CUresult Paced(uint64_t key, CUstream stream, bool ptsz, Call call) {
-  const Mode mode = CurrentMode();
-  if (mode != Mode::kLimited) {
-    const Mode now = mode == Mode::kUninitialized ? EnsureInit() : mode;
-    if (now == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
-    if (now != Mode::kLimited) return call();
-  }
-  const int ordinal = CurrentDevice();
-  if (ordinal < 0 || ordinal >= g_state.device_count.load(std::memory_order_relaxed)) return call();
-  HookDevice& d = g_state.devices[ordinal];
-  if (d.shared == nullptr) return call();
-  if (!d.has_limits) return CUDA_ERROR_NOT_PERMITTED;
-  hook::BucketState* b = &d.shared->bucket;
-  if (hook::TokenBucket::Unlimited(b)) return call();
-  if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))
-    return call();  // not run now
-  const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
-  if (!look.sample && hook::TokenBucket::TryTake(b, look.estimate_ns)) return call();
-  return SlowLaunch(ordinal, b, key, look, stream, ptsz, call);
+// The slow path of one entry point: out of line and taking the arguments by value, so that the wrapper's fast
+// path keeps them in registers (a lambda capturing them by reference made every launch store all of them).
+// `real` is the slot of the driver's entry point, read after EnsureInit has filled it.
+template <typename Fn, typename... Args>
+__attribute__((noinline)) CUresult SlowLaunch(uint64_t key, FastResult fast, CUstream stream, bool ptsz,
+                                              Fn* real, Args... args) {
+  return PacedSlow(key, fast, stream, ptsz, [&] { return (*real)(args...); });
 }
 
 }  // namespace
@@ -108,81 +140,105 @@ using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points belo
 extern "C" CUresult tessera_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shmem, CUstream stream,
                                            void** params, void** extra) {
-  return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem), stream, false, [&] {
+  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
     return g_cu.real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-  });
+  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem,
+                    stream, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                 unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                 CUstream stream, void** params, void** extra) {
-  return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem), stream, true, [&] {
+  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
     return g_cu.real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-  });
+  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem,
+                    stream, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                              void** extra) {
   if (config == nullptr) return g_cu.real_cuLaunchKernelEx(config, f, params, extra);
   const CUlaunchConfig& c = *config;
-  return Paced(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
-                         c.sharedMemBytes),
-               c.hStream, false, [&] { return g_cu.real_cuLaunchKernelEx(config, f, params, extra); });
+  const uint64_t key = KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                                 c.sharedMemBytes);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
+    return g_cu.real_cuLaunchKernelEx(config, f, params, extra);
+  return SlowLaunch(key, fast, c.hStream, false, &g_cu.real_cuLaunchKernelEx, config, f, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                                   void** extra) {
   if (config == nullptr) return g_cu.real_cuLaunchKernelEx_ptsz(config, f, params, extra);
   const CUlaunchConfig& c = *config;
-  return Paced(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
-                         c.sharedMemBytes),
-               c.hStream, true, [&] { return g_cu.real_cuLaunchKernelEx_ptsz(config, f, params, extra); });
+  const uint64_t key = KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                                 c.sharedMemBytes);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
+    return g_cu.real_cuLaunchKernelEx_ptsz(config, f, params, extra);
+  return SlowLaunch(key, fast, c.hStream, true, &g_cu.real_cuLaunchKernelEx_ptsz, config, f, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                       unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                       CUstream stream, void** params) {
-  return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0, stream, false, [&] {
+  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0;
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
     return g_cu.real_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
-  });
+  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz,
+                    shmem, stream, params);
 }
 
 extern "C" CUresult tessera_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                            unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                                            unsigned shmem, CUstream stream, void** params) {
-  return Paced(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0, stream, true, [&] {
+  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0;
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1))
     return g_cu.real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
-  });
+  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuLaunchCooperativeKernel_ptsz, f, gx, gy, gz, bx, by,
+                    bz, shmem, stream, params);
 }
 
 namespace {
 // A graph with memory nodes: its allocations are mapped by the launch (pools.cc). Off the fast path: only
 // while such a graph exists.
-template <typename Call>
-__attribute__((noinline)) CUresult LaunchGraphWithMemory(CUgraphExec exec, CUstream stream, bool ptsz, Call call) {
+template <typename Fn>
+__attribute__((noinline)) CUresult LaunchGraphWithMemory(CUgraphExec exec, CUstream stream, bool ptsz,
+                                                         Fn* real) {
   GraphLaunchTicket ticket;
   const CUresult c = GraphMemoryBeforeLaunch(exec, &ticket);
   if (c != CUDA_SUCCESS) return c;
-  const CUresult r = Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, ptsz, call);
+  const CUresult r =
+      PacedSlow(GraphKey(exec), FastResult{}, stream, ptsz, [&] { return (*real)(exec, stream); });
   GraphMemoryAfterLaunch(ticket, r == CUDA_SUCCESS);
   return r;
 }
 }  // namespace
 
 extern "C" CUresult tessera_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  auto call = [&] { return g_cu.real_cuGraphLaunch(exec, stream); };
   if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
-    return LaunchGraphWithMemory(exec, stream, false, call);
+    return LaunchGraphWithMemory(exec, stream, false, &g_cu.real_cuGraphLaunch);
   }
-  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, false, call);
+  const uint64_t key = GraphKey(exec);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1)) return g_cu.real_cuGraphLaunch(exec, stream);
+  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuGraphLaunch, exec, stream);
 }
 
 extern "C" CUresult tessera_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  auto call = [&] { return g_cu.real_cuGraphLaunch_ptsz(exec, stream); };
   if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
-    return LaunchGraphWithMemory(exec, stream, true, call);
+    return LaunchGraphWithMemory(exec, stream, true, &g_cu.real_cuGraphLaunch_ptsz);
   }
-  return Paced(Mix(0x67726170, reinterpret_cast<uint64_t>(exec)), stream, true, call);
+  const uint64_t key = GraphKey(exec);
+  FastResult fast;
+  if (__builtin_expect(FastLaunch(key, &fast), 1)) return g_cu.real_cuGraphLaunch_ptsz(exec, stream);
+  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuGraphLaunch_ptsz, exec, stream);
 }
 
 // --- Stream capture: launches into a capture are recorded, not run, so they are not charged
