@@ -225,6 +225,25 @@ class KernelCostTable {
     bool sample;          // this launch should be timed
   };
 
+  // The launch fast path's look at `key`: true when the kind is known and this launch is not one to time,
+  // with the estimate in `c`; the caller then calls Counted(c) once the launch goes ahead. False: the launch
+  // takes the slow path, whose Find decides (and counts it), so a launch is counted once either way.
+  struct Cursor {
+    std::atomic<uint32_t>* launches;
+    uint32_t n;
+    int64_t estimate_ns;
+  };
+  bool Peek(uint64_t key, Cursor* c) {
+    Entry& e = entries_[Index(key)];
+    if (e.key.load(std::memory_order_acquire) != key) return false;
+    const uint32_t n = e.launches.load(std::memory_order_relaxed);
+    if (n < kWindow || n % kSampleEvery == 0) return false;
+    const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
+    *c = {&e.launches, n, est >= 0 ? est : fallback_ns_.load(std::memory_order_relaxed)};
+    return true;
+  }
+  static void Counted(const Cursor& c) { c.launches->store(c.n + 1, std::memory_order_relaxed); }
+
   // The launch path: the estimate for `key` and whether to time this launch. Lock-free, no allocation.
   Lookup Find(uint64_t key) {
     Entry& e = entries_[Index(key)];
@@ -260,10 +279,10 @@ class KernelCostTable {
     int64_t window_min = 0;     // minimum of the current window (writer only)
   };
   static int Index(uint64_t key) {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    return static_cast<int>(key & (kEntries - 1));
+    // Fibonacci hashing: the top 12 bits of the key times 2^64 / golden ratio (one multiply, on every
+    // launch).
+    static_assert(kEntries == 1 << 12);
+    return static_cast<int>((key * 0x9e3779b97f4a7c15ull) >> 52);
   }
   Entry entries_[kEntries];
   // Charged for a kind not measured yet: the last measurement of any kind (a kernel is more like another

@@ -15,13 +15,15 @@ inline uint64_t Mix(uint64_t h, uint64_t v) {
   return h;
 }
 
+// A kind of launch: the function and the launch shape. Each pair of dimensions times its own odd constant:
+// independent multiplies, which run side by side, where a chain of mixing rounds cost 30 instructions per
+// launch; KernelCostTable::Index spreads the result.
 inline uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shmem) {
-  uint64_t h = reinterpret_cast<uint64_t>(f);
-  h = Mix(h, (static_cast<uint64_t>(gx) << 32) | gy);
-  h = Mix(h, (static_cast<uint64_t>(gz) << 32) | bx);
-  h = Mix(h, (static_cast<uint64_t>(by) << 32) | bz);
-  return Mix(h, shmem);
+  return reinterpret_cast<uint64_t>(f) ^ (((static_cast<uint64_t>(gx) << 32) | gy) * 0x9e3779b97f4a7c15ull) ^
+         (((static_cast<uint64_t>(gz) << 32) | bx) * 0xc2b2ae3d27d4eb4full) ^
+         (((static_cast<uint64_t>(by) << 32) | bz) * 0x165667b19e3779f9ull) ^
+         (static_cast<uint64_t>(shmem) * 0xd6e8feb86659fd93ull);
 }
 
 inline uint64_t GraphKey(CUgraphExec exec) {
@@ -51,16 +53,11 @@ bool Capturing(CUstream stream, bool ptsz) {
   return StreamIsCapturing(stream, ptsz);
 }
 
-// What the fast path learnt, handed to the slow path so that it does not count the launch twice.
-struct FastResult {
-  bool looked = false;  // `look` is this launch's cost-table lookup
-  hook::KernelCostTable::Lookup look{0, false};
-};
-
 // The fast path: true when the launch may go to the driver now with nothing more to do (no limits, a GPU the
-// hook does not account, an unpaced GPU, or an unsampled launch the bucket has budget for: its cost is then
-// on the thread's tab). False sends the launch to SlowLaunch, which decides again from the start.
-inline __attribute__((always_inline)) bool FastLaunch(uint64_t key, FastResult* out) {
+// hook does not account, an unpaced GPU, or a launch of a measured kind, not one to time, that the bucket has
+// budget for: its cost is then on the thread's tab and the launch counted). False sends the launch to the
+// slow path, which decides again from the start; nothing was charged or counted.
+inline __attribute__((always_inline)) bool FastLaunch(uint64_t key) {
   const Mode mode = CurrentMode();
   if (mode != Mode::kLimited) return mode == Mode::kPassThrough;
   // One GPU (a container's usual case): no call to ask the driver which.
@@ -72,16 +69,17 @@ inline __attribute__((always_inline)) bool FastLaunch(uint64_t key, FastResult* 
   hook::BucketState* b = &d.shared->bucket;
   if (hook::TokenBucket::Unlimited(b)) return true;
   if (g_state.capturing.load(std::memory_order_relaxed) != 0) return false;
-  out->look = g_state.costs.Find(key);
-  out->looked = true;
-  return !out->look.sample &&
-         hook::TokenBucket::RunUp(hook::ThreadTab(), b, hook::TabEpoch(), out->look.estimate_ns);
+  hook::KernelCostTable::Cursor cursor;
+  if (!g_state.costs.Peek(key, &cursor)) return false;
+  if (!hook::TokenBucket::RunUp(hook::ThreadTab(), b, hook::TabEpoch(), cursor.estimate_ns)) return false;
+  hook::KernelCostTable::Counted(cursor);
+  return true;
 }
 
 // The slow path: every decision of the fast path again, with the waits, the refusals, the captures and the
-// sampled launches. `call()` makes the real driver call.
+// timed launches. `call()` makes the real driver call.
 template <typename Call>
-CUresult PacedSlow(uint64_t key, const FastResult& fast, CUstream stream, bool ptsz, Call call) {
+CUresult PacedSlow(uint64_t key, CUstream stream, bool ptsz, Call call) {
   Mode mode = CurrentMode();
   if (mode == Mode::kUninitialized) mode = EnsureInit();
   if (mode == Mode::kFailClosed) return CUDA_ERROR_NOT_PERMITTED;
@@ -95,7 +93,7 @@ CUresult PacedSlow(uint64_t key, const FastResult& fast, CUstream stream, bool p
   if (hook::TokenBucket::Unlimited(b)) return call();
   if (g_state.capturing.load(std::memory_order_relaxed) != 0 && Capturing(stream, ptsz))
     return call();  // not run now
-  const hook::KernelCostTable::Lookup look = fast.looked ? fast.look : g_state.costs.Find(key);
+  const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
   hook::TokenBucket::ChargeLaunch(b, look.estimate_ns);
   if (!look.sample || g_cu.real_cuEventCreate == nullptr || g_cu.real_cuEventRecord == nullptr ||
       g_state.samples.InFlight() >= hook::SampleRing::kCapacity / 2) {
@@ -122,13 +120,59 @@ CUresult PacedSlow(uint64_t key, const FastResult& fast, CUstream stream, bool p
   return r;
 }
 
-// The slow path of one entry point: out of line and taking the arguments by value, so that the wrapper's fast
-// path keeps them in registers (a lambda capturing them by reference made every launch store all of them).
-// `real` is the slot of the driver's entry point, read after EnsureInit has filled it.
-template <typename Fn, typename... Args>
-__attribute__((noinline)) CUresult SlowLaunch(uint64_t key, FastResult fast, CUstream stream, bool ptsz,
-                                              Fn* real, Args... args) {
-  return PacedSlow(key, fast, stream, ptsz, [&] { return (*real)(args...); });
+// The slow paths of the entry points: out of line and with the entry point's own parameters, so that the
+// wrapper reaches the driver or its slow path by a tail call and its fast path keeps the arguments where they
+// came (a lambda capturing them by reference made every launch store all eleven). The driver's entry point is
+// read after EnsureInit has filled it.
+template <bool kPtsz>
+__attribute__((noinline)) CUresult LaunchKernelSlow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                    CUstream stream, void** params, void** extra) {
+  return PacedSlow(KernelKey(f, gx, gy, gz, bx, by, bz, shmem), stream, kPtsz, [&] {
+    return (kPtsz ? g_cu.real_cuLaunchKernel_ptsz : g_cu.real_cuLaunchKernel)(f, gx, gy, gz, bx, by, bz,
+                                                                              shmem, stream, params, extra);
+  });
+}
+
+template <bool kPtsz>
+__attribute__((noinline)) CUresult LaunchKernelExSlow(const CUlaunchConfig* config, CUfunction f,
+                                                      void** params, void** extra) {
+  const CUlaunchConfig& c = *config;
+  return PacedSlow(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                             c.sharedMemBytes),
+                   c.hStream, kPtsz, [&] {
+                     return (kPtsz ? g_cu.real_cuLaunchKernelEx_ptsz : g_cu.real_cuLaunchKernelEx)(
+                         config, f, params, extra);
+                   });
+}
+
+template <bool kPtsz>
+__attribute__((noinline)) CUresult LaunchCooperativeSlow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                         unsigned bx, unsigned by, unsigned bz,
+                                                         unsigned shmem, CUstream stream, void** params) {
+  return PacedSlow(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0, stream, kPtsz, [&] {
+    return (kPtsz ? g_cu.real_cuLaunchCooperativeKernel_ptsz : g_cu.real_cuLaunchCooperativeKernel)(
+        f, gx, gy, gz, bx, by, bz, shmem, stream, params);
+  });
+}
+
+template <bool kPtsz>
+__attribute__((noinline)) CUresult GraphLaunchSlow(CUgraphExec exec, CUstream stream) {
+  return PacedSlow(GraphKey(exec), stream, kPtsz, [&] {
+    return (kPtsz ? g_cu.real_cuGraphLaunch_ptsz : g_cu.real_cuGraphLaunch)(exec, stream);
+  });
+}
+
+// A graph with memory nodes: its allocations are mapped by the launch (pools.cc). Off the fast path: only
+// while such a graph exists.
+template <bool kPtsz>
+__attribute__((noinline)) CUresult LaunchGraphWithMemory(CUgraphExec exec, CUstream stream) {
+  GraphLaunchTicket ticket;
+  const CUresult c = GraphMemoryBeforeLaunch(exec, &ticket);
+  if (c != CUDA_SUCCESS) return c;
+  const CUresult r = GraphLaunchSlow<kPtsz>(exec, stream);
+  GraphMemoryAfterLaunch(ticket, r == CUDA_SUCCESS);
+  return r;
 }
 
 }  // namespace
@@ -140,105 +184,69 @@ using namespace tessera::cuda_hook;  // NOLINT: the exported C entry points belo
 extern "C" CUresult tessera_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shmem, CUstream stream,
                                            void** params, void** extra) {
-  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, gx, gy, gz, bx, by, bz, shmem)), 1))
     return g_cu.real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem,
-                    stream, params, extra);
+  return LaunchKernelSlow<false>(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                 unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                 CUstream stream, void** params, void** extra) {
-  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, gx, gy, gz, bx, by, bz, shmem)), 1))
     return g_cu.real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
-  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem,
-                    stream, params, extra);
+  return LaunchKernelSlow<true>(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                              void** extra) {
   if (config == nullptr) return g_cu.real_cuLaunchKernelEx(config, f, params, extra);
   const CUlaunchConfig& c = *config;
-  const uint64_t key = KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
-                                 c.sharedMemBytes);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
+                                            c.blockDimZ, c.sharedMemBytes)),
+                       1))
     return g_cu.real_cuLaunchKernelEx(config, f, params, extra);
-  return SlowLaunch(key, fast, c.hStream, false, &g_cu.real_cuLaunchKernelEx, config, f, params, extra);
+  return LaunchKernelExSlow<false>(config, f, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                                   void** extra) {
   if (config == nullptr) return g_cu.real_cuLaunchKernelEx_ptsz(config, f, params, extra);
   const CUlaunchConfig& c = *config;
-  const uint64_t key = KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
-                                 c.sharedMemBytes);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
+                                            c.blockDimZ, c.sharedMemBytes)),
+                       1))
     return g_cu.real_cuLaunchKernelEx_ptsz(config, f, params, extra);
-  return SlowLaunch(key, fast, c.hStream, true, &g_cu.real_cuLaunchKernelEx_ptsz, config, f, params, extra);
+  return LaunchKernelExSlow<true>(config, f, params, extra);
 }
 
 extern "C" CUresult tessera_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                       unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                       CUstream stream, void** params) {
-  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0;
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0), 1))
     return g_cu.real_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
-  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz,
-                    shmem, stream, params);
+  return LaunchCooperativeSlow<false>(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
 }
 
 extern "C" CUresult tessera_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                            unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                                            unsigned shmem, CUstream stream, void** params) {
-  const uint64_t key = KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0;
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1))
+  if (__builtin_expect(FastLaunch(KernelKey(f, gx, gy, gz, bx, by, bz, shmem) ^ 0xc0), 1))
     return g_cu.real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
-  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuLaunchCooperativeKernel_ptsz, f, gx, gy, gz, bx, by,
-                    bz, shmem, stream, params);
+  return LaunchCooperativeSlow<true>(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
 }
-
-namespace {
-// A graph with memory nodes: its allocations are mapped by the launch (pools.cc). Off the fast path: only
-// while such a graph exists.
-template <typename Fn>
-__attribute__((noinline)) CUresult LaunchGraphWithMemory(CUgraphExec exec, CUstream stream, bool ptsz,
-                                                         Fn* real) {
-  GraphLaunchTicket ticket;
-  const CUresult c = GraphMemoryBeforeLaunch(exec, &ticket);
-  if (c != CUDA_SUCCESS) return c;
-  const CUresult r =
-      PacedSlow(GraphKey(exec), FastResult{}, stream, ptsz, [&] { return (*real)(exec, stream); });
-  GraphMemoryAfterLaunch(ticket, r == CUDA_SUCCESS);
-  return r;
-}
-}  // namespace
 
 extern "C" CUresult tessera_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
-    return LaunchGraphWithMemory(exec, stream, false, &g_cu.real_cuGraphLaunch);
-  }
-  const uint64_t key = GraphKey(exec);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1)) return g_cu.real_cuGraphLaunch(exec, stream);
-  return SlowLaunch(key, fast, stream, false, &g_cu.real_cuGraphLaunch, exec, stream);
+  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0)
+    return LaunchGraphWithMemory<false>(exec, stream);
+  if (__builtin_expect(FastLaunch(GraphKey(exec)), 1)) return g_cu.real_cuGraphLaunch(exec, stream);
+  return GraphLaunchSlow<false>(exec, stream);
 }
 
 extern "C" CUresult tessera_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0) {
-    return LaunchGraphWithMemory(exec, stream, true, &g_cu.real_cuGraphLaunch_ptsz);
-  }
-  const uint64_t key = GraphKey(exec);
-  FastResult fast;
-  if (__builtin_expect(FastLaunch(key, &fast), 1)) return g_cu.real_cuGraphLaunch_ptsz(exec, stream);
-  return SlowLaunch(key, fast, stream, true, &g_cu.real_cuGraphLaunch_ptsz, exec, stream);
+  if (g_graph_memory_execs.load(std::memory_order_relaxed) != 0)
+    return LaunchGraphWithMemory<true>(exec, stream);
+  if (__builtin_expect(FastLaunch(GraphKey(exec)), 1)) return g_cu.real_cuGraphLaunch_ptsz(exec, stream);
+  return GraphLaunchSlow<true>(exec, stream);
 }
 
 // --- Stream capture: launches into a capture are recorded, not run, so they are not charged
