@@ -57,7 +57,8 @@ struct BucketState {
 static_assert(sizeof(BucketState) == 128);
 
 // A thread's running tab on one bucket (process memory, never shared: the thread adds to it without atomic
-// operations). Zeroed is empty.
+// operations). Zeroed is empty. It points into the bucket's mapping, which must stay mapped while any thread
+// may still settle there (the hooks map their region for the life of the process).
 struct Tab {
   int64_t owed_ns;      // launched and not yet taken from `bucket`
   int64_t limit_ns;     // settle before owing more than this (a batch)
