@@ -310,6 +310,28 @@ TEST(KernelCostTableTest, EstimatesFromTheMinimumAndFollowsLongerKernels) {
   EXPECT_EQ(t->Find(7).estimate_ns, 4000) << "an unmeasured kind costs what the last measurement did";
 }
 
+// The launch fast path looks a kind up without counting it and counts it once the launch goes ahead; a launch
+// it leaves to the slow path is counted there: every launch counted once, so every 64th is timed.
+TEST(KernelCostTableTest, FastAndSlowPathsCountEachLaunchOnce) {
+  auto t = std::make_unique<KernelCostTable>();
+  // The first launch of a kind takes its entry over, the next kWindow are counted 0..3: all timed.
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(t->Find(42).sample) << "the first launches of a kind are timed";
+  t->Record(42, 1000);
+  int timed = 0;
+  for (int i = 4; i < 4 + 640; ++i) {  // counts 4..643
+    KernelCostTable::Cursor c;
+    if (i % 3 == 0 && t->Peek(42, &c)) {  // a third of the launches take the fast path
+      EXPECT_EQ(c.estimate_ns, 1000);
+      KernelCostTable::Counted(c);
+    } else if (t->Find(42).sample) {
+      ++timed;
+    }
+  }
+  EXPECT_EQ(timed, 10) << "one launch in 64 timed, whichever path counted the others";
+  KernelCostTable::Cursor c;
+  EXPECT_FALSE(t->Peek(7, &c)) << "a kind never seen goes to the slow path";
+}
+
 TEST(SampleRingTest, PushAndDrain) {
   auto ring = std::make_unique<SampleRing>();
   for (int i = 0; i < SampleRing::kCapacity; ++i)

@@ -23,8 +23,9 @@
 //   TokenBucket::Configure(&b, 300000, now);          // 30% of a GPU
 //   if (!TokenBucket::TryTake(&b, cost_ns)) { TokenBucket::Refill(&b, now); ... wait WaitNs(&b) ... }
 //   Tab t{};                                          // a thread's; the hooks use ThreadTab()
-//   if (!TokenBucket::RunUp(&t, &b, epoch, cost_ns)) { TokenBucket::Settle(&t); Open(&t, &b, epoch, cost_ns)
-//   or wait }
+//   if (!TokenBucket::RunUp(&t, &b, epoch, cost_ns)) {
+//     TokenBucket::Settle(&t); if (!TokenBucket::Open(&t, &b, epoch, cost_ns)) ... wait, Open with force ...
+//   }
 //
 // API-neutral: no CUDA or OpenCL types; events are opaque 64-bit handles.
 // Thread-safety: TokenBucket and ElasticController functions are safe between threads and processes on shared
@@ -257,7 +258,7 @@ class KernelCostTable {
       return {fallback_ns_.load(std::memory_order_relaxed), true};
     }
     // A load and a store, not an atomic increment: threads that race here lose a count, which only moves
-    // which launch is sampled; a locked increment on every launch cost more than the rest of the fast path.
+    // which launch is sampled; a locked increment would make every launch wait on the memory bus.
     const uint32_t n = e.launches.load(std::memory_order_relaxed);
     e.launches.store(n + 1, std::memory_order_relaxed);
     const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
