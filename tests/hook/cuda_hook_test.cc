@@ -363,6 +363,23 @@ TEST(HookTest, TwoTenantsReachTheirHardShares) {
   EXPECT_NEAR(sb, 60.0, 2.0) << "60% tenant";
 }
 
+// Eight threads of one process launching short kernels at once: each runs its launches up on its own tab,
+// settled with the bucket in batches, and the process still gets its share, not the share plus what the
+// threads owe (20 us kernels: a batch is about 9 of them, 1/32 of the 30% bucket). The share is the kernel
+// time the threads completed over the wall time, as the probe counts it (the fake GPU's timeline books each
+// thread's kernels under the thread's id). Unhooked the same threads keep the fake GPU 99% busy.
+TEST(HookTest, ManyThreadsHoldTheShare) {
+  HookSandbox box;
+  box.env["TESSERA_GPU_CORES"] = "30";
+  const ProbeResult r = box.Run({"dlsym", "init", "ctx", "spinthreads", "8", "3", "20000"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  const double share =
+      100.0 * static_cast<double>(r.Num("spinthreads", 2)) / static_cast<double>(r.Num("spinthreads", 3));
+  printf("8 threads at 30%% on the fake GPU: %.2f%% over 3 s (the saved-up burst included)\n", share);
+  EXPECT_LE(share, 31.0) << "the threads together took more than the share: " << r.out;
+  EXPECT_GE(share, 20.0) << r.out;
+}
+
 // Elastic (GaiaGPU): alone, a 30% container grows toward its ceiling; when a hard 60% tenant arrives it gives
 // the excess back and the newcomer gets its share.
 TEST(HookTest, ElasticGrowsAloneAndGivesBack) {

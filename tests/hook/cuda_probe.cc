@@ -11,23 +11,26 @@
 //   init | ctx [ordinal] | alloc N | alloc32 N | pitch W H | managed N | host N | array W H | array32 W H
 //   | array3d W H D | mipmap W H LEVELS | vmm N | async N | pool N | graphalloc N | ctxcreate
 //   | freeall | freeslowly PAUSE_MS | meminfo | meminfo32 | totalmem | nvml | launch COUNT NS | ex COUNT NS
-//   | coop COUNT NS | graph COUNT NS | spin SECONDS NS | watch NS WINDOW_MS | fill STEP
+//   | coop COUNT NS | graph COUNT NS | spin SECONDS NS | spinthreads THREADS SECONDS NS | watch NS WINDOW_MS
+//   | fill STEP
 //   | retryalloc N TIMEOUT_MS | churn SECONDS MAXBYTES | ready | sleep MS | exit CODE
 // "fill STEP" allocates STEP bytes at a time until refused and prints how much it got; "spin" launches
 // kernels of NS nanoseconds back to back for SECONDS and prints the kernel time it completed and the wall
-// time; "watch" does the same until stdin closes, printing "watch <share> <meminfo total> <rc>" each window;
-// "churn" allocates and frees random sizes through every path until SECONDS pass (for kill tests);
-// "ready" prints "ready" and waits for a line on stdin.
+// time ("spinthreads" the same from THREADS threads at once); "watch" does the same until stdin closes,
+// printing "watch <share> <meminfo total> <rc>" each window; "churn" allocates and frees random sizes through
+// every path until SECONDS pass (for kill tests); "ready" prints "ready" and waits for a line on stdin.
 #include <dlfcn.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hook/cuda/cuda_api.h"
@@ -366,6 +369,40 @@ void Spin(double seconds, uint64_t ns) {
          static_cast<unsigned long long>(NowNs() - start), static_cast<unsigned long long>(kernels));
 }
 
+// Spin from `threads` threads at once on the calling thread's context; prints the kernel time they
+// completed together.
+void SpinThreads(int threads, double seconds, uint64_t ns) {
+  CUfunction f = Kernel();
+  CUcontext ctx = nullptr;
+  if (CU(cuCtxGetCurrent, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000, 4000)(&ctx) != CUDA_SUCCESS) {
+    Die("no current context");
+  }
+  auto set = CU(cuCtxSetCurrent, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000, 4000);
+  auto launch = CU(cuLaunchKernel, cuLaunchKernel, PFN_cuLaunchKernel_v4000, 4000);
+  auto sync = CU(cuCtxSynchronize, cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, 2000);
+  const uint64_t start = NowNs();
+  const uint64_t end = start + static_cast<uint64_t>(seconds * 1e9);
+  std::atomic<uint64_t> kernels{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      if (set(ctx) != CUDA_SUCCESS) Die("cuCtxSetCurrent failed in a thread");
+      uint64_t value = ns;
+      void* params[] = {&value};
+      uint64_t mine = 0;
+      while (NowNs() < end) {
+        if (launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) Die("launch failed");
+        if (++mine % 2 == 0) sync();
+      }
+      kernels.fetch_add(mine);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  sync();
+  printf("spinthreads 0 %llu %llu %llu\n", static_cast<unsigned long long>(kernels.load() * ns),
+         static_cast<unsigned long long>(NowNs() - start), static_cast<unsigned long long>(kernels.load()));
+}
+
 bool StdinClosed() {
   pollfd p{0, POLLIN, 0};
   if (poll(&p, 1, 0) <= 0) return false;
@@ -532,6 +569,10 @@ int main(int argc, char** argv) {
     } else if (strcmp(op, "spin") == 0) {
       const double seconds = atof(argv[++i]);
       Spin(seconds, Arg(argv, &i, argc));
+    } else if (strcmp(op, "spinthreads") == 0) {
+      const int threads = static_cast<int>(Arg(argv, &i, argc));
+      const double seconds = atof(argv[++i]);
+      SpinThreads(threads, seconds, Arg(argv, &i, argc));
     } else if (strcmp(op, "watch") == 0) {
       const uint64_t ns = Arg(argv, &i, argc);
       Watch(ns, Arg(argv, &i, argc));

@@ -75,6 +75,141 @@ TEST(TokenBucketTest, IdleTimeSavesOnlyABurst) {
   EXPECT_EQ(b.capacity_ns.load(), static_cast<int64_t>(4 * kMs));  // 20 ms at 10% is 2: at least 4
 }
 
+// The limiter thread's work, simulated: every millisecond the bucket refills and the tab epoch moves on.
+struct Ticks {
+  BucketState* b;
+  uint64_t now;
+  uint32_t epoch = 1;
+  void Advance(uint64_t ns) {
+    const uint64_t next = now + ns;
+    if (next / kMs != now / kMs) {
+      TokenBucket::Refill(b, next);
+      ++epoch;
+    }
+    now = next;
+  }
+};
+
+// One thread's launch of `cost` on its tab, as the hooks' launch paths do it (without the wait): true when it
+// was charged and may run.
+bool Launch(Tab* t, BucketState* b, uint32_t epoch, int64_t cost) {
+  if (TokenBucket::RunUp(t, b, epoch, cost)) return true;
+  TokenBucket::Settle(t);
+  return TokenBucket::Open(t, b, epoch, cost);
+}
+
+// Launches put on per-thread tabs and settled in batches must not let a container take more than the bucket
+// gives over a window: what a thread owes from before an idle spell is charged, not forgotten, and no thread
+// runs up a tab the bucket does not cover; nothing is lost either, whichever thread launches when.
+TEST(TabTest, TabsNeverTakeMoreThanTheShareOverAWindow) {
+  constexpr int kThreads = 8;
+  constexpr int64_t kCost = 10000;  // 10 us kernels
+  constexpr uint64_t kStep = 10000;
+  BucketState b{};
+  TokenBucket::Configure(&b, 300000, kMs);  // 30%: a 6 ms bucket; a batch is at most 6 ms / 32
+  Ticks t{&b, kMs};
+  Tab tabs[kThreads] = {};
+  // For `ns`, every thread that `active(i, now)` names launches up to `per_step` kernels each step, as far as
+  // the bucket lets it: one thread's launches after the other's, or (`interleaved`) one launch of each thread
+  // in turn, as threads running at once do. Returns the GPU time launched.
+  auto run = [&](uint64_t ns, int per_step, auto active, bool interleaved = false) {
+    int64_t used = 0;
+    for (uint64_t end = t.now + ns; t.now < end; t.Advance(kStep)) {
+      for (int i = 0; i < kThreads; ++i) {
+        if (!active(i, t.now)) continue;
+        for (int n = 0; n < (interleaved ? 1 : per_step) && Launch(&tabs[i], &b, t.epoch, kCost); ++n) {
+          used += kCost;
+        }
+      }
+      for (int round = 1; interleaved && round < per_step; ++round) {
+        bool any = false;
+        for (int i = 0; i < kThreads; ++i) {
+          if (active(i, t.now) && Launch(&tabs[i], &b, t.epoch, kCost)) {
+            used += kCost;
+            any = true;
+          }
+        }
+        if (!any) break;
+      }
+    }
+    return used;
+  };
+  auto all = [](int, uint64_t) { return true; };
+  // Eight threads launch a kernel each per step for 100 us, then pause for a second while the bucket fills
+  // up again: they stop owing what they launched.
+  EXPECT_EQ(run(10 * kStep, 1, all), kThreads * 10 * kCost);
+  int64_t owed = 0;
+  for (const Tab& x : tabs) owed += x.owed_ns;
+  EXPECT_GT(owed, 4 * kThreads * kCost) << "the threads should stop owing (the case under test)";
+  run(1000 * kMs, 1, [](int, uint64_t) { return false; });
+  // The burst after the idle spell, launching as fast as allowed: the saved-up burst and the refills less
+  // what was owed, plus at most one launch per thread (a launch runs when the bucket is above zero).
+  const uint64_t window = 50 * kMs;
+  const int64_t burst = run(window, 1000, all);
+  const int64_t most = b.capacity_ns.load() + static_cast<int64_t>(window) * 3 / 10 + kThreads * kCost - owed;
+  EXPECT_LE(burst, most) << "launches owed from before the idle spell were never charged, or a tab ran past "
+                            "the bucket";
+  EXPECT_GE(burst, most - kThreads * kCost - static_cast<int64_t>(2 * kMs) * 3 / 10);
+  // The same with the threads' launches interleaved: each thread sees the bucket without what the others owe
+  // and not yet settled, so together they run ahead by at most a batch each (1/32 of the bucket).
+  run(1000 * kMs, 1, [](int, uint64_t) { return false; });
+  const int64_t interleaved = run(window, 1000, all, /*interleaved=*/true);
+  const int64_t ahead = kThreads * (b.capacity_ns.load() / TokenBucket::kBatchCapacityDivisor + kCost);
+  EXPECT_LE(interleaved, b.capacity_ns.load() + static_cast<int64_t>(window) * 3 / 10 + ahead)
+      << "threads ran up tabs past the bucket: a tab must be settled at a batch";
+  EXPECT_GE(interleaved, b.capacity_ns.load() + static_cast<int64_t>(window) * 3 / 10 - 2 * kCost);
+  // Threads taking turns of 100 us, each leaving a tab behind when its turn ends. Over a second they get the
+  // share, no more, no less.
+  const int64_t turns =
+      run(1000 * kMs, 1, [](int i, uint64_t now) { return static_cast<int>(now / 100000 % kThreads) == i; });
+  EXPECT_NEAR(static_cast<double>(turns) / 1e9, 0.300, 0.008);
+}
+
+// A thread that exits settles its tab (the hooks' launch path registers it): what it launched is charged.
+TEST(TabTest, AThreadThatExitsSettlesItsTab) {
+  BucketState b{};
+  TokenBucket::Configure(&b, 500000, kMs);
+  const int64_t full = b.tokens_ns.load();
+  std::thread launcher([&] {
+    for (int i = 0; i < 3; ++i) TokenBucket::ChargeLaunch(&b, 1000);
+    EXPECT_EQ(ThreadTab()->owed_ns, 3000);
+    EXPECT_EQ(b.tokens_ns.load(), full) << "three launches stay on the tab (no atomic operation each)";
+  });
+  launcher.join();
+  EXPECT_EQ(b.tokens_ns.load(), full - 3000) << "the exited thread's launches were never charged";
+  // A batch: a tab is settled before it owes more than 64 launches (or 1/32 of the bucket).
+  Tab tab{};
+  ASSERT_TRUE(TokenBucket::Open(&tab, &b, 5, 1000));
+  for (int i = 1; i < 64; ++i) ASSERT_TRUE(TokenBucket::RunUp(&tab, &b, 5, 1000));
+  EXPECT_FALSE(TokenBucket::RunUp(&tab, &b, 5, 1000)) << "a full batch is settled first";
+  Tab older = tab;
+  older.owed_ns = 0;
+  EXPECT_TRUE(TokenBucket::RunUp(&older, &b, 5, 1000));
+  EXPECT_FALSE(TokenBucket::RunUp(&older, &b, 6, 1000)) << "a tab from an older epoch is settled first";
+  TokenBucket::Settle(&tab);
+  EXPECT_EQ(b.tokens_ns.load(), full - 3000 - 64000);
+  EXPECT_EQ(tab.owed_ns, 0);
+}
+
+// A tab never runs past the bucket: a launch runs while the bucket holds more than the thread owes (the
+// bucket as if settled is above zero, as TryTake asks), and an empty bucket charges nothing until the caller
+// waited.
+TEST(TabTest, ATabRunsOnlyOnWhatTheBucketHolds) {
+  BucketState b{};
+  TokenBucket::Configure(&b, 500000, kMs);
+  TokenBucket::Take(&b, b.tokens_ns.load() - 4500);  // 4.5 us left
+  Tab tab{};
+  int launched = 0;
+  while (launched < 100 && Launch(&tab, &b, 1, 1000)) ++launched;
+  EXPECT_EQ(launched, 5) << "as TryTake: 4.5 us of budget runs five launches of 1 us";
+  EXPECT_EQ(b.tokens_ns.load(), -500) << "settled when the bucket ran dry";
+  EXPECT_EQ(tab.owed_ns, 0);
+  EXPECT_FALSE(TokenBucket::Open(&tab, &b, 1, 1000));
+  ASSERT_TRUE(TokenBucket::Open(&tab, &b, 1, 1000, /*force=*/true));  // after the wait
+  TokenBucket::Settle(&tab);
+  EXPECT_EQ(b.tokens_ns.load(), -1500);
+}
+
 ElasticInputs Inputs(uint32_t rate, uint32_t own, int32_t device, bool wanted) {
   ElasticInputs in;
   in.share_ppm = 300000;
@@ -173,6 +308,28 @@ TEST(KernelCostTableTest, EstimatesFromTheMinimumAndFollowsLongerKernels) {
   for (int i = 0; i < 3; ++i) t->Record(42, 4000);
   EXPECT_EQ(t->Estimate(42), 4000);
   EXPECT_EQ(t->Find(7).estimate_ns, 4000) << "an unmeasured kind costs what the last measurement did";
+}
+
+// The launch fast path looks a kind up without counting it and counts it once the launch goes ahead; a launch
+// it leaves to the slow path is counted there: every launch counted once, so every 64th is timed.
+TEST(KernelCostTableTest, FastAndSlowPathsCountEachLaunchOnce) {
+  auto t = std::make_unique<KernelCostTable>();
+  // The first launch of a kind takes its entry over, the next kWindow are counted 0..3: all timed.
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(t->Find(42).sample) << "the first launches of a kind are timed";
+  t->Record(42, 1000);
+  int timed = 0;
+  for (int i = 4; i < 4 + 640; ++i) {  // counts 4..643
+    KernelCostTable::Cursor c;
+    if (i % 3 == 0 && t->Peek(42, &c)) {  // a third of the launches take the fast path
+      EXPECT_EQ(c.estimate_ns, 1000);
+      KernelCostTable::Counted(c);
+    } else if (t->Find(42).sample) {
+      ++timed;
+    }
+  }
+  EXPECT_EQ(timed, 10) << "one launch in 64 timed, whichever path counted the others";
+  KernelCostTable::Cursor c;
+  EXPECT_FALSE(t->Peek(7, &c)) << "a kind never seen goes to the slow path";
 }
 
 TEST(SampleRingTest, PushAndDrain) {

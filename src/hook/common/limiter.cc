@@ -1,8 +1,13 @@
 #include "hook/common/limiter.h"
 
+#include <pthread.h>
+
 #include "hook/common/base.h"
 
 namespace tessera::hook {
+
+__thread Tab t_tab __attribute__((tls_model("initial-exec")));
+std::atomic<uint32_t> g_tab_epoch{1};  // not 0: a zeroed tab is never current
 
 namespace {
 
@@ -11,7 +16,55 @@ int64_t CapacityFor(uint32_t rate_ppm) {
   return c < TokenBucket::kMinBurstNs ? TokenBucket::kMinBurstNs : c;
 }
 
+// A thread that exits settles its tab (the key's destructor runs while the thread's TLS is still there).
+pthread_once_t g_exit_key_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_exit_key;
+bool g_exit_key_ok = false;
+
+void SettleAtThreadExit(void* tab) {
+  TokenBucket::Settle(static_cast<Tab*>(tab));
+}
+
+void CreateExitKey() {
+  g_exit_key_ok = pthread_key_create(&g_exit_key, &SettleAtThreadExit) == 0;
+}
+
 }  // namespace
+
+void TokenBucket::Settle(Tab* t) {
+  if (t->bucket != nullptr && t->owed_ns != 0)
+    t->bucket->tokens_ns.fetch_sub(t->owed_ns, std::memory_order_relaxed);
+  t->owed_ns = 0;
+  t->bucket = nullptr;
+}
+
+bool TokenBucket::Open(Tab* t, BucketState* b, uint32_t epoch, int64_t cost_ns, bool force) {
+  if (t->bucket != nullptr) Settle(t);
+  if (cost_ns < 0) cost_ns = 0;
+  if (!force && b->tokens_ns.load(std::memory_order_relaxed) <= 0) return false;
+  const int64_t most = b->capacity_ns.load(std::memory_order_relaxed) / kBatchCapacityDivisor;
+  const int64_t batch = cost_ns > most / kBatchLaunches ? most : cost_ns * kBatchLaunches;
+  t->bucket = b;
+  t->epoch = epoch;
+  t->limit_ns = batch > cost_ns ? batch : cost_ns;
+  t->owed_ns = cost_ns;
+  return true;
+}
+
+void TokenBucket::ChargeLaunch(BucketState* b, int64_t cost_ns) {
+  Tab* t = ThreadTab();
+  if (t->exit_hook == 0) {
+    t->exit_hook = 1;
+    pthread_once(&g_exit_key_once, &CreateExitKey);
+    if (g_exit_key_ok) pthread_setspecific(g_exit_key, t);
+  }
+  const uint32_t epoch = TabEpoch();
+  if (RunUp(t, b, epoch, cost_ns)) return;
+  Settle(t);
+  if (Open(t, b, epoch, cost_ns)) return;
+  WaitForBudget(b);
+  Open(t, b, TabEpoch(), cost_ns, /*force=*/true);
+}
 
 void TokenBucket::Configure(BucketState* b, uint32_t rate_ppm, uint64_t now_ns) {
   SetRate(b, rate_ppm);
@@ -179,17 +232,12 @@ bool SampleRing::Push(const Sample& s) {
     uint32_t expected = kFree;
     if (c.state.compare_exchange_strong(expected, kWriting, std::memory_order_acquire)) {
       c.sample = s;
+      in_flight_.fetch_add(1, std::memory_order_relaxed);  // before Drain can see the cell
       c.state.store(kReady, std::memory_order_release);
       return true;
     }
   }
   return false;
-}
-
-int SampleRing::InFlight() const {
-  int n = 0;
-  for (const Cell& c : cells_) n += c.state.load(std::memory_order_relaxed) != kFree ? 1 : 0;
-  return n;
 }
 
 void TokenBucket::WaitForBudget(BucketState* b) {

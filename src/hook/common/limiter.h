@@ -4,7 +4,14 @@
 // - TokenBucket: a budget of GPU time. It fills at the container's rate (share of one GPU, in parts per
 //   million) and every launch takes the launch's estimated GPU time from it. A launch that finds the budget
 //   empty waits until it refills. The state (BucketState) lives in the shared region, so every process of a
-//   container draws on one budget. The launch fast path is TryTake: one load and one atomic subtraction.
+//   container draws on one budget.
+// - Tab: a launching thread's running tab on a bucket. The launch fast path (TokenBucket::RunUp) checks the
+//   bucket has budget beyond what the thread already owes and adds the launch's cost to the tab, with plain
+//   loads and stores in the thread's own memory; the tab is settled (one atomic subtraction from the bucket)
+//   when it reaches a batch, when the process's tab epoch moves on (every limiter tick), and when the thread
+//   exits. Nothing is taken in advance, so nothing has to be given back: a thread that stops owes what it
+//   launched and is charged it later, never credited budget the bucket would have dropped
+//   (docs/isolation.md, "Compute limiter").
 // - ElasticController: GaiaGPU's elastic policy. Alone, a container may use idle compute up to a ceiling;
 //   when others want their share (the GPU is saturated) it gives the excess back step by step, without
 //   preempting anything: it only launches less. High priority grows and keeps; low priority yields at once.
@@ -15,11 +22,15 @@
 //   BucketState b{};                                  // zeroed memory (a fresh region) is valid
 //   TokenBucket::Configure(&b, 300000, now);          // 30% of a GPU
 //   if (!TokenBucket::TryTake(&b, cost_ns)) { TokenBucket::Refill(&b, now); ... wait WaitNs(&b) ... }
+//   Tab t{};                                          // a thread's; the hooks use ThreadTab()
+//   if (!TokenBucket::RunUp(&t, &b, epoch, cost_ns)) {
+//     TokenBucket::Settle(&t); if (!TokenBucket::Open(&t, &b, epoch, cost_ns)) ... wait, Open with force ...
+//   }
 //
 // API-neutral: no CUDA or OpenCL types; events are opaque 64-bit handles.
 // Thread-safety: TokenBucket and ElasticController functions are safe between threads and processes on shared
-// state; KernelCostTable allows any number of readers and one writer per entry (Record from one thread);
-// SampleRing is multi-producer, single-consumer.
+// state; a Tab belongs to one thread; KernelCostTable allows any number of readers and one writer per
+// entry (Record from one thread); SampleRing is multi-producer, single-consumer.
 #ifndef TESSERA_HOOK_COMMON_LIMITER_H_
 #define TESSERA_HOOK_COMMON_LIMITER_H_
 
@@ -46,6 +57,36 @@ struct BucketState {
 };
 static_assert(sizeof(BucketState) == 128);
 
+// A thread's running tab on one bucket (process memory, never shared: the thread adds to it without atomic
+// operations). Zeroed is empty. It points into the bucket's mapping, which must stay mapped while any thread
+// may still settle there (the hooks map their region for the life of the process).
+struct Tab {
+  int64_t owed_ns;      // launched and not yet taken from `bucket`
+  int64_t limit_ns;     // settle before owing more than this (a batch)
+  BucketState* bucket;  // whose budget the launches use; null: none
+  uint32_t epoch;       // the tab epoch it was opened in; settled once the epoch moves on
+  uint32_t exit_hook;   // ThreadTab(): 1 once its settling at thread exit is registered
+};
+
+// The calling thread's tab (initial-exec TLS: one %fs-relative access, no lookup call or init guard) and the
+// process's tab epoch, which the limiter thread advances every tick (AdvanceTabEpoch).
+extern __thread Tab t_tab __attribute__((tls_model("initial-exec")));
+extern std::atomic<uint32_t> g_tab_epoch;
+inline Tab* ThreadTab() {
+  return &t_tab;
+}
+inline uint32_t TabEpoch() {
+  return g_tab_epoch.load(std::memory_order_relaxed);
+}
+inline void AdvanceTabEpoch() {
+  // One writer (the limiter thread): a load and a store, no locked operation.
+  g_tab_epoch.store(g_tab_epoch.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+// After fork(), in the child: the forking thread's tab is the parent's to settle; the child starts with none.
+inline void ForgetThreadTabInChild() {
+  t_tab = Tab{};
+}
+
 class TokenBucket {
  public:
   // The budget saved up while idle: this many ns of GPU time at the current rate (and at least kMinBurstNs).
@@ -61,8 +102,8 @@ class TokenBucket {
   // wins each interval (compare-and-swap on the refill time).
   static void Refill(BucketState* b, uint64_t now_ns);
 
-  // The launch fast path: true when there is budget (then `cost_ns` is taken), false when the caller must
-  // refill and wait. Never blocks.
+  // Without a tab: true when there is budget (then `cost_ns` is taken), false when the caller must
+  // refill and wait. Never blocks. One load and one atomic subtraction on the shared bucket.
   static bool TryTake(BucketState* b, int64_t cost_ns) {
     if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) return false;
     b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
@@ -72,6 +113,35 @@ class TokenBucket {
   static void Take(BucketState* b, int64_t cost_ns) {
     b->tokens_ns.fetch_sub(cost_ns, std::memory_order_relaxed);
   }
+
+  // The launch fast path with a tab: true when `t` is open on `b` in this `epoch`, owing `cost_ns` more stays
+  // within its batch, and the bucket holds more than the tab owes (the bucket as if the tab were settled is
+  // above zero, as TryTake asks); then the cost is added to the tab. Plain loads and stores, and one load of
+  // the shared bucket.
+  static bool RunUp(Tab* t, const BucketState* b, uint32_t epoch, int64_t cost_ns) {
+    const int64_t owed = t->owed_ns;
+    if (t->bucket != b || t->epoch != epoch || owed + cost_ns > t->limit_ns ||
+        b->tokens_ns.load(std::memory_order_relaxed) <= owed) {
+      return false;
+    }
+    t->owed_ns = owed + cost_ns;
+    return true;
+  }
+  // A tab owes at most about this many launches...
+  static constexpr int64_t kBatchLaunches = 64;
+  // ...and never more than this fraction of the bucket's capacity: what the threads of a container owe and
+  // have not settled is what they can run ahead of the share together.
+  static constexpr int64_t kBatchCapacityDivisor = 32;
+  // Takes what `t` owes from its bucket (one atomic subtraction) and empties the tab.
+  static void Settle(Tab* t);
+  // Opens a settled tab on `b` in `epoch` with this launch on it: true when the bucket has budget (or
+  // `force`, after a wait: then the launch is charged whatever the bucket holds). False, with nothing owed,
+  // when the bucket is empty: the caller waits for budget and opens with `force`. The batch: kBatchLaunches
+  // launches of this cost, at most capacity / kBatchCapacityDivisor, at least this launch.
+  static bool Open(Tab* t, BucketState* b, uint32_t epoch, int64_t cost_ns, bool force = false);
+  // The launch path of both hooks after RunUp failed, on the calling thread's tab: Settle, Open, and when the
+  // bucket is empty WaitForBudget and Open with `force`. Registers the settling of the tab at thread exit.
+  static void ChargeLaunch(BucketState* b, int64_t cost_ns);
 
   // A launch that had to wait resumes once this much budget has built up: the container then runs a burst of
   // about 2 ms instead of one kernel per refill. On a real GPU every switch between two containers' contexts
@@ -157,6 +227,25 @@ class KernelCostTable {
     bool sample;          // this launch should be timed
   };
 
+  // The launch fast path's look at `key`: true when the kind is known and this launch is not one to time,
+  // with the estimate in `c`; the caller then calls Counted(c) once the launch goes ahead. False: the launch
+  // takes the slow path, whose Find decides (and counts it), so a launch is counted once either way.
+  struct Cursor {
+    std::atomic<uint32_t>* launches;
+    uint32_t n;
+    int64_t estimate_ns;
+  };
+  bool Peek(uint64_t key, Cursor* c) {
+    Entry& e = entries_[Index(key)];
+    if (e.key.load(std::memory_order_acquire) != key) return false;
+    const uint32_t n = e.launches.load(std::memory_order_relaxed);
+    if (n < kWindow || n % kSampleEvery == 0) return false;
+    const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
+    *c = {&e.launches, n, est >= 0 ? est : fallback_ns_.load(std::memory_order_relaxed)};
+    return true;
+  }
+  static void Counted(const Cursor& c) { c.launches->store(c.n + 1, std::memory_order_relaxed); }
+
   // The launch path: the estimate for `key` and whether to time this launch. Lock-free, no allocation.
   Lookup Find(uint64_t key) {
     Entry& e = entries_[Index(key)];
@@ -168,7 +257,10 @@ class KernelCostTable {
       e.window_count = 0;
       return {fallback_ns_.load(std::memory_order_relaxed), true};
     }
-    const uint32_t n = e.launches.fetch_add(1, std::memory_order_relaxed);
+    // A load and a store, not an atomic increment: threads that race here lose a count, which only moves
+    // which launch is sampled; a locked increment would make every launch wait on the memory bus.
+    const uint32_t n = e.launches.load(std::memory_order_relaxed);
+    e.launches.store(n + 1, std::memory_order_relaxed);
     const int64_t est = e.estimate_ns.load(std::memory_order_relaxed);
     const bool sample = n < kWindow || n % kSampleEvery == 0;
     return {est >= 0 ? est : fallback_ns_.load(std::memory_order_relaxed), sample};
@@ -189,10 +281,10 @@ class KernelCostTable {
     int64_t window_min = 0;     // minimum of the current window (writer only)
   };
   static int Index(uint64_t key) {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    return static_cast<int>(key & (kEntries - 1));
+    // Fibonacci hashing: the top 12 bits of the key times 2^64 / golden ratio (one multiply, on every
+    // launch).
+    static_assert(kEntries == 1 << 12);
+    return static_cast<int>((key * 0x9e3779b97f4a7c15ull) >> 52);
   }
   Entry entries_[kEntries];
   // Charged for a kind not measured yet: the last measurement of any kind (a kernel is more like another
@@ -226,9 +318,11 @@ class SampleRing {
         ++removed;
       }
     }
+    if (removed > 0) in_flight_.fetch_sub(removed, std::memory_order_relaxed);
     return removed;
   }
-  int InFlight() const;
+  // Samples pushed and not yet drained. A counter, not a scan of the cells: every sampled launch asks.
+  int InFlight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:
   enum : uint32_t { kFree = 0, kWriting = 1, kReady = 2 };
@@ -238,6 +332,7 @@ class SampleRing {
   };
   Cell cells_[kCapacity];
   std::atomic<uint32_t> next_{0};
+  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace tessera::hook

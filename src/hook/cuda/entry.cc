@@ -188,6 +188,7 @@ void AtForkChild() {
   ResetAllocTableInChild();
   ResetPoolsInChild();
   ResetFootprintInChild();
+  hook::ForgetThreadTabInChild();
   for (HookDevice& d : g_state.devices) {
     d.primary_refs = 0;
     d.footprint_bytes = 0;
@@ -201,7 +202,10 @@ __attribute__((constructor)) void OnLoad() {
 }
 
 __attribute__((destructor)) void OnUnload() {
-  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) g_state.session.region.Detach();
+  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) {
+    hook::TokenBucket::Settle(hook::ThreadTab());  // what the exiting thread launched and still owes
+    g_state.session.region.Detach();
+  }
 }
 
 }  // namespace
@@ -412,6 +416,7 @@ bool DrainSample(const hook::SampleRing::Sample& s) {
 
 // Every millisecond: refill the budgets, step the elastic controllers, read the measured launches.
 bool EveryMs(uint64_t now) {
+  hook::AdvanceTabEpoch();  // the launching threads settle their tabs at their next launch
   bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {

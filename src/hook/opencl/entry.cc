@@ -206,6 +206,7 @@ void AtForkChild() {
   hook::SessionForgetInChild(&g_state.session);
   g_state.need_attach.store(true);
   ResetMemTableInChild();
+  hook::ForgetThreadTabInChild();
 }
 
 __attribute__((constructor)) void OnLoad() {
@@ -214,7 +215,10 @@ __attribute__((constructor)) void OnLoad() {
 }
 
 __attribute__((destructor)) void OnUnload() {
-  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) g_state.session.region.Detach();
+  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) {
+    hook::TokenBucket::Settle(hook::ThreadTab());  // what the exiting thread launched and still owes
+    g_state.session.region.Detach();
+  }
 }
 
 bool EnsureAttached() {
@@ -353,6 +357,7 @@ uint64_t g_last_step[hook::kMaxDevices] = {0};
 
 // Every millisecond: read the measured launches, refill the budgets, step the elastic controllers.
 bool EveryMs(uint64_t now) {
+  hook::AdvanceTabEpoch();  // the launching threads settle their tabs at their next launch
   g_state.samples.Drain(&DrainSample);
   bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);

@@ -60,8 +60,9 @@ cl_int Paced(cl_command_queue queue, uint64_t key, cl_event* event, Call call) {
   hook::BucketState* b = &d->shared->bucket;
   if (hook::TokenBucket::Unlimited(b)) return call(event);
   const hook::KernelCostTable::Lookup look = g_state.costs.Find(key);
-  if (b->tokens_ns.load(std::memory_order_relaxed) <= 0) hook::TokenBucket::WaitForBudget(b);
-  hook::TokenBucket::Take(b, look.estimate_ns);
+  // On the thread's tab (settled with the bucket in batches; waits when the bucket is empty).
+  if (!hook::TokenBucket::RunUp(hook::ThreadTab(), b, hook::TabEpoch(), look.estimate_ns))
+    hook::TokenBucket::ChargeLaunch(b, look.estimate_ns);
   const bool measure = profiling && g_cl.clRetainEvent != nullptr && g_cl.clReleaseEvent != nullptr &&
                        g_state.samples.InFlight() < hook::SampleRing::kCapacity / 2;
   if (!measure) {
