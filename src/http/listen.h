@@ -18,15 +18,13 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "http/backlog.h"
 #include "httplib.h"
 
 namespace tessera::http {
 
 // Splits "HOST:PORT" ("[::1]:80" for IPv6); the error says what a valid address looks like.
 absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen);
-
-// The system's maximum listen backlog: /proc/sys/net/core/somaxconn, or SOMAXCONN where it cannot be read.
-int ListenBacklog();
 
 // The error of a failed bind, naming the address.
 absl::Status CannotListen(const std::string& host, int port);
