@@ -220,7 +220,7 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
       // share given without it gets it, with the number of vGPUs the share expands to.
       if (app) {
         absl::StatusOr<std::optional<int64_t>> count = core::ImpliedGpuCount(lists[0], options_.parse);
-        // An invalid request is the validating webhook's to refuse, with its message.
+        // An invalid request is refused below, judged on the patched pod, with the parser's message.
         if (count.ok() && count->has_value()) {
           for (size_t k = 0; k < lists.size(); ++k) {
             if (k == 1 && lists[1].empty() && !changed[1]) {
@@ -251,8 +251,8 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   std::map<std::string, std::string> annotations;
   if (!gpu_added.empty()) annotations[core::kAnnotationGpuAdded] = StrJoin(gpu_added, ",");
   const auto& present = pod->spec.annotations;
-  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from the
-  // whole pod, as gpu-manager's limit is an annotation. A pod that does not parse is the validating webhook's.
+  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from
+  // the whole pod, as gpu-manager's limit is an annotation. An unparsed request is refused below.
   absl::StatusOr<core::PodRequest> original = core::ParsePodRequest(pod->spec, options_.parse);
   const bool elastic = original.ok() && original->compute_policy == core::ComputePolicy::kElastic;
   if (elastic && !present.contains(core::kAnnotationComputePolicy)) {
