@@ -13,11 +13,11 @@ nodes Ready and marking bound pods Running). Each node has the inventory annotat
 - baseline: the cluster's default kube-scheduler alone, no admission webhook; each pod asks for its whole GPUs as
   `example.com/gpu` (a share counts as one GPU: what a cluster without GPU sharing gives it).
 - tessera: Tessera's kube-scheduler (deploy/'s KubeSchedulerConfiguration) with tessera-scheduler as extender and
-  its admission webhooks registered (one replica, called directly); each pod asks in Tessera's names for exactly
-  its share.
+  its admission webhook registered as deploy/ ships it (one replica, called directly; one call per GPU pod); each
+  pod asks in Tessera's names for exactly its share.
 
 It prints pods bound per second for each, measured from the first create to the last bind, and their ratio
-(goal: tessera >= 0.7x the baseline; exit 1 when it is missed). Pods are created by 16 client threads, well above
+(goal: tessera >= 0.9x the baseline; exit 1 when it is missed). Pods are created by 16 client threads, well above
 either bind rate.
 
 No quick mode, and not run by the test suite: it needs kwok (scripts/k8s-components --with-kwok, which
@@ -42,6 +42,7 @@ SOURCE = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(SOURCE, "tests", "cluster"))
 import cluster as harness  # noqa: E402
 
+GOAL = 0.9  # tessera's rate over the baseline's
 TRACE = os.path.join(SOURCE, "..", "shared", "traces", "alibaba-gpu-v2023", "openb_pod_list_default.csv")
 
 
@@ -254,17 +255,17 @@ def main():
             for n in c.get("nodes")["items"]), "kwok to make every node Ready", 600, interval=5)
         shapes = trace_shapes(args.pods)
         # The baseline is a cluster without Tessera: no admission webhook either.
-        c.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "tessera-scheduler")
+        c.kubectl("delete", "mutatingwebhookconfiguration", "tessera-scheduler")
         base = run(c, shapes, tessera=False, label="baseline")
         c.register_webhooks()
         tess = run(c, shapes, tessera=True, label="tessera")
         print(f"\nbaseline (kube-scheduler alone): {base:.0f} pods/s")
         print(f"tessera (kube-scheduler + extender + webhook): {tess:.0f} pods/s")
-        verdict = "met" if tess / base >= 0.7 else "MISSED"
-        print(f"ratio tessera/baseline: {tess / base:.2f} (goal >= 0.70: {verdict})")
+        verdict = "met" if tess / base >= GOAL else "MISSED"
+        print(f"ratio tessera/baseline: {tess / base:.2f} (goal >= {GOAL:.2f}: {verdict})")
     finally:
         c.stop()
-    return 0 if tess / base >= 0.7 else 1
+    return 0 if tess / base >= GOAL else 1
 
 
 if __name__ == "__main__":

@@ -1,24 +1,25 @@
 // tessera-node: the node agent (a DaemonSet on every GPU node): GPU inventory and health, the kubelet device
 // plugin for tessera.dev/gpu, per-container limits files and shared regions, the hook registration socket,
 // reconciliation, garbage collection and metrics. See docs/node-agent.md.
-#include <httplib.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
-#include <set>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
 #include "core/strings.h"
+#include "core/topology.h"
 #include "gpu/gpu_source.h"
 #include "gpu/health_monitor.h"
+#include "http/guarded_server.h"
+#include "http/listen.h"
 #include "k8s/config.h"
 #include "k8s/kube_api.h"
-#include "core/topology.h"
 #include "kubelet/device_plugin.h"
 #include "kubelet/dra_plugin.h"
 #include "kubelet/pod_resources_client.h"
@@ -173,23 +174,23 @@ int Run(const Options& o) {
               {{"gpu", u.uuid.value()}, {"reason", u.reason}});
   });
 
-  httplib::Server http;
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : ""), "text/plain; version=0.0.4");
-  });
-  http.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
+  // The metrics port is reachable from pods (it listens on all interfaces for Prometheus): the guarded server
+  // keeps slow and numerous clients from starving /healthz, which the liveness probe reads.
+  http::GuardedHttpServer http{
+      http::HttpLimits{.request_timeout = std::chrono::seconds(10), .threads = 8, .max_connections = 256}};
+  http.Get("/metrics", http.Guard([&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : ""),
+                    "text/plain; version=0.0.4");
+  }));
+  http.Get("/healthz", http.Guard([&](const httplib::Request&, httplib::Response& res) {
     res.set_content((*plugin)->registered() ? "ok\n" : "not registered with the kubelet yet\n", "text/plain");
-  });
+  }));
   std::thread http_thread;
   if (!o.metrics_listen.empty()) {
-    const size_t colon = o.metrics_listen.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || !ParseInt(o.metrics_listen.substr(colon + 1), &port)) {
-      return Fail("--metrics-listen must be HOST:PORT, e.g. 0.0.0.0:9402");
-    }
-    if (!http.bind_to_port(o.metrics_listen.substr(0, colon), port)) {
-      return Fail(
-          StrCat("cannot listen on ", o.metrics_listen, " for metrics; choose another --metrics-listen"));
+    absl::StatusOr<std::pair<std::string, int>> listen = http::ParseListen(o.metrics_listen);
+    if (!listen.ok()) return Fail(StrCat("--metrics-listen: ", listen.status().message()));
+    if (absl::StatusOr<int> port = http.BindAndListen(listen->first, listen->second); !port.ok()) {
+      return Fail(StrCat("--metrics-listen: ", port.status().message()));
     }
     http_thread = std::thread([&] { http.listen_after_bind(); });
   }

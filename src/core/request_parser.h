@@ -110,6 +110,10 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
 // container asks for no GPU or already states tessera.dev/gpu; an error when the request is invalid.
 absl::StatusOr<std::optional<int64_t>> ImpliedGpuCount(const ResourceList& limits, const ParseOptions& options = {});
 
+// Every resource name the parser reads as a GPU request (Tessera's, and the other systems' with HAMi's as
+// `options` name them): the admission webhook's matchConditions list them (deploy/, checked against this).
+std::vector<std::string> GpuResourceNames(const ParseOptions& options = {});
+
 // The system whose resource names a container uses.
 enum class ResourceFamily { kNone, kTessera, kHami, kGpuManager, kGpushare, kVolcano };
 const char* ToString(ResourceFamily f);

@@ -33,6 +33,11 @@ absl::Status BoundedJsonError(const BoundedDomBuilder& builder, std::string_view
     return absl::InvalidArgumentError(StrCat(what, " is nested deeper than ", builder.max_depth(),
                                              " levels of objects and arrays; no valid document is"));
   }
+  if (builder.too_big()) {
+    return absl::InvalidArgumentError(
+        StrCat(what, " would take more than ", builder.max_bytes() >> 20,
+               " MiB parsed: too many values for its size (at most about 6 bytes of memory per byte sent)"));
+  }
   if (builder.error().find("number overflow") != std::string::npos) {
     return absl::InvalidArgumentError(
         StrCat(what, " holds a number outside the range of a double: ", Printable(builder.error())));
@@ -57,13 +62,14 @@ std::optional<int64_t> JsonIntIn(const nlohmann::json& v, int64_t min, int64_t m
   return i;
 }
 
-absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, std::string_view what, int max_depth) {
+absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, std::string_view what, int max_depth,
+                                                size_t max_bytes) {
   nlohmann::json root;
-  BoundedDomBuilder builder(root, max_depth);
+  BoundedDomBuilder builder(root, max_depth, max_bytes);
   const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder,
                                             nlohmann::detail::input_format_t::json, /*strict=*/true,
                                             /*ignore_comments=*/false);
-  if (!ok || builder.too_deep() || !builder.error().empty() || root.is_discarded()) {
+  if (!ok || builder.too_deep() || builder.too_big() || !builder.error().empty() || root.is_discarded()) {
     return BoundedJsonError(builder, what);
   }
   return root;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,36 +29,62 @@ namespace tessera::formats {
 // room for any extension while keeping every recursive walk (copy, dump, compare) to a few hundred frames.
 inline constexpr int kMaxJsonDepth = 128;
 
+// What a parsed value costs in memory, about (nlohmann's 16-byte value plus what glibc allocates for it): a
+// small document's tree is many times its text (`{}` is 2 bytes of text and about 100 of tree; 30 MB of them
+// took 1 GB). A builder charges each value against a budget and refuses the document past it.
+struct DomCost {
+  // A value in an array: 16 bytes, three times over while the vector moves to a larger buffer.
+  static constexpr size_t kScalar = 48;   // null, bool, number
+  static constexpr size_t kString = 88;   // and its std::string (with malloc's header)
+  static constexpr size_t kObject = 104;  // and its std::map
+  static constexpr size_t kMember = 88;   // a map node with its key (its value is charged apart)
+  static constexpr size_t kArray = 72;    // and its std::vector
+  static size_t Text(size_t bytes) { return bytes > 15 ? bytes + 1 : 0; }  // beyond the string's own buffer
+};
+
+// The tree budget for a document of `text_bytes` from outside: a small multiple of its text, so that memory
+// stays in proportion to what the sender sent.
+inline size_t DomBudgetFor(size_t text_bytes) {
+  return 6 * text_bytes + (size_t{1} << 20);
+}
+
 // Counts the nesting of objects and arrays while nlohmann's DOM builder builds the tree; refuses a document
-// deeper than `max_depth` and remembers the parser's own error (syntax, or a number out of double range such
-// as 1e999) as text instead of throwing it. Usable on its own as the inner builder of a custom SAX handler.
+// deeper than `max_depth`, or whose tree would cost more than `max_bytes` (DomCost), and remembers the
+// parser's own error (syntax, or a number out of double range such as 1e999) as text instead of throwing it.
+// Usable on its own as the inner builder of a custom SAX handler.
 class BoundedDomBuilder {
  public:
   using json = nlohmann::json;
-  BoundedDomBuilder(json& root, int max_depth)
-      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+  BoundedDomBuilder(json& root, int max_depth, size_t max_bytes = SIZE_MAX)
+      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth), max_bytes_(max_bytes) {}
 
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(json::number_float_t v, const std::string& s) { return dom_.number_float(v, s); }
-  bool string(std::string& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) { return Enter() && dom_.start_object(n); }
+  bool null() { return Charge(DomCost::kScalar) && dom_.null(); }
+  bool boolean(bool v) { return Charge(DomCost::kScalar) && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return Charge(DomCost::kScalar) && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return Charge(DomCost::kScalar) && dom_.number_unsigned(v);
+  }
+  bool number_float(json::number_float_t v, const std::string& s) {
+    return Charge(DomCost::kScalar) && dom_.number_float(v, s);
+  }
+  bool string(std::string& v) { return Charge(DomCost::kString + DomCost::Text(v.size())) && dom_.string(v); }
+  bool binary(json::binary_t& v) { return Charge(DomCost::kString + v.size()) && dom_.binary(v); }
+  bool start_object(std::size_t n) { return Enter() && Charge(DomCost::kObject) && dom_.start_object(n); }
   bool end_object() {
     --depth_;
     return dom_.end_object();
   }
-  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
+  bool start_array(std::size_t n) { return Enter() && Charge(DomCost::kArray) && dom_.start_array(n); }
   bool end_array() {
     --depth_;
     return dom_.end_array();
   }
-  bool key(std::string& k) { return dom_.key(k); }
+  bool key(std::string& k) { return Charge(DomCost::kMember + DomCost::Text(k.size())) && dom_.key(k); }
   bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e);
 
   bool too_deep() const { return too_deep_; }
+  bool too_big() const { return too_big_; }
+  size_t max_bytes() const { return max_bytes_; }
   // The parser's message ("syntax error ...", "number overflow parsing '1e999'"); empty when none.
   const std::string& error() const { return error_; }
   int max_depth() const { return max_depth_; }
@@ -71,18 +98,31 @@ class BoundedDomBuilder {
     return true;
   }
 
+  bool Charge(size_t bytes) {
+    if (bytes > max_bytes_ - used_) {
+      too_big_ = true;
+      return false;
+    }
+    used_ += bytes;
+    return true;
+  }
+
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   int depth_ = 0;
   int max_depth_;
+  size_t max_bytes_;
+  size_t used_ = 0;
   bool too_deep_ = false;
+  bool too_big_ = false;
   std::string error_;
 };
 
 // Parses `text` as one JSON document. `what` names it in errors ("the request body", "the fake API file x").
 // Errors are InvalidArgument and say what is wrong: not JSON (with the parser's position), nested too deep,
-// or a number outside the range of a double.
+// a tree above `max_bytes` (DomCost; DomBudgetFor(text.size()) for documents from outside), or a number
+// outside the range of a double.
 absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, std::string_view what,
-                                                int max_depth = kMaxJsonDepth);
+                                                int max_depth = kMaxJsonDepth, size_t max_bytes = SIZE_MAX);
 
 // The value of `v` when it is a whole JSON number within [min, max]; nullopt otherwise. Unlike get<int>() it
 // never truncates: 4294967297 is not 1, and 18446744073709551615 is not -1.

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "core/strings.h"
+#include "http/backlog.h"
 
 namespace tessera::node {
 
@@ -49,7 +50,7 @@ absl::Status RegistrationServer::Start() {
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return absl::InternalError(StrCat("socket(): ", std::strerror(errno)));
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd_, 256) != 0) {
+      listen(listen_fd_, http::ListenBacklog()) != 0) {
     const std::string why = std::strerror(errno);
     close(listen_fd_);
     listen_fd_ = -1;

@@ -46,7 +46,9 @@ struct Review {
 
 absl::StatusOr<Review> ParseReview(std::string_view body) {
   Review r;
-  absl::StatusOr<json> doc = formats::ParseBoundedJson(body, "the AdmissionReview");
+  // The tree in proportion to the body (formats::DomBudgetFor): a review of 30 MB of `{}` took 1 GB.
+  absl::StatusOr<json> doc = formats::ParseBoundedJson(body, "the AdmissionReview", formats::kMaxJsonDepth,
+                                                       formats::DomBudgetFor(body.size()));
   if (!doc.ok()) return doc.status();
   r.doc = *std::move(doc);
   if (!r.doc.is_object()) return absl::InvalidArgumentError("the body is not an AdmissionReview JSON object");
@@ -83,6 +85,21 @@ Response Refuse(const Review& review, std::string message) {
                         {"status", {{"code", 422}, {"reason", "Invalid"}, {"message", std::move(message)}}}});
 }
 
+// A pod that does not parse (both webhooks' answer).
+Response RefuseUnreadable(const Review& review, const absl::Status& status) {
+  return Reply(review, {{"allowed", false},
+                        {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", Message(status)}}}});
+}
+
+// A pod whose GPU request is impossible (both webhooks' answer): the parser's message says what to change.
+Response RefuseInvalid(const Review& review, const formats::PodObject& pod, const absl::Status& status) {
+  return Reply(review, {{"allowed", false},
+                        {"status",
+                         {{"code", 422},
+                          {"reason", "Invalid"},
+                          {"message", StrCat("tessera: pod ", pod.key(), ": ", Message(status))}}}});
+}
+
 // A key as one token of a JSON pointer (RFC 6901): "~" is "~0", "/" is "~1".
 std::string JsonPointerToken(std::string_view key) {
   std::string out;
@@ -96,6 +113,13 @@ std::string JsonPointerToken(std::string_view key) {
     }
   }
   return out;
+}
+
+// The pod of a review, its annotations and labels within Kubernetes' own size limit (checked before they are
+// copied or their keys compared: CheckPodMetadataSize).
+absl::StatusOr<formats::PodObject> ParsePod(const json& object) {
+  if (absl::Status st = CheckPodMetadataSize(object); !st.ok()) return st;
+  return formats::ParsePodObject(object);
 }
 
 Response Malformed(std::string_view what) {
@@ -127,12 +151,20 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
     return Malformed(Message(review.status()));
   }
   if (review->object == nullptr) return Reply(*review, {{"allowed", true}});
-  absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
-  // A pod that cannot be read is the validating webhook's (and the API server's) to refuse.
-  if (!pod.ok()) return Reply(*review, {{"allowed", true}});
+  // What the validating webhook refused, the mutating one refuses, with the same answer: it is the only one
+  // registered (one HTTPS call per pod instead of two, deploy/scheduler/50-webhooks.yaml).
+  const bool judged = review->operation == "CREATE" || review->operation.empty();
+  absl::StatusOr<formats::PodObject> pod = ParsePod(*review->object);
+  if (!pod.ok()) {
+    if (!judged) return Reply(*review, {{"allowed", true}});
+    *decision = Decision::kDenied;
+    return RefuseUnreadable(*review, pod.status());
+  }
   // A pod for another scheduler (Volcano, HAMi's, ...) is left exactly as written: its own scheduler reads
   // its own resource names.
   if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
+  // The pod as the patch leaves it, which the validating webhook used to see: judged below.
+  core::PodSpec patched = pod->spec;
 
   auto deny = [&](std::string message) {
     *decision = Decision::kDenied;
@@ -188,7 +220,7 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
       // share given without it gets it, with the number of vGPUs the share expands to.
       if (app) {
         absl::StatusOr<std::optional<int64_t>> count = core::ImpliedGpuCount(lists[0], options_.parse);
-        // An invalid request is the validating webhook's to refuse, with its message.
+        // An invalid request is refused below, judged on the patched pod, with the parser's message.
         if (count.ok() && count->has_value()) {
           for (size_t k = 0; k < lists.size(); ++k) {
             if (k == 1 && lists[1].empty() && !changed[1]) {
@@ -202,6 +234,9 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
           gpu_added.push_back(parsed[i].name);
         }
       }
+      core::ContainerSpec& target = containers_list ? patched.containers[i] : patched.init_containers[i];
+      if (changed[0]) target.limits = lists[0];
+      if (changed[1]) target.requests = lists[1];
       for (size_t k = 0; k < lists.size(); ++k) {
         if (!changed[k]) continue;
         json map = json::object();
@@ -216,8 +251,8 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   std::map<std::string, std::string> annotations;
   if (!gpu_added.empty()) annotations[core::kAnnotationGpuAdded] = StrJoin(gpu_added, ",");
   const auto& present = pod->spec.annotations;
-  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from the
-  // whole pod, as gpu-manager's limit is an annotation. A pod that does not parse is the validating webhook's.
+  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from
+  // the whole pod, as gpu-manager's limit is an annotation. An unparsed request is refused below.
   absl::StatusOr<core::PodRequest> original = core::ParsePodRequest(pod->spec, options_.parse);
   const bool elastic = original.ok() && original->compute_policy == core::ComputePolicy::kElastic;
   if (elastic && !present.contains(core::kAnnotationComputePolicy)) {
@@ -235,6 +270,14 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
                                     " says ", it->second, "; keep one of them"));
     }
     if (it == present.end()) annotations[core::kAnnotationPriority] = core::ToString(*priority);
+  }
+  for (const auto& [key, v] : annotations) patched.annotations[key] = v;
+  if (judged) {
+    absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(patched, options_.parse);
+    if (!request.ok()) {
+      *decision = Decision::kDenied;
+      return RefuseInvalid(*review, *pod, request.status());
+    }
   }
   if (!annotations.empty()) {
     auto metadata = review->object->find("metadata");  // found, not copied (see spec above)
@@ -280,23 +323,16 @@ Response Admission::DoValidate(std::string_view body, Decision* decision) const 
   if (review->object == nullptr || (review->operation != "CREATE" && !review->operation.empty())) {
     return Reply(*review, {{"allowed", true}});
   }
-  absl::StatusOr<formats::PodObject> pod = formats::ParsePodObject(*review->object);
+  absl::StatusOr<formats::PodObject> pod = ParsePod(*review->object);
   if (!pod.ok()) {
     *decision = Decision::kDenied;
-    return Reply(*review,
-                 {{"allowed", false},
-                  {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", Message(pod.status())}}}});
+    return RefuseUnreadable(*review, pod.status());
   }
   if (!ForUs(*pod)) return Reply(*review, {{"allowed", true}});
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod->spec, options_.parse);
   if (!request.ok()) {
     *decision = Decision::kDenied;
-    return Reply(*review,
-                 {{"allowed", false},
-                  {"status",
-                   {{"code", 422},
-                    {"reason", "Invalid"},
-                    {"message", StrCat("tessera: pod ", pod->key(), ": ", Message(request.status()))}}}});
+    return RefuseInvalid(*review, *pod, request.status());
   }
   return Reply(*review, {{"allowed", true}});
 }

@@ -5,9 +5,11 @@
 // of vGPUs) to a container that asks for a share without it, so that the kubelet calls the device plugin's
 // Allocate for it (annotation tessera.dev/gpu-added names those containers), and sets spec.schedulerName, so
 // that the pod reaches the extender. A pod whose schedulerName names another scheduler (Volcano's, HAMi's) is
-// left untouched by both webhooks: its own scheduler reads its own names. Validating (/validate): refuses a
-// pod whose request is impossible (cores 0 or above 100 per vGPU, malformed annotations, a privileged
-// container asking for a share...) with the parser's message, which says what to change.
+// left untouched by both webhooks: its own scheduler reads its own names. Both refuse a pod whose request is
+// impossible (cores 0 or above 100 per vGPU, malformed annotations, a privileged container asking for a
+// share...) with the parser's message, which says what to change: /mutate judges the pod as its patch leaves
+// it, which is what /validate saw after it, so registering /mutate alone (deploy/) refuses the same pods with
+// the same messages in one call. /validate stays for clusters that registered it.
 //
 //   Admission admission({.scheduler_name = "tessera-scheduler"});
 //   Response r = admission.Mutate(body);

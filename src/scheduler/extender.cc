@@ -103,6 +103,25 @@ void AppendReasons(std::string* out, std::span<const std::string_view> nodes,
 
 }  // namespace
 
+absl::Status CheckPodMetadataSize(const json& pod) {
+  const json* metadata = Field(pod, "metadata");
+  if (metadata == nullptr) return absl::OkStatus();
+  for (const char* field : {"annotations", "labels"}) {
+    const json* map = Field(*metadata, field);
+    if (map == nullptr || !map->is_object()) continue;
+    size_t bytes = 0;
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      bytes += it.key().size() + (it->is_string() ? it->get_ref<const std::string&>().size() : 0);
+      if (bytes > kMaxPodMetadataBytes) {
+        return absl::InvalidArgumentError(
+            StrCat("the pod's metadata.", field, " hold more than ", kMaxPodMetadataBytes >> 10, " KiB (",
+                   map->size(), " keys); Kubernetes allows 256 KiB of annotations, so no pod does"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 struct Extender::ParsedArgs {
   formats::PodObject pod;
   absl::StatusOr<core::PodRequest> request = absl::UnknownError("unset");
@@ -127,6 +146,7 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   const json* doc = &args.args.doc;
   const json* pod = Field(*doc, "Pod");
   if (pod == nullptr) return absl::InvalidArgumentError("the request has no Pod; send ExtenderArgs");
+  if (absl::Status st = CheckPodMetadataSize(*pod); !st.ok()) return st;
   absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(*pod);
   if (!parsed.ok()) return parsed.status();
   args.pod = *std::move(parsed);
@@ -137,6 +157,10 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
     const json* items = Field(*list, "items");
     if (items != nullptr && !items->is_array())
       return absl::InvalidArgumentError("Nodes.items must be a list");
+    if (items != nullptr && items->size() > kMaxNodeNames) {
+      return absl::InvalidArgumentError(StrCat("Nodes.items holds ", items->size(), " nodes; at most ",
+                                               kMaxNodeNames, " are read in one request"));
+    }
     args.node_list = true;
     if (items != nullptr) {
       for (json& n : const_cast<json&>(*items)) {  // the document is ours: move the nodes out, not copy
@@ -385,11 +409,17 @@ Response Extender::Preempt(std::string_view body) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(body);
   Count(&Counters::preempt, !args.ok());
   if (!args.ok()) return BadRequest("preempt", Message(args.status()));
-  absl::StatusOr<json> doc = ParseBody(body);
+  // The victims are in the document ParseArgs read: the body is parsed once (twice used to cost 1.78 GB of
+  // RSS for 30 MB of `{}`).
+  const json& doc = args->args.doc;
   // node -> (victim UIDs, PDB violations)
   std::map<std::string, std::pair<std::vector<std::string>, int64_t>> victims;
   auto read = [&](const json& map, bool meta) -> absl::Status {
     if (!map.is_object()) return absl::InvalidArgumentError("the victims must be a map from node name");
+    if (map.size() > kMaxNodeNames) {
+      return absl::InvalidArgumentError(StrCat("the victims name ", map.size(), " nodes; at most ",
+                                               kMaxNodeNames, " are read in one request"));
+    }
     for (auto it = map.begin(); it != map.end(); ++it) {
       auto& [uids, pdb] = victims[it.key()];
       const json* pods = Field(*it, "Pods");
@@ -424,9 +454,9 @@ Response Extender::Preempt(std::string_view body) {
     return absl::OkStatus();
   };
   absl::Status victims_read = absl::OkStatus();
-  if (const json* meta = Field(*doc, "NodeNameToMetaVictims")) {
+  if (const json* meta = Field(doc, "NodeNameToMetaVictims")) {
     victims_read = read(*meta, true);
-  } else if (const json* full = Field(*doc, "NodeNameToVictims")) {
+  } else if (const json* full = Field(doc, "NodeNameToVictims")) {
     victims_read = read(*full, false);
   }
   if (!victims_read.ok()) {

@@ -22,38 +22,46 @@ using nlohmann::json;
 // reported.
 class ArgsSax {
  public:
-  explicit ArgsSax(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+  ArgsSax(json& root, size_t max_bytes, size_t max_names)
+      : dom_(root, /*allow_exceptions=*/false), max_bytes_(max_bytes), max_names_(max_names) {}
 
   bool null() {
-    return InNames() ? Bad() : Value([&] { return dom_.null(); }, /*null=*/true);
+    return InNames() ? Bad() : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.null(); }, true);
   }
   bool boolean(bool v) {
-    return InNames() ? Bad() : Value([&] { return dom_.boolean(v); });
+    return InNames() ? Bad() : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.boolean(v); });
   }
   bool number_integer(json::number_integer_t v) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_integer(v); });
+    return InNames() ? Bad()
+                     : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.number_integer(v); });
   }
   bool number_unsigned(json::number_unsigned_t v) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_unsigned(v); });
+    return InNames() ? Bad()
+                     : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.number_unsigned(v); });
   }
   bool number_float(json::number_float_t v, const std::string& text) {
-    return InNames() ? Bad() : Value([&] { return dom_.number_float(v, text); });
+    return InNames() ? Bad()
+                     : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.number_float(v, text); });
   }
   bool string(std::string& v) {
     if (InNames()) {
-      names_.push_back(std::move(v));
+      // Past the cap the names are counted, not kept: the answer is a refusal (ReadExtenderArgs).
+      if (++names_seen_ <= max_names_) names_.push_back(std::move(v));
       return true;
     }
-    return Value([&] { return dom_.string(v); });
+    return Value([&] {
+      return Charge(formats::DomCost::kString + formats::DomCost::Text(v.size())) && dom_.string(v);
+    });
   }
   bool binary(json::binary_t& v) {
-    return InNames() ? Bad() : Value([&] { return dom_.binary(v); });
+    return InNames() ? Bad()
+                     : Value([&] { return Charge(formats::DomCost::kString + v.size()) && dom_.binary(v); });
   }
   bool start_object(std::size_t n) {
     if (InNames()) return Bad();
     if (names_next_) return Bad();
     if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
-    return dom_.start_object(n);
+    return Charge(formats::DomCost::kObject) && dom_.start_object(n);
   }
   bool end_object() {
     --depth_;
@@ -68,7 +76,7 @@ class ArgsSax {
       return true;
     }
     if (++depth_ > formats::kMaxJsonDepth) return TooDeep();
-    return dom_.start_array(n);
+    return Charge(formats::DomCost::kArray) && dom_.start_array(n);
   }
   bool end_array() {
     if (in_names_) {
@@ -91,7 +99,7 @@ class ArgsSax {
       duplicate_ = k;
       return false;
     }
-    return dom_.key(k);
+    return Charge(formats::DomCost::kMember + formats::DomCost::Text(k.size())) && dom_.key(k);
   }
   bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
     return dom_.parse_error(position, token, e);
@@ -99,8 +107,10 @@ class ArgsSax {
 
   bool bad_names() const { return bad_names_; }
   bool too_deep() const { return too_deep_; }
+  bool too_big() const { return too_big_; }
   bool has_names() const { return has_names_; }
   const std::optional<std::string>& duplicate() const { return duplicate_; }
+  size_t names_seen() const { return names_seen_; }
   std::vector<std::string>& names() { return names_; }
 
  private:
@@ -115,6 +125,15 @@ class ArgsSax {
     too_deep_ = true;
     return false;
   }
+  // The tree's memory, charged as formats::BoundedDomBuilder charges it.
+  bool Charge(size_t bytes) {
+    if (bytes > max_bytes_ - used_) {
+      too_big_ = true;
+      return false;
+    }
+    used_ += bytes;
+    return true;
+  }
   // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
   template <typename F>
   bool Value(F forward, bool null = false) {
@@ -126,6 +145,11 @@ class ArgsSax {
   }
 
   nlohmann::detail::json_sax_dom_parser<json> dom_;
+  const size_t max_bytes_;
+  const size_t max_names_;
+  size_t used_ = 0;
+  size_t names_seen_ = 0;
+  bool too_big_ = false;
   int depth_ = 0;
   bool names_next_ = false;
   bool in_names_ = false;
@@ -137,9 +161,17 @@ class ArgsSax {
   std::optional<std::string> duplicate_;
 };
 
-// Parses `text` through ArgsSax into `out`: the document, and NodeNames into out.owned_names.
-absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out) {
-  ArgsSax sax(out.doc);
+// The refusal of a body naming more nodes than are read.
+absl::Status TooManyNames(size_t names, size_t max_names) {
+  return absl::InvalidArgumentError(StrCat("NodeNames names ", names, " nodes; at most ", max_names,
+                                           " are read in one request (ten times the largest cluster ",
+                                           "Kubernetes supports)"));
+}
+
+// Parses `text` through ArgsSax into `out`: the document, and NodeNames into out.owned_names. The tree may
+// cost `max_bytes` (formats::DomCost).
+absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out, size_t max_bytes, size_t max_names) {
+  ArgsSax sax(out.doc, max_bytes, max_names);
   const bool parsed_ok = json::sax_parse(text.begin(), text.end(), &sax);
   if (sax.bad_names()) return absl::InvalidArgumentError("NodeNames must be a list of node names");
   if (sax.too_deep()) {
@@ -152,11 +184,18 @@ absl::Status ParseGeneral(std::string_view text, ExtenderArgsDoc& out) {
                                              "\" twice (field names match in any case, as in Go); ",
                                              "kube-scheduler sends each field once"));
   }
+  if (sax.too_big()) {
+    return absl::InvalidArgumentError(
+        StrCat("the request body would take more than ", max_bytes >> 20,
+               " MiB parsed: too many values for its size (at most about 6 ",
+               "bytes of memory per byte sent); kube-scheduler sends no such body"));
+  }
   if (!parsed_ok || out.doc.is_discarded()) {
     return absl::InvalidArgumentError(
         "the request body is not valid JSON; kube-scheduler sends JSON objects");
   }
   if (!out.doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  if (sax.names_seen() > max_names) return TooManyNames(sax.names_seen(), max_names);
   out.has_names = out.has_names || sax.has_names();
   out.owned_names = std::move(sax.names());
   return absl::OkStatus();
@@ -179,7 +218,7 @@ constexpr std::array<bool, 256> kPlainNameByte = [] {
 // parser reads them afterwards, in `rest`. Every method returns false for "take the general path".
 class TopLevelScan {
  public:
-  explicit TopLevelScan(std::string_view s) : s_(s) {}
+  TopLevelScan(std::string_view s, size_t max_names) : s_(s), max_names_(max_names) {}
 
   bool Run(NodeNamesScan& out) {
     SkipSpace();
@@ -301,7 +340,8 @@ class TopLevelScan {
         while (i_ < s_.size() && kPlainNameByte[static_cast<unsigned char>(s_[i_])]) ++i_;
         if (!Take('"'))
           return false;  // the end, or a byte that needs the JSON parser: escape, control, UTF-8
-        out.names.push_back(s_.substr(start, i_ - 1 - start));
+        // Past the cap the names are counted, not kept: the answer is a refusal (ReadExtenderArgs).
+        if (++out.names_seen <= max_names_) out.names.push_back(s_.substr(start, i_ - 1 - start));
         SkipSpace();
         if (Take(',')) {
           SkipSpace();
@@ -318,6 +358,7 @@ class TopLevelScan {
   }
 
   std::string_view s_;
+  const size_t max_names_;
   size_t i_ = 0;
   std::vector<std::pair<size_t, size_t>> cuts_;  // [begin, end) of each NodeNames list
   size_t cut_bytes_ = 0;
@@ -325,25 +366,28 @@ class TopLevelScan {
 
 }  // namespace
 
-std::optional<NodeNamesScan> ScanNodeNames(std::string_view body) {
+std::optional<NodeNamesScan> ScanNodeNames(std::string_view body, size_t max_names) {
   NodeNamesScan out;
-  if (!TopLevelScan(body).Run(out)) return std::nullopt;
+  if (!TopLevelScan(body, max_names).Run(out)) return std::nullopt;
   return out;
 }
 
-absl::StatusOr<ExtenderArgsDoc> ReadExtenderArgs(std::string_view body, ArgsPath path) {
+absl::StatusOr<ExtenderArgsDoc> ReadExtenderArgs(std::string_view body, ArgsPath path, size_t max_names) {
   ExtenderArgsDoc out;
+  // The tree's budget follows the whole body on both paths, so that they accept the same bodies.
+  const size_t max_bytes = formats::DomBudgetFor(body.size());
   if (path == ArgsPath::kFast) {
-    if (std::optional<NodeNamesScan> scan = ScanNodeNames(body)) {
+    if (std::optional<NodeNamesScan> scan = ScanNodeNames(body, max_names)) {
       out.fast = true;
       out.has_names = scan->has_names;
       out.names = std::move(scan->names);
-      if (absl::Status st = ParseGeneral(scan->rest, out); !st.ok()) return st;
+      if (absl::Status st = ParseGeneral(scan->rest, out, max_bytes, max_names); !st.ok()) return st;
       // Every top-level NodeNames left in `rest` is null: the general path found no names there.
+      if (scan->names_seen > max_names) return TooManyNames(scan->names_seen, max_names);
       return out;
     }
   }
-  if (absl::Status st = ParseGeneral(body, out); !st.ok()) return st;
+  if (absl::Status st = ParseGeneral(body, out, max_bytes, max_names); !st.ok()) return st;
   out.names.assign(out.owned_names.begin(), out.owned_names.end());
   return out;
 }

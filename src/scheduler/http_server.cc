@@ -1,5 +1,7 @@
 #include "scheduler/http_server.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -7,9 +9,9 @@
 #include "common/exposition.h"
 #include "common/log.h"
 #include "core/strings.h"
-#include "httplib.h"
 #include "formats/bounded_json.h"
-#include "scheduler/guarded_http.h"
+#include "http/guarded_server.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -46,21 +48,6 @@ std::string LatencyHistogram::Format(std::string_view name, std::string_view ver
             Fixed(static_cast<double>(total_micros_.load(std::memory_order_relaxed)) / 1e6, 6), "\n");
   StrAppend(&out, name, "_count{verb=\"", verb, "\"} ", cumulative, "\n");
   return out;
-}
-
-absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen) {
-  const size_t colon = listen.rfind(':');
-  auto bad = [&] {
-    return absl::InvalidArgumentError(
-        StrCat("listen address \"", listen,
-               "\" is not HOST:PORT; write e.g. 0.0.0.0:8888, 127.0.0.1:0 or [::1]:8888"));
-  };
-  if (colon == std::string_view::npos || colon == 0) return bad();
-  std::string host(listen.substr(0, colon));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  if (!ParseInt(listen.substr(colon + 1), &port) || port < 0 || port > 65535) return bad();
-  return std::pair{host, port};
 }
 
 std::string InspectJson(const core::Cluster& cluster, const std::map<std::string, std::string>& pod_names) {
@@ -133,7 +120,11 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
 absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListen(options.listen);
   if (!listen.ok()) return listen.status();
-  auto guarded = std::make_unique<GuardedHttpServer>(limits_);
+  const int threads = std::max(2, options.threads);
+  HttpLimits limits = limits_;
+  limits.threads = static_cast<size_t>(threads);
+  auto guarded = std::make_unique<http::GuardedHttpServer>(limits);
+  http::GuardedHttpServer* extender_http = guarded.get();
   // Every handler through Guard(): time in a handler is not time waiting on the client.
   auto guard = [server = guarded.get()](httplib::Server::Handler h) { return server->Guard(std::move(h)); };
   http_ = std::move(guarded);
@@ -141,8 +132,6 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   // up to 40 ms to a reply that follows a large request body.
   http_->set_tcp_nodelay(true);
   http_->set_socket_options(ExclusiveListenSocket);
-  const int threads = std::max(2, options.threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   struct Verb {
     const char* path;
     Response (Extender::*handler)(std::string_view);
@@ -182,16 +171,9 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(MetricsText(), "text/plain; version=0.0.4");
   }));
-  if (listen->second == 0) {
-    port_ = http_->bind_to_any_port(listen->first);
-    if (port_ <= 0) return absl::UnavailableError(StrCat("cannot listen on ", options.listen));
-  } else {
-    if (!http_->bind_to_port(listen->first, listen->second)) {
-      return absl::UnavailableError(StrCat("cannot listen on ", options.listen,
-                                           ": the address is in use or not local; choose another"));
-    }
-    port_ = listen->second;
-  }
+  absl::StatusOr<int> port = extender_http->BindAndListen(listen->first, listen->second);
+  if (!port.ok()) return port.status();
+  port_ = *port;
 
   if (!options.webhook_listen.empty()) {
     absl::StatusOr<std::pair<std::string, int>> hook = ParseListen(options.webhook_listen);
@@ -202,7 +184,10 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
             StrCat("the webhook needs --tls-cert and --tls-key (PEM files); cannot read \"", f, "\""));
       }
     }
-    https_ = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
+    auto tls = std::make_unique<http::WideBacklog<httplib::SSLServer>>(options.tls_cert.c_str(),
+                                                                       options.tls_key.c_str());
+    http::WideBacklog<httplib::SSLServer>* webhook_https = tls.get();
+    https_ = std::move(tls);
     https_->set_tcp_nodelay(true);
     https_->set_socket_options(ExclusiveListenSocket);
     https_->set_payload_max_length(limits_.max_body_bytes);
@@ -218,24 +203,23 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
       return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
                                                " as the webhook's certificate and key (PEM)"));
     }
-    https_->Post("/mutate", [this](const httplib::Request& req, httplib::Response& res) {
+    // The parsed review is freed when the handler returns: give a large one's memory back (the guarded
+    // server does the same for the extender's requests).
+    const size_t trim_after = limits_.trim_after_bytes;
+    https_->Post("/mutate", [this, trim_after](const httplib::Request& req, httplib::Response& res) {
       Send(res, admission_->Mutate(req.body));
+      if (req.body.size() >= trim_after) malloc_trim(0);
     });
-    https_->Post("/validate", [this](const httplib::Request& req, httplib::Response& res) {
+    https_->Post("/validate", [this, trim_after](const httplib::Request& req, httplib::Response& res) {
       Send(res, admission_->Validate(req.body));
+      if (req.body.size() >= trim_after) malloc_trim(0);
     });
     https_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
-    if (hook->second == 0) {
-      webhook_port_ = https_->bind_to_any_port(hook->first);
-    } else if (https_->bind_to_port(hook->first, hook->second)) {
-      webhook_port_ = hook->second;
-    }
-    if (webhook_port_ <= 0) {
-      return absl::UnavailableError(StrCat("cannot listen on ", options.webhook_listen,
-                                           ": the address is in use or not local; choose another"));
-    }
+    absl::StatusOr<int> hook_port = webhook_https->BindAndListen(hook->first, hook->second);
+    if (!hook_port.ok()) return hook_port.status();
+    webhook_port_ = *hook_port;
   }
   return absl::OkStatus();
 }

@@ -24,10 +24,11 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "http/http_limits.h"
+#include "http/listen.h"
 #include "scheduler/admission.h"
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
-#include "scheduler/http_limits.h"
 
 namespace httplib {
 class Server;
@@ -60,8 +61,8 @@ class LatencyHistogram {
   std::atomic<uint64_t> total_micros_{0};
 };
 
-// Splits "HOST:PORT" ("[::1]:80" for IPv6); the error says what a valid address looks like.
-absl::StatusOr<std::pair<std::string, int>> ParseListen(std::string_view listen);
+using http::HttpLimits;
+using http::ParseListen;
 
 class ExtenderServer {
  public:
@@ -93,9 +94,9 @@ class ExtenderServer {
   void SetGpuMetrics(bool on) { gpu_metrics_ = on; }
   // What GET /metrics answers (Prometheus text, docs/metrics.md).
   std::string MetricsText() const;
-  // Per-request deadlines, idle keep-alive, per-peer slow connections and the body size (guarded_http.h);
-  // the defaults otherwise. The webhook's HTTPS listener gets the body size and httplib's per-read timeouts
-  // only. Set before Start.
+  // Per-request deadlines, idle keep-alive, slow connections per peer and in all, open connections and the
+  // body size (http/guarded_server.h); the defaults otherwise (threads: ServerOptions::threads). The
+  // webhook's HTTPS listener gets the body size and httplib's per-read timeouts only. Set before Start.
   void SetLimits(const HttpLimits& limits) { limits_ = limits; }
 
  private:

@@ -567,18 +567,24 @@ class Cluster:
             return f"http://127.0.0.1:{self.extender_proxy.port}"
         return f"http://127.0.0.1:{self.ports['tessera-scheduler-' + replica]}"
 
-    def register_webhooks(self):
+    def register_webhooks(self, port=None):
         """deploy/scheduler/50-webhooks.yaml as shipped, but for the address: the Service's stand-in on loopback
-        (there is no cluster network here), with this harness's CA."""
+        (there is no cluster network here), or `port` (a test's), with this harness's CA; and, as the manifest
+        asks of a cluster that renamed HAMi's names, the renamed one added to its matchConditions."""
         with open(os.path.join(self.src, "deploy/scheduler/50-webhooks.yaml")) as f:
             docs = [d for d in yaml.safe_load_all(f) if d]
         with open(self.path("pki", "ca.crt"), "rb") as f:
             ca = base64.b64encode(f.read()).decode()
-        port = self.webhook_proxy.port if self.service_proxy else self.ports["tessera-scheduler-r1-webhook"]
+        if port is None:
+            port = self.webhook_proxy.port if self.service_proxy else self.ports["tessera-scheduler-r1-webhook"]
         for d in docs:
             for w in d["webhooks"]:
                 path = w["clientConfig"]["service"]["path"]
                 w["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+                for m in w.get("matchConditions", []):
+                    last = "'volcano.sh/vgpu-memory-percentage'"
+                    assert last in m["expression"], m["expression"]
+                    m["expression"] = m["expression"].replace(last, f"{last}, '{RENAMED_HAMI_MEMORY_PERCENT}'")
         self.apply(yaml.safe_dump_all(docs))
 
     def start_kube_schedulers(self):

@@ -14,11 +14,12 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
 import yaml
 
-from cluster import FAKE_GPUS, NODE, RENAMED_HAMI_MEMORY_PERCENT, Cluster, ContainerProcess
+from cluster import FAKE_GPUS, NODE, RENAMED_HAMI_MEMORY_PERCENT, Cluster, ContainerProcess, free_port
 
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
@@ -373,6 +374,64 @@ def test_refused_request_says_what_to_change(c):
     assert "cores are per vGPU" in r.stderr, r.stderr
 
 
+def webhook_calls(c):
+    """Every answer tessera-scheduler's webhook has given (tessera_scheduler_webhook_decisions_total)."""
+    with urllib.request.urlopen(c.extender_url() + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tessera_scheduler_webhook_decisions_total{"))
+
+
+def with_init_container(text, limits):
+    pod = yaml.safe_load(text)
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "registry.invalid/app:1",
+                                      "resources": {"limits": {k: str(v) for k, v in limits.items()}}}]
+    pod["spec"]["containers"][0]["resources"] = {}
+    return yaml.safe_dump(pod)
+
+
+# The registration as shipped (deploy/scheduler/50-webhooks.yaml): one webhook call per GPU pod, none for any
+# other pod, and failurePolicy Fail: while the webhook is down, a GPU pod is refused (it used to be created
+# untranslated and unvalidated under Ignore) and every other pod is still created.
+def test_webhook_sees_only_gpu_pods_and_fails_closed(c):
+    before = webhook_calls(c)
+    c.apply(pod_yaml("plain", {"cpu": "100m"}))
+    assert webhook_calls(c) == before, "a pod asking for no GPU reached the webhook"
+    delete(c, "plain")
+    # A refused GPU pod: one call (the mutating webhook's), the parser's message.
+    r = c.apply(pod_yaml("bad-once", {"tessera.dev/gpu-cores": 0}), check=False)
+    assert r.returncode != 0 and "tessera: pod default/bad-once" in r.stderr, r.stderr
+    assert webhook_calls(c) == before + 1
+    gpu_pods = {
+        "tessera": pod_yaml("down-tessera", {"tessera.dev/gpu-cores": 30}),
+        "typo": pod_yaml("down-typo", {"tessera.dev/gpu-memroy": "1Gi"}),
+        "hami": pod_yaml("down-hami", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}),
+        "hami-renamed": pod_yaml("down-renamed", {RENAMED_HAMI_MEMORY_PERCENT: 50}),
+        "gpushare": pod_yaml("down-gpushare", {"aliyun.com/gpu-mem": 2}),
+        "gpu-manager": pod_yaml("down-gpu-manager", {"tencent.com/vcuda-core": 30, "tencent.com/vcuda-memory": 4}),
+        "volcano": pod_yaml("down-volcano", {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 30}),
+        "init": with_init_container(pod_yaml("down-init", {}), {"tessera.dev/gpu-cores": 30}),
+        "annotation": pod_yaml("down-annotation", {"cpu": "100m"}, annotations={"tessera.dev/gpu-memory": "8Gi"}),
+    }
+    c.register_webhooks(port=free_port())  # nothing listens there: the webhook is down
+    try:
+        for what, text in gpu_pods.items():
+            r = c.apply(text, check=False)
+            assert r.returncode != 0, f"{what}: a GPU pod was created while the webhook was down"
+            assert "failed calling webhook" in r.stderr, (what, r.stderr)
+        c.apply(pod_yaml("plain-down", {"cpu": "100m"}))  # not a GPU pod: created without the webhook
+        assert c.pod("default", "plain-down") is not None
+        delete(c, "plain-down")
+    finally:
+        c.register_webhooks()
+    # Up again: a GPU pod is translated as before.
+    c.apply(pod_yaml("up-again", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}))
+    pod = c.pod("default", "up-again")
+    assert pod["spec"]["schedulerName"] == "tessera-scheduler"
+    assert "tessera.dev/gpu-memory" in pod["spec"]["containers"][0]["resources"]["limits"]
+    delete(c, "up-again")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Delete frees the share; many pods of one shape at once.
 
@@ -661,9 +720,15 @@ def test_chart_lints_renders_and_installs_every_part(c):
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     for part in [("Deployment", "tessera-scheduler"), ("Deployment", "tessera-kube-scheduler"),
-                 ("DaemonSet", "tessera-node"), ("MutatingWebhookConfiguration", "tessera-scheduler"),
-                 ("ValidatingWebhookConfiguration", "tessera-scheduler")]:
+                 ("DaemonSet", "tessera-node"), ("MutatingWebhookConfiguration", "tessera-scheduler")]:
         assert part in kinds, f"the chart renders no {part}"
+    # One webhook call per pod: no validating webhook; the chart's registration is the plain manifest's.
+    assert not [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    charted_hook = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"][0]
+    plain_hook = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/scheduler/50-webhooks.yaml")))
+                  if d][0]["webhooks"][0]
+    for key in ("failurePolicy", "matchConditions", "rules", "sideEffects", "reinvocationPolicy"):
+        assert charted_hook[key] == plain_hook[key], key
     r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
     assert r.returncode == 0, r.stderr
     # The Grafana dashboard, for Grafana's sidecar (docs/metrics.md); no PodMonitor by default.
@@ -750,8 +815,9 @@ def test_leader_failover_loses_nothing(c):
     c.procs["tessera-scheduler-r1"].stop(signal.SIGKILL)
     c.wait_for(lambda: c.extender_proxy.ready_port == c.ports["tessera-scheduler-r2"],
                "the standby to take the Lease and be ready", 60)
-    # Pods created while no replica is ready are admitted unmutated (failurePolicy: Ignore, docs/install.md), so
-    # the next ones come once the standby leads; those of the first batch that were not bound yet are its to bind.
+    # GPU pods created while no replica is ready are refused (failurePolicy: Fail, docs/install.md; a controller
+    # retries), so the next ones come once the standby leads; those of the first batch that were not bound yet
+    # are its to bind.
     c.apply("---\n".join(pod_yaml(f"g-{i}", {"tessera.dev/gpu-cores": 40, "tessera.dev/gpu-memory": 2048})
                          for i in range(8)))
     for name in [f"f-{i}" for i in range(8)] + [f"g-{i}" for i in range(8)]:

@@ -308,6 +308,44 @@ TEST(AdmissionTest, ValidateRefusesWithWhatToChange) {
   EXPECT_TRUE(out["response"]["allowed"]);
 }
 
+// One webhook call per pod: the mutating webhook refuses what the validating one refused, with the same
+// answer (it used to allow them all, leaving them to a second call). Only /mutate is registered (deploy/).
+TEST(AdmissionTest, MutateRefusesWhatValidateRefusesWithTheSameMessage) {
+  Admission admission({"tessera-scheduler", {}});
+  json privileged = PodWith({{"tessera.dev/gpu-cores", "50"}});
+  privileged["spec"]["containers"][0]["securityContext"] = {{"privileged", true}};
+  json hami_privileged = PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}});
+  hami_privileged["spec"]["containers"][0]["securityContext"] = {{"privileged", true}};
+  json as_annotation = PodWith({{"tessera.dev/gpu-cores", "50"}});
+  as_annotation["metadata"]["annotations"] = {{"tessera.dev/gpu-memory", "8Gi"}};
+  json unreadable = PodWith({{"tessera.dev/gpu-cores", "50"}});
+  unreadable["metadata"].erase("name");
+  const std::pair<json, const char*> cases[] = {
+      {Defaulted(PodWith({{"tessera.dev/gpu-cores", "0"}})), "gpu-cores"},
+      {Defaulted(privileged), "privileged"},
+      {Defaulted(hami_privileged), "privileged"},
+      {Defaulted(as_annotation), "tessera.dev/gpu-memory"},
+      {unreadable, "metadata.name is missing"},
+  };
+  for (const auto& [pod, says] : cases) {
+    json mutate = json::parse(admission.Mutate(Review(pod)).body)["response"];
+    json validate = json::parse(admission.Validate(Review(pod)).body)["response"];
+    EXPECT_FALSE(mutate["allowed"]) << pod.dump();
+    EXPECT_FALSE(mutate.contains("patch")) << pod.dump();
+    EXPECT_EQ(mutate["status"], validate["status"]) << pod.dump();
+    EXPECT_THAT(mutate["status"]["message"].get<std::string>(), HasSubstr(says));
+  }
+  EXPECT_EQ(admission.decisions(Admission::Verb::kMutate, Admission::Decision::kDenied), std::size(cases));
+  // An update is not judged again; a good pod is patched as before.
+  json update =
+      json::parse(admission.Mutate(Review(PodWith({{"tessera.dev/gpu-cores", "0"}}), "UPDATE")).body);
+  EXPECT_TRUE(update["response"]["allowed"]);
+  json good =
+      json::parse(admission.Mutate(Review(Defaulted(PodWith({{"tessera.dev/gpu-cores", "50"}})))).body);
+  EXPECT_TRUE(good["response"]["allowed"]);
+  EXPECT_TRUE(good["response"].contains("patch"));
+}
+
 // A 300,000-deep array inside spec used to crash the webhook (a recursive copy of the spec).
 TEST(AdmissionTest, DeeplyNestedReviewsGet400) {
   Admission admission({"tessera-scheduler", {}});

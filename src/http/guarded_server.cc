@@ -1,6 +1,7 @@
-#include "scheduler/guarded_http.h"
+#include "http/guarded_server.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,8 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
-namespace tessera::scheduler {
+namespace tessera::http {
 
 namespace {
 
@@ -20,8 +22,15 @@ using Clock = std::chrono::steady_clock;
 struct Connection {
   std::string peer;
   bool waiting = false;
+  size_t body_bytes = 0;  // of the request being served
 };
 thread_local Connection* t_connection = nullptr;
+// Set while the accepting thread runs a connection it sheds (GuardedHttpServer::ConnectionQueue).
+thread_local bool t_shed = false;
+
+constexpr std::string_view kBusy =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 45\r\n"
+    "Connection: close\r\n\r\ntoo many connections open; retry in a moment\n";
 
 // Waits until `fd` is ready for `events` or `timeout` passes; checks `stopped` every 100 ms.
 template <typename Stopped>
@@ -127,14 +136,52 @@ class DeadlineStream final : public httplib::Stream {
 
 }  // namespace
 
-GuardedHttpServer::GuardedHttpServer(HttpLimits limits) : limits_(limits) {
+// httplib's thread pool with a cap on the connections it holds: past `max_connections` a connection is shed
+// on the accepting thread (answered 503 without waiting, and closed) instead of queued, so a flood of
+// connections costs no descriptors or memory beyond the cap.
+class GuardedHttpServer::ConnectionQueue final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionQueue(GuardedHttpServer* server) : server_(server), pool_(server->limits_.threads) {}
+
+  // Called by the accepting thread alone, so the check and the increment cannot race with another enqueue.
+  void enqueue(std::function<void()> fn) override {
+    if (server_->open_.load() >= server_->limits_.max_connections) {
+      t_shed = true;
+      fn();
+      t_shed = false;
+      return;
+    }
+    server_->open_.fetch_add(1);
+    pool_.enqueue([server = server_, fn = std::move(fn)] {
+      fn();
+      server->open_.fetch_sub(1);
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  GuardedHttpServer* const server_;
+  httplib::ThreadPool pool_;
+};
+
+GuardedHttpServer::GuardedHttpServer(HttpLimits limits)
+    : limits_([&] {
+        limits.threads = std::max<size_t>(2, limits.threads);
+        limits.max_connections = std::max(limits.max_connections, limits.threads);
+        return limits;
+      }()),
+      slow_budget_(std::max<size_t>(1, limits_.threads / 2)) {
   set_payload_max_length(limits_.max_body_bytes);
+  new_task_queue = [this] { return new ConnectionQueue(this); };
 }
 
 httplib::Server::Handler GuardedHttpServer::Guard(Handler handler) {
   return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
     Connection* c = t_connection;
-    if (c != nullptr) SetWaiting(c->peer, &c->waiting, false);
+    if (c != nullptr) {
+      SetWaiting(c->peer, &c->waiting, false);
+      c->body_bytes = req.body.size();
+    }
     handler(req, res);
     if (c != nullptr) SetWaiting(c->peer, &c->waiting, true);
   };
@@ -147,8 +194,10 @@ void GuardedHttpServer::SetWaiting(const std::string& peer, bool* waiting, bool 
   size_t& n = waiting_[peer];
   if (now) {
     ++n;
-  } else if (--n == 0) {
-    waiting_.erase(peer);
+    ++waiting_total_;
+  } else {
+    --waiting_total_;
+    if (--n == 0) waiting_.erase(peer);
   }
 }
 
@@ -158,7 +207,19 @@ size_t GuardedHttpServer::waiting(const std::string& peer) const {
   return it == waiting_.end() ? 0 : it->second;
 }
 
+size_t GuardedHttpServer::waiting() const {
+  MutexLock lock(&mu_);
+  return waiting_total_;
+}
+
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
+  if (t_shed) {
+    shed_.fetch_add(1, std::memory_order_relaxed);
+    (void)send(sock, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(sock, SHUT_RDWR);
+    close(sock);
+    return false;
+  }
   DeadlineStream stream(sock, limits_.write_timeout);
   Connection connection;
   int port = 0;
@@ -166,7 +227,9 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   bool strict = false;
   {
     MutexLock lock(&mu_);
-    strict = waiting_[connection.peer] >= limits_.max_slow_per_peer;
+    auto it = waiting_.find(connection.peer);
+    strict =
+        (it != waiting_.end() && it->second >= limits_.max_slow_per_peer) || waiting_total_ >= slow_budget_;
   }
   SetWaiting(connection.peer, &connection.waiting, true);
   t_connection = &connection;
@@ -184,7 +247,10 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     stream.set_deadline(Clock::now() + request_timeout);
     --left;
     bool connection_closed = false;
+    connection.body_bytes = 0;
     ok = process_request(stream, left == 0 || stopped(), connection_closed, nullptr);
+    // The request and its answer are freed by now: give a large one's memory back.
+    if (connection.body_bytes >= limits_.trim_after_bytes) malloc_trim(0);
     if (!ok || connection_closed) break;
   }
   t_connection = nullptr;
@@ -194,4 +260,4 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
-}  // namespace tessera::scheduler
+}  // namespace tessera::http
