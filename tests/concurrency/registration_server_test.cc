@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/strings.h"
 #include "hook/common/registration.h"
 #include "temp_dir.h"
 
@@ -40,7 +41,8 @@ TEST(RegistrationServerTest, ConcurrentRegistrationsReloadsAndIdleConnections) {
                             {[](int, const hook::Hello&) -> absl::StatusOr<RegistrationServer::Accepted> {
                                return RegistrationServer::Accepted{"uid/main", 1};
                              },
-                             [&](int, const std::string&) { ++gone; }},
+                             [&](int, const std::string&) { ++gone; },
+                             [](int pid) { return StrCat(pid); }},
                             limits);
   ASSERT_TRUE(server.Start().ok());
   std::atomic<bool> done{false};
