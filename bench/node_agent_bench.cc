@@ -46,7 +46,10 @@ namespace {
 using namespace tessera;  // NOLINT
 using Clock = std::chrono::steady_clock;
 
-node::NodePod Pod(int i, int milli_cores = 50) {
+// Shares small enough that every GPU fits its residents and a round of fresh pods at any moment (the agent
+// refuses an assignment that would put a GPU over its compute): 13 residents at up to 40 and 13 fresh at 20
+// thousandths on each of the 8 GPUs.
+node::NodePod Pod(int i, int milli_cores = 20) {
   node::NodePod p;
   p.name = StrCat("pod-", i);
   p.uid = StrCat("00000000-0000-4000-8000-", std::string(12 - StrCat(i).size(), '0'), i);
@@ -63,7 +66,9 @@ node::NodePod Pod(int i, int milli_cores = 50) {
   c.vgpus.push_back(v);
   placement.containers.push_back(c);
   p.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(placement);
-  p.annotations[formats::kAnnotationAssignedAt] = StrCat("2026-11-22T10:00:00.", 100000 + i, "Z");
+  // Bound i milliseconds after the first (the precision the scheduler writes and the agent orders by).
+  p.annotations[formats::kAnnotationAssignedAt] = formats::FormatHeartbeat(
+      *formats::ParseHeartbeat("2026-11-22T10:00:00.000Z") + std::chrono::milliseconds(i));
   p.annotations[formats::kAnnotationPhase] = formats::kPhaseBound;
   return p;
 }
@@ -154,7 +159,8 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
     // Pod i was bound i-th (its assigned-at), after every pod allocated before it: the agent gives it this
-    // container, with its GPU, share (5%) and memory (512 MiB), in the limits file the first mount holds.
+    // container, with its GPU, share (20 thousandths) and memory (512 MiB), in the limits file the first mount
+    // holds.
     std::string problem;
     const std::string gpu = StrCat("GPU-", i % 8);
     const auto pod = r->size() == 1 ? (*r)[0].annotations.find("tessera.dev/pod")
@@ -171,9 +177,9 @@ int main(int argc, char** argv) {
       if (!hook::ReadLimitsFile(file.c_str(), &limits, &error)) {
         problem = StrCat("limits file: ", error.text);
       } else if (limits.device_count != 1 || std::string(limits.devices[0].uuid) != gpu ||
-                 limits.devices[0].cores_percent != 5 || limits.devices[0].memory_bytes != 512ull << 20) {
-        problem = StrCat("limits file names ", limits.devices[0].uuid, " at ",
-                         limits.devices[0].cores_percent, "% and ", limits.devices[0].memory_bytes, " bytes");
+                 hook::SharePpm(limits.devices[0]) != 20000 || limits.devices[0].memory_bytes != 512ull << 20) {
+        problem = StrCat("limits file names ", limits.devices[0].uuid, " at ", hook::SharePpm(limits.devices[0]),
+                         " ppm and ", limits.devices[0].memory_bytes, " bytes");
       }
     }
     if (!problem.empty() && wrong++ == 0) first_wrong = StrCat("pod-", i, ": ", problem);
@@ -236,7 +242,7 @@ int main(int argc, char** argv) {
     std::atomic<int> passes{0};
     std::thread reconciler([&] {
       for (int k = 0; !stop; ++k) {
-        api.UpsertPod(Pod(k % 100, k % 2 == 0 ? 100 : 50));  // a resident pod's share changes
+        api.UpsertPod(Pod(k % 100, k % 2 == 0 ? 40 : 20));  // a resident pod's share changes
         (void)agent.ReconcileOnce();
         (void)agent.MetricsText();  // a scrape reads every tenant's region
         ++passes;
