@@ -380,7 +380,23 @@ class Tier:
         check(out.startswith("write refused"), f"the tenant could write its limits file: {out}")
         self.agent_holds("a write to its own limits file")
 
-        # 7. And after all that, with a fresh region, the attacker gets no more than its own 1 GiB.
+        # 7. Slow clients on the agent's metrics port (reachable from pods): 40 connections that send a request
+        #    head a byte at a time and never finish it, held while the checks scrape and probe /healthz.
+        slow = []
+        for _ in range(40):
+            c = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            slow.append(c)
+        for c in slow:
+            try:
+                c.sendall(b"X")
+            except OSError:
+                pass  # the server has already given up on it: that is the point
+        self.agent_holds("40 slow clients on the metrics port")
+        for c in slow:
+            c.close()
+
+        # 8. And after all that, with a fresh region, the attacker gets no more than its own 1 GiB.
         rc, out, err = self.probe(ATTACKER, "fill", str(64 * MIB))
         m = re.search(r"fill \S+ (\d+)", out)
         check(m is not None, f"the attacker's fill: {out!r} {err[-2000:]}")
