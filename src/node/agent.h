@@ -79,6 +79,10 @@ struct NodeAgentConfig {
   std::chrono::milliseconds region_lock_timeout{5000};
   // How long a reconcile pass waits for the region jobs it started before going on (they keep running).
   std::chrono::milliseconds region_wait{5000};
+  // How long an Allocate whose only candidates would overcommit a GPU waits, listing the pods again, before
+  // it refuses: the scheduler binds a high-priority pod first and lowers the shares it compressed a moment
+  // later (its housekeeping, every 500 ms), and the kubelet's refusal of a pod is final.
+  std::chrono::milliseconds overcommit_wait{5000};
   // UUIDs of the GPUs given to the DRA driver (tessera-node --dra-gpus): an assignment naming one is never
   // allocated through the device plugin, whatever the extender decided (docs/dra.md, "One node, two paths").
   std::set<std::string> dra_gpu_uuids;
