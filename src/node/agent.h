@@ -77,6 +77,10 @@ struct NodeAgentConfig {
   std::string resource_name = "tessera.dev/gpu";
   std::chrono::milliseconds resync{2000};      // background reconcile period
   std::chrono::milliseconds heartbeat{10000};  // node annotation refresh period
+  // How long an Allocate whose only candidates would overcommit a GPU waits, listing the pods again, before
+  // it refuses: the scheduler binds a high-priority pod first and lowers the shares it compressed a moment
+  // later (its housekeeping, every 500 ms), and the kubelet's refusal of a pod is final.
+  std::chrono::milliseconds overcommit_wait{5000};
   // UUIDs of the GPUs given to the DRA driver (tessera-node --dra-gpus): an assignment naming one is never
   // allocated through the device plugin, whatever the extender decided (docs/dra.md, "One node, two paths").
   std::set<std::string> dra_gpu_uuids;

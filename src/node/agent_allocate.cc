@@ -1,7 +1,9 @@
 // NodeAgent: the kubelet's Allocate and PreStartContainer (which container an Allocate is for, its
 // directories, limits file and record). docs/node-agent.md, "Allocate".
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "common/log.h"
 #include "core/request_parser.h"
@@ -268,6 +270,19 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
     claimed = Claim(device_ids, *Pods(), &overcommitted);
     if (absl::IsAlreadyExists(claimed.status()))
       return absl::FailedPreconditionError(Message(claimed.status()));
+    // Only candidates that would overcommit: the scheduler may not have written the lowered shares of the
+    // pods it compressed for this one yet. Look again for a while (no lock is held meanwhile).
+    constexpr auto kStep = std::chrono::milliseconds(250);
+    for (auto waited = std::chrono::milliseconds(0);
+         !claimed.ok() && !overcommitted.empty() && waited < config_.overcommit_wait; waited += kStep) {
+      std::this_thread::sleep_for(kStep);
+      if (!RefreshPods().ok()) continue;
+      std::vector<std::pair<NodePod, std::string>> again;
+      claimed = Claim(device_ids, *Pods(), &again);
+      if (absl::IsAlreadyExists(claimed.status()))
+        return absl::FailedPreconditionError(Message(claimed.status()));
+      overcommitted = std::move(again);
+    }
   }
   for (const auto& [pod, why] : overcommitted) {
     bool first = false;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -377,6 +378,7 @@ TEST_F(AgentTest, MalformedAssignmentIsAnEventAndDisturbsNothingElse) {
 // An assignment is the scheduler's, but anyone who could write it on their own pod (docs/security.md) got
 // what it said: the agent hands out only what the GPU has left, counting every live co-tenant.
 TEST_F(AgentTest, AnAssignmentThatWouldOvercommitItsGpuIsRefused) {
+  config_.overcommit_wait = std::chrono::milliseconds(0);  // refused at once (the wait is the next test's)
   api_.UpsertPod(BoundPod(0, {{0, 70, 8192}}));
   auto agent = StartAgent();
   auto client = Client();
@@ -433,6 +435,39 @@ TEST_F(AgentTest, ASharePlacedByTheSchedulerIsNotRefusedBeforeTheAgentCatchesUp)
   api_.UpsertPod(BoundPod(3, {{1, 90, 8192}}));
   r = client->Allocate({{"GPU-1::0"}});
   ASSERT_TRUE(r.ok()) << r.status();
+  for (const NodeEvent& e : api_.events()) EXPECT_NE(e.reason, "OvercommittedAssignment") << e.message;
+}
+
+// The scheduler binds a high-priority pod first and writes the lowered share of the pod it compressed a
+// moment later (its housekeeping): an Allocate that comes in between waits for it (listing the pods again)
+// instead of refusing the pod for good. The rewrite lands only after the agent has looked again at least
+// once.
+TEST_F(AgentTest, AnAllocateWaitsForTheCompressionTheSchedulerHasNotWrittenYet) {
+  config_.overcommit_wait = kWait;
+  api_.UpsertPod(BoundPod(0, {{0, 80, 8192}}));
+  auto agent = StartAgent();
+  auto client = Client();
+  ASSERT_TRUE(client->Allocate({{"GPU-0::0"}}).ok());
+  api_.UpsertPod(BoundPod(1, {{0, 60, 8192}}));  // bound; pod-0 still says 80%
+  const int lists = api_.list_calls();
+  std::atomic<bool> answered{false};
+  std::thread scheduler([&] {
+    while (api_.list_calls() < lists + 3) {
+      if (answered.load()) return;  // refused without looking again: the test fails below
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    NodePod low = *api_.GetPod("default", "pod-0");
+    auto a = formats::ParseAssignment(low.annotations[formats::kAnnotationAssignment]);
+    a->containers[0].vgpus[0].requested = core::MilliGpu(800);
+    a->containers[0].vgpus[0].cores = core::MilliGpu(400);
+    low.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(formats::ToPlacement(*a));
+    api_.UpsertPod(low);
+  });
+  auto r = client->Allocate({{"GPU-0::1"}});
+  answered = true;
+  scheduler.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
   for (const NodeEvent& e : api_.events()) EXPECT_NE(e.reason, "OvercommittedAssignment") << e.message;
 }
 
