@@ -21,13 +21,19 @@ namespace {
 std::atomic<size_t> g_live{0};
 std::atomic<size_t> g_peak{0};
 
-void* Allocate(size_t n) {
+void* AllocateOrNull(size_t n) {
   void* p = std::malloc(n == 0 ? 1 : n);
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) return nullptr;
   const size_t live = g_live.fetch_add(malloc_usable_size(p)) + malloc_usable_size(p);
   size_t peak = g_peak.load();
   while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
   }
+  return p;
+}
+
+void* Allocate(size_t n) {
+  void* p = AllocateOrNull(n);
+  if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
@@ -55,6 +61,20 @@ void operator delete(void* p, size_t) noexcept {
   Free(p);
 }
 void operator delete[](void* p, size_t) noexcept {
+  Free(p);
+}
+// The nothrow forms too (std::stable_sort's temporary buffer uses them): every form that can reach the replaced
+// operator delete must allocate here, or a sanitizer sees its own new freed by this free.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  return AllocateOrNull(n);
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  return AllocateOrNull(n);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  Free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
   Free(p);
 }
 
