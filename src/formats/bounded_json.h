@@ -48,6 +48,27 @@ inline size_t DomBudgetFor(size_t text_bytes) {
   return 6 * text_bytes + (size_t{1} << 20);
 }
 
+// Bytes a tree may still take (DomCost): charged as it is built; once a charge does not fit, `exceeded` stays set.
+class DomBudget {
+ public:
+  explicit DomBudget(size_t max_bytes) : max_bytes_(max_bytes) {}
+  bool Charge(size_t bytes) {
+    if (bytes > max_bytes_ - used_) {
+      exceeded_ = true;
+      return false;
+    }
+    used_ += bytes;
+    return true;
+  }
+  bool exceeded() const { return exceeded_; }
+  size_t max_bytes() const { return max_bytes_; }
+
+ private:
+  size_t max_bytes_;
+  size_t used_ = 0;
+  bool exceeded_ = false;
+};
+
 // Counts the nesting of objects and arrays while nlohmann's DOM builder builds the tree; refuses a document
 // deeper than `max_depth`, or whose tree would cost more than `max_bytes` (DomCost), and remembers the
 // parser's own error (syntax, or a number out of double range such as 1e999) as text instead of throwing it.
@@ -56,7 +77,7 @@ class BoundedDomBuilder {
  public:
   using json = nlohmann::json;
   BoundedDomBuilder(json& root, int max_depth, size_t max_bytes = SIZE_MAX)
-      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth), max_bytes_(max_bytes) {}
+      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth), budget_(max_bytes) {}
 
   bool null() { return Charge(DomCost::kScalar) && dom_.null(); }
   bool boolean(bool v) { return Charge(DomCost::kScalar) && dom_.boolean(v); }
@@ -83,8 +104,8 @@ class BoundedDomBuilder {
   bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e);
 
   bool too_deep() const { return too_deep_; }
-  bool too_big() const { return too_big_; }
-  size_t max_bytes() const { return max_bytes_; }
+  bool too_big() const { return budget_.exceeded(); }
+  size_t max_bytes() const { return budget_.max_bytes(); }
   // The parser's message ("syntax error ...", "number overflow parsing '1e999'"); empty when none.
   const std::string& error() const { return error_; }
   int max_depth() const { return max_depth_; }
@@ -98,22 +119,13 @@ class BoundedDomBuilder {
     return true;
   }
 
-  bool Charge(size_t bytes) {
-    if (bytes > max_bytes_ - used_) {
-      too_big_ = true;
-      return false;
-    }
-    used_ += bytes;
-    return true;
-  }
+  bool Charge(size_t bytes) { return budget_.Charge(bytes); }
 
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   int depth_ = 0;
   int max_depth_;
-  size_t max_bytes_;
-  size_t used_ = 0;
+  DomBudget budget_;
   bool too_deep_ = false;
-  bool too_big_ = false;
   std::string error_;
 };
 

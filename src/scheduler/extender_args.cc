@@ -23,7 +23,7 @@ using nlohmann::json;
 class ArgsSax {
  public:
   ArgsSax(json& root, size_t max_bytes, size_t max_names)
-      : dom_(root, /*allow_exceptions=*/false), max_bytes_(max_bytes), max_names_(max_names) {}
+      : dom_(root, /*allow_exceptions=*/false), budget_(max_bytes), max_names_(max_names) {}
 
   bool null() {
     return InNames() ? Bad() : Value([&] { return Charge(formats::DomCost::kScalar) && dom_.null(); }, true);
@@ -107,7 +107,7 @@ class ArgsSax {
 
   bool bad_names() const { return bad_names_; }
   bool too_deep() const { return too_deep_; }
-  bool too_big() const { return too_big_; }
+  bool too_big() const { return budget_.exceeded(); }
   bool has_names() const { return has_names_; }
   const std::optional<std::string>& duplicate() const { return duplicate_; }
   size_t names_seen() const { return names_seen_; }
@@ -125,15 +125,7 @@ class ArgsSax {
     too_deep_ = true;
     return false;
   }
-  // The tree's memory, charged as formats::BoundedDomBuilder charges it.
-  bool Charge(size_t bytes) {
-    if (bytes > max_bytes_ - used_) {
-      too_big_ = true;
-      return false;
-    }
-    used_ += bytes;
-    return true;
-  }
+  bool Charge(size_t bytes) { return budget_.Charge(bytes); }
   // A scalar value: NodeNames' own value when it is not a list (null means absent), else the DOM's.
   template <typename F>
   bool Value(F forward, bool null = false) {
@@ -145,11 +137,9 @@ class ArgsSax {
   }
 
   nlohmann::detail::json_sax_dom_parser<json> dom_;
-  const size_t max_bytes_;
+  formats::DomBudget budget_;  // the tree's memory, charged as formats::BoundedDomBuilder charges it
   const size_t max_names_;
-  size_t used_ = 0;
   size_t names_seen_ = 0;
-  bool too_big_ = false;
   int depth_ = 0;
   bool names_next_ = false;
   bool in_names_ = false;
