@@ -242,6 +242,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(
     r.priority =
         core::PriorityAnnotation(Annotation(*c.pod, core::kAnnotationPriority)).value_or(core::Priority::kLow);
     r.gpu_tenants = GpuTenantsLocked(r);
+    ChooseDirsLocked(&r);
     claims_.insert(key);
     in_flight_[key] = r.vgpus;
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());
@@ -305,8 +306,6 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   Tenant t;
   t.record = std::move(*claimed);
   for (const kubelet::DeviceSlot& d : req.devices) t.record.device_ids.push_back(d.id);
-  t.record.dir = ContainerDir(t.record.pod_uid, t.record.container);
-  t.record.region_dir = RegionDir(t.record.pod_uid, t.record.container);
   t.record.allocated_at = formats::FormatHeartbeat(WallNow());
   const std::string key = t.record.key();
   if (absl::Status s = Materialize(&t); !s.ok()) {
@@ -407,6 +406,24 @@ std::string NodeAgent::ContainerDir(std::string_view pod_uid, std::string_view c
 
 std::string NodeAgent::RegionDir(std::string_view pod_uid, std::string_view container) const {
   return (fs::path(config_.state_dir) / "regions" / pod_uid / container).string();
+}
+
+void NodeAgent::ChooseDirsLocked(ContainerRecord* record) const {
+  const auto taken = [&](const std::string& dir, const std::string& region_dir) {
+    return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
+      return kv.second.record.dir == dir || kv.second.record.region_dir == region_dir;
+    });
+  };
+  // A container name is a DNS label (no dot), so "<name>.<n>" is never another container's own name. There are
+  // fewer records than the loop's bound, so it always finds a free name.
+  std::string name = record->container;
+  for (size_t n = 1; taken(ContainerDir(record->pod_uid, name), RegionDir(record->pod_uid, name)) &&
+                     n <= tenants_.size();
+       ++n) {
+    name = StrCat(record->container, ".", n);
+  }
+  record->dir = ContainerDir(record->pod_uid, name);
+  record->region_dir = RegionDir(record->pod_uid, name);
 }
 
 absl::Status NodeAgent::WriteLimits(const ContainerRecord& r) const {

@@ -160,6 +160,13 @@ void ApiSync::OnPod(const json& pod) {
   }
   const bool ours = parsed->spec.annotations.contains(formats::kAnnotationAssignment);
   absl::Status st = cache_.ObservePod(*parsed);
+  if (ours) {
+    log::Debug("pod observed", {{"pod", StrCat(parsed->spec.ns, "/", parsed->spec.name)},
+                                {"uid", parsed->spec.uid},
+                                {"node", parsed->node_name},
+                                {"assignment", parsed->spec.annotations.at(formats::kAnnotationAssignment)},
+                                {"result", st.ok() ? "ok" : Message(st)}});
+  }
   if (!st.ok() && ours && !parsed->node_name.empty()) {
     ++counters_.bad_assignments;
     Report({"Pod", parsed->spec.ns, parsed->spec.name, parsed->spec.uid, "TesseraBadAssignment",
@@ -172,6 +179,9 @@ void ApiSync::OnPodDeleted(const json& pod) {
   const std::string uid = StringAt(pod, {"metadata", "uid"});
   if (uid.empty()) return;
   MutexLock lock(&mu_);
+  log::Debug("pod deleted", {{"pod", StrCat(StringAt(pod, {"metadata", "namespace"}), "/",
+                                            StringAt(pod, {"metadata", "name"}))},
+                             {"uid", uid}});
   cache_.ForgetPod(core::PodUid(uid));
   reported_.erase(
       StrCat("Pod/", StringAt(pod, {"metadata", "namespace"}), "/", StringAt(pod, {"metadata", "name"})));

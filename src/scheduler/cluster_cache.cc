@@ -391,6 +391,7 @@ void ClusterCache::ReleaseLocked(const PodUid& uid) {
     if (it == s.pods.end()) continue;
     if (const core::Placement* p = s.cluster.FindPlacement(c.tenant.pod))
       it->second.placement.containers = p->containers;
+    it->second.unwritten = true;
     s.changed.insert(c.tenant.pod);
   }
 }
@@ -441,7 +442,12 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
         same = a[k].uuid == b[k].uuid && a[k].cores == b[k].cores && a[k].memory == b[k].memory;
       }
     }
-    if (same) return absl::OkStatus();
+    if (same) {
+      it->second.unwritten = false;
+      return absl::OkStatus();
+    }
+    // An event from before our own rewrite of its shares: the record is newer, and the write is on its way.
+    if (it->second.unwritten) return absl::OkStatus();
     ReleaseLocked(uid);
   }
   s.orphans.erase(uid.value());
@@ -636,6 +642,7 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
     if (it == s.pods.end()) continue;
     if (const core::Placement* p = s.cluster.FindPlacement(c.tenant.pod))
       it->second.placement.containers = p->containers;
+    it->second.unwritten = true;
     s.changed.insert(c.tenant.pod);
   }
   return r;

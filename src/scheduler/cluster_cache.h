@@ -109,6 +109,10 @@ struct PodEntry {
   core::Placement placement;
   bool reserved = false;  // decided by this scheduler, bind not yet confirmed by the API
   std::chrono::steady_clock::time_point reserved_at;
+  // Its shares changed here (compressed, or given back) and the API has not shown that yet: until an observed
+  // assignment says the same, an observed one that differs predates the write (TakeChangedShares) and is not
+  // taken over the record.
+  bool unwritten = false;
 };
 
 class ClusterCache {

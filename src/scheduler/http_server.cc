@@ -117,6 +117,12 @@ absl::Status ExtenderServer::Start(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+HttpLimits ApiClientLimits() {
+  HttpLimits limits;
+  limits.idle_timeout = std::chrono::seconds(120);  // > client-go's 90 s
+  return limits;
+}
+
 absl::Status ExtenderServer::Listen(const ServerOptions& options) {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListen(options.listen);
   if (!listen.ok()) return listen.status();
@@ -198,7 +204,11 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
     // every few pod creations, which halved the creation rate (bench/cluster_scale.py). An idle keep-alive
     // connection holds one of the pool's threads until idle_timeout, hence a pool as large as the extender's.
     https_->set_keep_alive_max_count(limits_.keep_alive_requests);
-    https_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // Each API server keeps up to 25 idle connections to a webhook (client-go's MaxIdleConnsPerHost), each
+    // holding a thread here until the API server closes it: room for three API servers' worth of them beside
+    // the pool's own.
+    const size_t webhook_threads = static_cast<size_t>(threads) + 3 * 25;
+    https_->new_task_queue = [webhook_threads] { return new httplib::ThreadPool(webhook_threads); };
     if (!https_->is_valid()) {
       return absl::InvalidArgumentError(StrCat("cannot use ", options.tls_cert, " and ", options.tls_key,
                                                " as the webhook's certificate and key (PEM)"));

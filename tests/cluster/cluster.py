@@ -123,6 +123,10 @@ class ServiceProxy:
         except OSError:
             conn.close()
             return
+        # The timeout was for connecting. kube-proxy closes no idle connection (conntrack keeps an established
+        # one for days): with it left on, every connection idle for 5 s was closed here, and the API server,
+        # writing its next webhook call onto it at that moment, failed the call with EOF.
+        upstream.settimeout(None)
         for a, b in ((conn, upstream), (upstream, conn)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -397,6 +401,15 @@ class Cluster:
                 out.append(f"--- kubectl {' '.join(args)} ({len(lines)} lines, last 25):\n" + "\n".join(lines[-25:]))
             except Exception as e:  # diagnostics never hide the failure they describe
                 out.append(f"--- kubectl {' '.join(args)}: {e}")
+        # What the scheduler and the agent wrote on each pod: a share that did not follow shows here.
+        try:
+            r = self.kubectl("get", "pods", "-A", "-o", "json", check=False, timeout=20)
+            for p in json.loads(r.stdout).get("items", [])[-25:]:
+                meta = p["metadata"]
+                notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("tessera.dev/")}
+                out.append(f"--- pod {meta['namespace']}/{meta['name']}: {json.dumps(notes, sort_keys=True)}")
+        except Exception as e:  # diagnostics never hide the failure they describe
+            out.append(f"--- pods' annotations: {e}")
         return "\n".join(out)
 
     def container_records(self):
@@ -540,7 +553,7 @@ class Cluster:
             "--quota-file", self.quota_file(),
             # As a cluster whose HAMi chart renamed one resource (resourceMemPercentage): the migration tests use it.
             "--hami-resource-names", f"memory-percentage={RENAMED_HAMI_MEMORY_PERCENT}",
-            *self.scheduler_args], env=dict(os.environ, TESSERA_LOG="info"))
+            *self.scheduler_args], env=dict(os.environ, TESSERA_LOG=os.environ.get("TESSERA_SCHEDULER_LOG", "info")))
         self._wait_http(f"http://127.0.0.1:{self.ports[name]}/healthz", f"{name} to serve", 60)
         readyz = f"http://127.0.0.1:{self.ports[name]}/readyz"
         for proxy, port in ((self.extender_proxy, self.ports[name]), (self.webhook_proxy, self.ports[name + "-webhook"])):

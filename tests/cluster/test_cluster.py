@@ -9,6 +9,7 @@ to create it (cri-fake's record), the limits file on disk.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -124,7 +125,9 @@ def _started_with_assignment(c, pod, container):
     assert "/etc/tessera" in mounts and mounts["/etc/tessera"]["readonly"], rec["mounts"]
     assert "/var/lib/tessera/region" in mounts, rec["mounts"]
     host_dir = mounts["/etc/tessera"]["host"]
-    assert host_dir.startswith(c.path("tessera", "containers")) and host_dir.endswith("/" + container), host_dir
+    # <container>, or <container>.<n> when a swapped record holds that one (docs/node-agent.md).
+    assert host_dir.startswith(c.path("tessera", "containers")), host_dir
+    assert re.fullmatch(re.escape(container) + r"(\.[0-9]+)?", os.path.basename(host_dir)), host_dir
     limits = read_limits(os.path.join(host_dir, "limits"))
     assert set(limits) == {v["uuid"] for v in vgpus}, (limits, vgpus)
     for v in vgpus:

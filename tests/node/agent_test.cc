@@ -1031,6 +1031,29 @@ TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHanded
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-0")), "GPU-1");
   EXPECT_EQ(GpuOf(*api_.GetPod("default", "pod-1")), "GPU-0");
   EXPECT_EQ(api_.GetPod("default", "pod-0")->annotations.at(formats::kAnnotationPhase), "allocated");
+  // pod-1's running container mounts the directories made for pod-0: pod-0's own container gets others (it
+  // used to get the same ones, and its limits file overwrote pod-1's: two containers, one limits file, one
+  // region).
+  records = agent->Records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_NE(records[0].dir, records[1].dir);
+  EXPECT_NE(records[0].region_dir, records[1].region_dir);
+  for (const ContainerRecord& r : records) {
+    hook::Limits limits;
+    hook::Error error;
+    ASSERT_TRUE(hook::ReadLimitsFile((r.dir + "/limits").c_str(), &limits, &error)) << error.text;
+    ASSERT_EQ(limits.device_count, 1);
+    EXPECT_EQ(limits.devices[0].uuid, r.vgpus[0].uuid.value()) << r.pod_name;
+  }
+  EXPECT_EQ((*second)[0].mounts[0].host_path, records[0].pod_name == "pod-0" ? records[0].dir : records[1].dir);
+  // pod-1 goes: its directories go with it, pod-0's stay.
+  api_.DeletePod("default", "pod-1");
+  PublishPodResources({HeldBy("pod-0", "GPU-2::1")});
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_TRUE(fs::exists(records[0].dir + "/limits"));
+  EXPECT_TRUE(fs::is_directory(records[0].region_dir));
 }
 
 // The kubelet starts pods of one shape in its own order, while the agent answers each Allocate with the
@@ -1079,6 +1102,18 @@ TEST_F(AgentTest, AnyStartOrderEndsWithEveryPodsAnnotationTellingTheTruth) {
       ++per_gpu[env];
     }
     for (const auto& [gpu, n] : per_gpu) EXPECT_EQ(n, kPods / 4) << gpu;
+    // Every container has directories of its own, and its limits file names the GPU it was started with.
+    std::set<std::string> dirs;
+    std::set<std::string> region_dirs;
+    for (const ContainerRecord& r : agent->Records()) {
+      EXPECT_TRUE(dirs.insert(r.dir).second) << r.dir;
+      EXPECT_TRUE(region_dirs.insert(r.region_dir).second) << r.region_dir;
+      hook::Limits limits;
+      hook::Error error;
+      ASSERT_TRUE(hook::ReadLimitsFile((r.dir + "/limits").c_str(), &limits, &error)) << error.text;
+      ASSERT_EQ(limits.device_count, 1);
+      EXPECT_EQ(limits.devices[0].uuid, started_with[r.pod_name]) << r.pod_name;
+    }
     for (int i = 0; i < kPods; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
     PublishPodResources({});
     ASSERT_TRUE(agent->ReconcileOnce().ok());

@@ -206,6 +206,46 @@ TEST(ClusterCacheTest, AConfirmedBindSurvivesALateEventFromBeforeIt) {
   EXPECT_EQ(cache.pod_count(), 0);
 }
 
+// Found on the cluster tier: a share the cache changed (compressed for a high-priority pod, or given back when
+// it left) is written to the API a moment later, and an event about the pod from before that write (a status
+// update) carries the old assignment. Taken as the truth, it undid the change: a give-back undone so was never
+// written, and the low-priority pod kept 40% of a GPU nobody else used.
+TEST(ClusterCacheTest, AShareChangeNotYetWrittenSurvivesEventsFromBeforeIt) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  const formats::PodObject low80 = BoundPod("low", "n1", "GPU-n1-0", 80);
+  ASSERT_TRUE(cache.ObservePod(low80).ok());
+  const auto cores_of_low = [&] { return cache.FindPod(core::PodUid("low"))->placement.containers[0].vgpus[0].cores; };
+  // A high-priority pod compresses it to 40%.
+  core::PodRequest high = MakePod("high", {Share(60, 2048)});
+  high.priority = core::Priority::kHigh;
+  ASSERT_TRUE(cache.Reserve(high, core::NodeName("n1")).ok());
+  cache.Confirm(high.uid);
+  ASSERT_EQ(cores_of_low(), core::MilliGpu(400));
+  ASSERT_TRUE(cache.ObservePod(low80).ok());  // from before the compression was written
+  EXPECT_EQ(cores_of_low(), core::MilliGpu(400));
+  std::vector<PodEntry> changed = cache.TakeChangedShares();
+  ASSERT_EQ(changed.size(), 1u);
+  const core::Placement compressed = changed[0].placement;
+  EXPECT_EQ(compressed.containers[0].vgpus[0].requested, core::MilliGpu(800));
+  formats::PodObject low40 = low80;
+  low40.spec.annotations[formats::kAnnotationAssignment] = formats::FormatAssignment(compressed);
+  ASSERT_TRUE(cache.ObservePod(low40).ok());  // the write, seen
+  // The high-priority pod goes: the share comes back, and stays back while the API still shows 40%.
+  cache.ForgetPod(high.uid);
+  ASSERT_EQ(cores_of_low(), core::MilliGpu(800));
+  ASSERT_TRUE(cache.ObservePod(low40).ok());
+  EXPECT_EQ(cores_of_low(), core::MilliGpu(800));
+  changed = cache.TakeChangedShares();
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].placement.containers[0].vgpus[0].cores, core::MilliGpu(800));
+  ASSERT_TRUE(cache.ObservePod(low80).ok());  // written and seen
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 200);
+  // Once seen, the API is the truth again: a later rewrite by anyone is followed.
+  ASSERT_TRUE(cache.ObservePod(BoundPod("low", "n1", "GPU-n1-0", 50)).ok());
+  EXPECT_EQ(cores_of_low(), core::MilliGpu(500));
+}
+
 TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
   ClusterCache cache(Options());
   ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
