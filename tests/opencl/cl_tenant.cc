@@ -13,7 +13,8 @@
 //                                        prints the device time its kernels took (their own profiling events)
 //                                        per window of W ms on CLOCK_MONOTONIC: `window=<start_ms>
 //                                        share=<0..1>`, and `share=` over the whole run after the first 0.5
-//                                        s.
+//                                        s, with `starved=<0..1>`: the part of that time its threads
+//                                        waited for a CPU (tests/run_delay.h).
 //                                        --until-stdin-closes stops early when stdin closes.
 //                                        --live also prints each window as it ends: `live window=<start_ms>
 //                                        share=<0..1> mem=<CL_DEVICE_GLOBAL_MEM_SIZE now>`.
@@ -35,6 +36,8 @@
 #include <deque>
 #include <string>
 #include <vector>
+
+#include "../run_delay.h"
 
 namespace {
 
@@ -338,7 +341,13 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
   };
   uint64_t polled = 0;
   uint64_t printed = 0;  // --live: windows printed so far
+  uint64_t delay_at_steady = 0;
+  bool steady_seen = false;
   while (MonotonicNs() < stop) {
+    if (!steady_seen && MonotonicNs() >= steady) {
+      delay_at_steady = tessera::testing::RunDelayNs();
+      steady_seen = true;
+    }
     if (until_stdin && ++polled % 8 == 0 && StdinClosed()) {
       stop = MonotonicNs();
       break;
@@ -373,6 +382,9 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
   std::printf("begin_ms=%llu\n", static_cast<unsigned long long>(begin / 1000000));
   std::printf("share=%.4f\n",
               stop > steady ? static_cast<double>(steady_busy) / static_cast<double>(stop - steady) : 0.0);
+  const uint64_t delay = steady_seen ? tessera::testing::RunDelayNs() - delay_at_steady : 0;
+  std::printf("starved=%.4f\n",
+              stop > steady ? std::min(1.0, static_cast<double>(delay) / static_cast<double>(stop - steady)) : 0.0);
   clReleaseMemObject(s.out);
   clReleaseKernel(s.kernel);
   clReleaseProgram(program);

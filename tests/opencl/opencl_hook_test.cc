@@ -308,8 +308,12 @@ void ExpectShares(const std::vector<Report>& reports, const std::vector<int>& co
     ASSERT_EQ(reports[i].exit_code, 0) << reports[i].output;
     const double share = reports[i].Number("share");
     const double target = cores[i] / 100.0;
-    std::printf("tenant %zu: target %.2f measured %.4f\n", i, target, share);
-    EXPECT_NEAR(share, target, kTolerance + (share < target ? low_slack : 0)) << "tenant " << i;
+    // Time its threads waited for a CPU is device time it could not use (PoCL's device is the CPU): taken
+    // off what it must reach, never off what it may not exceed.
+    const double starved = reports[i].Number("starved");
+    std::printf("tenant %zu: target %.2f measured %.4f (waited for a CPU %.4f)\n", i, target, share, starved);
+    EXPECT_LE(share, target + kTolerance) << "tenant " << i;
+    EXPECT_GE(share, target - kTolerance - low_slack - starved) << "tenant " << i;
   }
 }
 
@@ -327,9 +331,11 @@ TEST_F(OpenClHookTest, OneTenantWithTheWholeDevice) {
   const double baseline = std::min(1.0, plain[0].Number("share"));
   std::vector<Report> r = RunConcurrently({{100, dir_.File("a")}}, "2");
   ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
-  std::printf("exclusive tenant: %.4f, same program without the library: %.4f\n", r[0].Number("share"),
-              baseline);
-  EXPECT_GE(r[0].Number("share"), std::max(0.5, baseline - kTolerance));
+  // The machine may be busier now than during the baseline: what the tenant waited for a CPU comes off.
+  const double starved = r[0].Number("starved");
+  std::printf("exclusive tenant: %.4f (waited for a CPU %.4f), same program without the library: %.4f\n",
+              r[0].Number("share"), starved, baseline);
+  EXPECT_GE(r[0].Number("share"), std::max(0.5, baseline - kTolerance) - starved);
 }
 
 TEST_F(OpenClHookTest, TwoTenantsHalfEach) {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -302,8 +303,16 @@ TEST(SchedulerSoakTest, ParallelPodsNeverOversubscribeAGpuAcrossARestart) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   scheduler->Kill(SIGKILL);
   scheduler = std::make_unique<SchedulerProcess>(kubeconfig, log);
-  ASSERT_GT(scheduler->port(), 0) << scheduler->first_line();
-  port = scheduler->port();
+  if (scheduler->port() > 0) {
+    port = scheduler->port();
+  } else {
+    // Reported like any other failure, once the clients have stopped (an ASSERT here, with their threads
+    // still running, ended the binary in std::terminate without a word on why).
+    std::ifstream f(log);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    fail(StrCat("the restarted tessera-scheduler reported no port; its first line: \"", scheduler->first_line(),
+                "\"; the end of its log: ", text.substr(text.size() > 3000 ? text.size() - 3000 : 0)));
+  }
   for (std::thread& t : clients) t.join();
   done = true;
   checker.join();
