@@ -51,6 +51,10 @@ run_variant() {
   mkdir -p "$root/src"
   git archive HEAD | tar -x -C "$root/src"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # This machine's certificate authorities and pip settings (its network may pass through a proxy of its own):
+  # what a machine of this kind has.
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+  [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
   for d in proc sys dev; do
     mount --rbind "/$d" "$root/$d"
     mounted+=("$root/$d")
