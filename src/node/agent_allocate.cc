@@ -409,16 +409,17 @@ std::string NodeAgent::RegionDir(std::string_view pod_uid, std::string_view cont
 }
 
 void NodeAgent::ChooseDirsLocked(ContainerRecord* record) const {
-  const auto taken = [&](const std::string& dir, const std::string& region_dir) {
-    return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& kv) {
-      return kv.second.record.dir == dir || kv.second.record.region_dir == region_dir;
-    });
-  };
+  // The directories the records hold (a loop, not a lambda: the analysis does not see mu_ held in one).
+  std::set<std::string> taken;
+  for (const auto& [key, t] : tenants_) {
+    taken.insert(t.record.dir);
+    taken.insert(t.record.region_dir);
+  }
   // A container name is a DNS label (no dot), so "<name>.<n>" is never another container's own name. There are
   // fewer records than the loop's bound, so it always finds a free name.
   std::string name = record->container;
-  for (size_t n = 1; taken(ContainerDir(record->pod_uid, name), RegionDir(record->pod_uid, name)) &&
-                     n <= tenants_.size();
+  for (size_t n = 1; n <= tenants_.size() && (taken.contains(ContainerDir(record->pod_uid, name)) ||
+                                               taken.contains(RegionDir(record->pod_uid, name)));
        ++n) {
     name = StrCat(record->container, ".", n);
   }
