@@ -322,7 +322,7 @@ class ContainerProcess:
 
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
-                 dra_gpus=()):
+                 dra_gpus=(), apiserver_args=()):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -339,6 +339,8 @@ class Cluster:
         self.service_proxy = service_proxy
         # GPU indices tessera-node gives to its DRA driver (--dra-gpus); their device-plugin slots are unhealthy.
         self.dra_gpus = list(dra_gpus)
+        # More kube-apiserver flags (test_kueue.py: an audit log, where the order of the webhook calls shows).
+        self.apiserver_args = list(apiserver_args)
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
                   "cri-fake"):
             if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
@@ -519,7 +521,7 @@ class Cluster:
             "--authorization-mode", "Node,RBAC",
             "--allow-privileged=true",  # as kubeadm and every managed cluster: the node agent is privileged
             "--endpoint-reconciler-type", "none",
-            "--profiling=false", "-v", "0"])
+            "--profiling=false", "-v", "0", *self.apiserver_args])
         self.kubeconfig("admin", {"client-certificate": pki("admin.crt"), "client-key": pki("admin.key")})
         self._wait_http(f"https://127.0.0.1:{self.ports['apiserver']}/readyz", "kube-apiserver to be ready", 120)
         # RBAC's bootstrap roles are in place once the default namespace's service account objects can be read.
@@ -773,11 +775,137 @@ class Cluster:
             self.start_node_agent()
         return self
 
+    # ---- Kueue (tests/cluster/test_kueue.py) ----
+    def kueue_config_dir(self):
+        """Kueue's config/components (CRDs, webhook configurations): scripts/k8s-components copies them from the
+        same module zip as the binary into the binary's cache directory."""
+        return os.path.join(os.path.dirname(os.path.realpath(self.bin("kueue"))), "config")
+
+    def kueue_webhook_url(self, path):
+        return f"https://127.0.0.1:{self.ports['kueue-webhook']}{path}"
+
+    def _ca_bundle(self):
+        with open(self.path("pki", "ca.crt"), "rb") as f:
+            return base64.b64encode(f.read()).decode()
+
+    def start_kueue(self, feature_gates=(), resources=None):
+        """Kueue's controller manager as its config/default deploys it, but out of cluster like tessera-scheduler:
+        the admin kubeconfig, its webhook server on loopback with this harness's serving certificate (Kueue's
+        internal certificate management off), no leader election, the pod integration only (pods with the
+        kueue.x-k8s.io/queue-name label), the visibility API server off (it is an aggregated API server, which
+        needs a Service). Its CRDs are the module's own, with their conversion webhook at the loopback URL."""
+        if not os.access(self.bin("kueue"), os.X_OK):
+            raise HarnessError(f"kueue is not in {self.k8s_bin}: run scripts/k8s-components first")
+        config_dir = self.kueue_config_dir()
+        self.ports.setdefault("kueue-webhook", free_port())
+        self.ports.setdefault("kueue-health", free_port())
+        certs = self.path("kueue-certs")
+        os.makedirs(certs, exist_ok=True)
+        shutil.copy(self.path("pki", "webhook.crt"), os.path.join(certs, "tls.crt"))
+        shutil.copy(self.path("pki", "webhook.key"), os.path.join(certs, "tls.key"))
+        self.kubectl("create", "namespace", "kueue-system", check=False)
+        # The CRDs, with the conversion webhook config/components/crd/patches enables (served by the manager).
+        converted = set()
+        patches = os.path.join(config_dir, "crd", "patches")
+        for name in sorted(os.listdir(patches)):
+            with open(os.path.join(patches, name)) as f:
+                for d in yaml.safe_load_all(f):
+                    if d and d.get("kind") == "CustomResourceDefinition" and \
+                            d.get("spec", {}).get("conversion", {}).get("strategy") == "Webhook":
+                        converted.add(d["metadata"]["name"])
+        crds = []
+        bases = os.path.join(config_dir, "crd", "bases")
+        for name in sorted(os.listdir(bases)):
+            with open(os.path.join(bases, name)) as f:
+                crd = yaml.safe_load(f)
+            if crd["metadata"]["name"] in converted:
+                crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                    "clientConfig": {"url": self.kueue_webhook_url("/convert"), "caBundle": self._ca_bundle()},
+                    "conversionReviewVersions": ["v1"]}}
+            crds.append(crd)
+        # Server-side: the Workload CRD is too large for client-side apply's last-applied annotation.
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds), timeout=120)
+        for crd in crds:
+            self.kubectl("wait", "--for", "condition=Established", "--timeout=60s", "crd/" + crd["metadata"]["name"],
+                         timeout=90)
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": "kueue-system",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue-health']}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": self.ports["kueue-webhook"], "host": "127.0.0.1", "certDir": certs},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": ["pod"]},
+            "managedJobsNamespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": ["kube-system", "kueue-system", "tessera-system"]}]},
+        }
+        if resources:
+            config["resources"] = resources
+        path = self.path("kueue-config.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        gates = ",".join(["VisibilityOnDemand=false", *feature_gates])
+        argv = [self.bin("kueue"), "--config", path, "--feature-gates", gates,
+                "--zap-log-level", os.environ.get("TESSERA_HARNESS_KUEUE_LOG", "info")]
+        # Without its internal certificate management, Kueue reads its metrics server's certificate from a fixed
+        # path, /etc/kueue/metrics/certs (cmd/kueue/main.go), even with metrics off. It gets one in a mount
+        # namespace of its own, over a throwaway overlay of /etc: this machine's /etc is not touched.
+        etc = self.path("kueue-etc")
+        os.makedirs(etc, exist_ok=True)
+        script = ["set -e", f"mount -t tmpfs tmpfs {etc}", f"mkdir -p {etc}/upper {etc}/work",
+                  f"mount -t overlay overlay -o lowerdir=/etc,upperdir={etc}/upper,workdir={etc}/work /etc",
+                  "mkdir -p /etc/kueue/metrics/certs",
+                  f"cp {certs}/tls.crt {certs}/tls.key /etc/kueue/metrics/certs/",
+                  "exec " + " ".join(f"'{a}'" for a in argv)]
+        p = self._start("kueue", ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
+                        env=dict(os.environ, KUBECONFIG=self.path("admin.kubeconfig")))
+        self._wait_http(f"http://127.0.0.1:{self.ports['kueue-health']}/readyz", "kueue to be ready", 120)
+        return p
+
+    def register_kueue_webhooks(self, mutating_name="kueue-mutating-webhook-configuration",
+                                validating_name="kueue-validating-webhook-configuration"):
+        """config/components/webhook's configurations (the names config/default's namePrefix gives them, unless
+        told otherwise: the API server calls mutating configurations in the order of their names), with the
+        namespaceSelectors its kustomization adds, the loopback URL and this harness's CA; only the webhooks of
+        Kueue's own objects and of pods (the one integration enabled): another integration's webhook would refuse
+        every Deployment or Job with "not found"."""
+        config_dir = self.kueue_config_dir()
+        with open(os.path.join(config_dir, "webhook", "manifests.yaml")) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        selectors = {}
+        with open(os.path.join(config_dir, "webhook", "kustomization.yaml")) as f:
+            for patch in yaml.safe_load(f).get("patches", []):
+                for d in yaml.safe_load_all(patch.get("patch", "")):
+                    for w in (d or {}).get("webhooks", []):
+                        if "namespaceSelector" in w:
+                            selectors[(d["kind"], w["name"])] = w["namespaceSelector"]
+        names = {"MutatingWebhookConfiguration": mutating_name, "ValidatingWebhookConfiguration": validating_name}
+        out = []
+        for d in docs:
+            keep = []
+            for w in d["webhooks"]:
+                rules = w.get("rules", [])
+                if not any("kueue.x-k8s.io" in r["apiGroups"] or ("" in r["apiGroups"] and "pods" in r["resources"])
+                           for r in rules):
+                    continue
+                w["clientConfig"] = {"url": self.kueue_webhook_url(w["clientConfig"]["service"]["path"]),
+                                     "caBundle": self._ca_bundle()}
+                if (d["kind"], w["name"]) in selectors:
+                    w["namespaceSelector"] = selectors[(d["kind"], w["name"])]
+                keep.append(w)
+            d["webhooks"] = keep
+            d["metadata"] = {"name": names[d["kind"]]}
+            out.append(d)
+        self.apply(yaml.safe_dump_all(out))
+        return out
+
     def stop(self):
         # The kubelet first (it talks to the others), the store last.
         order = ["tessera-node", "kubelet", "cri-fake"] + [n for n in self.procs if n.startswith("kube-scheduler")] + \
             [n for n in self.procs if n.startswith("tessera-scheduler")] + \
-            ["kube-controller-manager", "kube-apiserver", "etcd"]
+            ["kueue", "kube-controller-manager", "kube-apiserver", "etcd"]
         for name in order:
             if name in self.procs:
                 self.procs[name].stop()
