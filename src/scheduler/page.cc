@@ -111,6 +111,8 @@ std::string PageDataJson(const PageView& view, std::span<const PendingPod> pendi
     first_node = false;
     nodes += R"({"name":)";
     AppendString(&nodes, n.name().value());
+    nodes += R"(,"version":)";
+    AppendInt(&nodes, static_cast<int64_t>(n.version()));
     nodes += R"(,"schedulable":)";
     nodes += n.schedulable() ? "true" : "false";
     fragments.assign(static_cast<size_t>(n.gpu_count()), 0.0);
@@ -300,7 +302,10 @@ absl::Status PageServer::Listen(std::string_view listen) {
   server->Get("/ui/data", guard([this](const httplib::Request&, httplib::Response& res) {
                 res.set_header("Cache-Control", "no-store");
                 res.set_header("X-Content-Type-Options", "nosniff");
-                res.set_content(DataJson(), "application/json");
+                // With the charset named, httplib (0.11) does not compress the answer: for exactly "application/json" it
+    // picks Brotli at its highest quality when the client accepts it, as browsers do, and 8 MB of data at
+    // 5,000 nodes took 15 s to compress (Chromium's fetch), against 0.2 s to build.
+    res.set_content(DataJson(), "application/json; charset=utf-8");
               }));
   absl::StatusOr<int> port = server->BindAndListen(address->first, address->second);
   if (!port.ok()) return port.status();

@@ -151,7 +151,13 @@ function renderNodes(d) {
     if (!matches(d, node)) continue;
     seen.add(node.name);
     // Only what changed is drawn again: a node's element is kept while its data is the same.
-    const sig = JSON.stringify(node) + "|" + node.gpus.map(g => g[6].map(t => d.pods[t[0]].name).join()).join();
+    // The node's version changes with every pod placed or gone; fragments change when the policy is rebuilt;
+    // a pod's name and binding flag are looked up by index.
+    let sig = node.version + "|" + node.schedulable + "|" + node.fragment;
+    for (const g of node.gpus) {
+      sig += "|" + g[4] + "," + g[5];
+      for (const t of g[6]) sig += "," + d.pods[t[0]].uid + (d.pods[t[0]].reserved ? "*" : "");
+    }
     let el = state.els.get(node.name);
     if (!el) {
       el = document.createElement("div");
