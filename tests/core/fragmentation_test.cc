@@ -134,8 +134,8 @@ TEST_F(FragmentationTest, IncrementalEqualsFromScratch) {
   }
 }
 
-// The node's fragment split over its GPUs: by hand on the definition's example, and adding up to NodeFragment on
-// random states of a real node.
+// The node's fragment split over its GPUs: by hand on the definition's example, and adding up to NodeFragment
+// on random states of a real node.
 TEST_F(FragmentationTest, GpuFragmentsSplitTheNodesFragment) {
   WorkloadProfile profile;
   profile.pods = {
@@ -145,8 +145,8 @@ TEST_F(FragmentationTest, GpuFragmentsSplitTheNodesFragment) {
   FragmentationModel model(profile, cluster_);
   // Node n: GPUs free 1000, 600, 300, 0.
   auto on = [](int gpu, int milli) {
-    return ::tessera::testing::PlacementOn("n", {{gpu, GpuUuid("GPU-n-" + std::to_string(gpu)), MilliGpu(milli),
-                                                  MiB(1024)}});
+    return ::tessera::testing::PlacementOn(
+        "n", {{gpu, GpuUuid("GPU-n-" + std::to_string(gpu)), MilliGpu(milli), MiB(1024)}});
   };
   PodRequest a = ::tessera::testing::MakePod("a", {::tessera::testing::Milli(400)});
   PodRequest b = ::tessera::testing::MakePod("b", {::tessera::testing::Milli(700)});
@@ -182,10 +182,11 @@ TEST_F(FragmentationTest, GpuFragmentsSplitTheNodesFragment) {
       const int milli = static_cast<int>(rng.Uniform(1001));
       if (milli == 0) continue;
       PodRequest p = ::tessera::testing::MakePod("p" + std::to_string(g), {::tessera::testing::Milli(milli)});
-      ASSERT_TRUE(fresh
-                      .Commit(p, ::tessera::testing::PlacementOn(
-                                     "r", {{g, GpuUuid("GPU-r-" + std::to_string(g)), MilliGpu(milli), MiB(1)}}))
-                      .ok());
+      ASSERT_TRUE(
+          fresh
+              .Commit(p, ::tessera::testing::PlacementOn(
+                             "r", {{g, GpuUuid("GPU-r-" + std::to_string(g)), MilliGpu(milli), MiB(1)}}))
+              .ok());
     }
     FragmentationModel random_model(WorkloadProfile::FromPods(pods), fresh);
     const NodeState& r = *fresh.FindNode(NodeName("r"));
