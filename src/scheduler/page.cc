@@ -303,9 +303,9 @@ absl::Status PageServer::Listen(std::string_view listen) {
                 res.set_header("Cache-Control", "no-store");
                 res.set_header("X-Content-Type-Options", "nosniff");
                 // With the charset named, httplib (0.11) does not compress the answer: for exactly
-                // "application/json" it
-                // picks Brotli at its highest quality when the client accepts it, as browsers do, and 8 MB of
-                // data at 5,000 nodes took 15 s to compress (Chromium's fetch), against 0.2 s to build.
+                // "application/json" it picks Brotli at its highest quality when the client accepts it, as
+                // browsers do, and 8 MB of data at 5,000 nodes took 15 s to compress (Chromium's fetch),
+                // against 0.2 s to build.
                 res.set_content(DataJson(), "application/json; charset=utf-8");
               }));
   absl::StatusOr<int> port = server->BindAndListen(address->first, address->second);
