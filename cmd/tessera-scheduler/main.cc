@@ -21,6 +21,7 @@
 #include "scheduler/cluster_cache.h"
 #include "scheduler/extender.h"
 #include "scheduler/http_server.h"
+#include "scheduler/page.h"
 #include "scheduler/quota_file.h"
 #include "scheduler/standalone.h"
 
@@ -51,6 +52,8 @@ struct Options {
   std::string hami_no_core_limit = "elastic";
   int threads = 16;
   bool gpu_metrics = true;
+  bool ui = false;
+  std::string ui_listen;
   bool verbose = false;
 };
 
@@ -171,6 +174,14 @@ int Run(const Options& o) {
   // Bind before anything else starts: a second instance on a port in use must stop here, before it joins the
   // leader election or loads the API.
   if (absl::Status st = server.Listen(server_options); !st.ok()) return Fail(Message(st));
+  // The operators' page, on a listener of its own, loopback only (docs/page.md); off unless asked for.
+  std::unique_ptr<scheduler::PageServer> page;
+  std::string ui_listen = o.ui_listen;
+  if (ui_listen.empty() && o.ui) ui_listen = scheduler::kDefaultPageListen;
+  if (!ui_listen.empty()) {
+    page = std::make_unique<scheduler::PageServer>(cache, extender);
+    if (absl::Status st = page->Listen(ui_listen); !st.ok()) return Fail(Message(st));
+  }
   // GPU quotas per namespace and model (replacing a cluster file's), followed while the file changes.
   std::unique_ptr<scheduler::QuotaFile> quotas;
   if (!o.quota_file.empty()) {
@@ -184,9 +195,14 @@ int Run(const Options& o) {
                   " pods holding GPUs", o.lease_name.empty() ? "" : ", leader election on");
   }
   server.Serve();
+  if (page != nullptr) page->Serve();
   std::cout << "tessera-scheduler: extender at http://" << scheduler::ParseListen(o.listen)->first << ":"
             << server.port() << "/scheduler (" << mode << "; policy " << cache.policy_name() << ")";
   if (server.webhook_port() > 0) std::cout << "; webhook at https://...:" << server.webhook_port();
+  if (page != nullptr) {
+    std::cout << "; page at http://" << scheduler::ParseListen(ui_listen)->first << ":" << page->port()
+              << "/";
+  }
   std::cout << std::endl;
 
   std::atomic<bool> stop{false};
@@ -206,6 +222,7 @@ int Run(const Options& o) {
   log::Info("stopping", {{"signal", std::to_string(sig)}});
   stop = true;
   housekeeping.join();
+  if (page != nullptr) page->Stop();
   server.Stop();
   if (backend != nullptr) backend->Stop();
   return 0;
@@ -275,6 +292,14 @@ int main(int argc, char** argv) {
          "--gpu-metrics,!--no-gpu-metrics", o.gpu_metrics,
          "Per-GPU and per-node series on /metrics (one per GPU of the cluster and family; docs/metrics.md)")
       ->capture_default_str();
+  app.add_flag(
+      "--ui", o.ui,
+      std::string("Serve the operators' page (read-only: who holds which GPU, pending pods) at http://") +
+          std::string(tessera::scheduler::kDefaultPageListen) + "/ (docs/page.md)");
+  app.add_option(
+      "--ui-listen", o.ui_listen,
+      "HOST:PORT of the operators' page (implies --ui); loopback addresses only, as the page has no "
+      "authentication of its own: reach it with kubectl port-forward");
   app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
   try {
     app.parse(argc, argv);

@@ -717,6 +717,21 @@ core::Cluster ClusterCache::Snapshot() const {
   return state_->cluster;
 }
 
+PageView ClusterCache::PageSnapshot() const {
+  PageView view;
+  CacheLock lock(&mu_, &waiting_);
+  const State& s = *state_;
+  view.cluster = s.cluster;
+  view.fragmentation = s.context.fragmentation;
+  view.policy = s.policy_name;
+  view.pods.reserve(s.pods.size());
+  for (const auto& [uid, entry] : s.pods) {
+    view.pods.emplace(uid.value(),
+                      PageView::Pod{entry.request.FullName(), entry.request.compute_policy, entry.reserved});
+  }
+  return view;
+}
+
 std::map<std::string, std::string> ClusterCache::PodNames() const {
   CacheLock lock(&mu_, &waiting_);
   std::map<std::string, std::string> out;

@@ -41,6 +41,7 @@
 #include "common/mutex.h"
 #include "core/cluster.h"
 #include "core/placement/evaluation_cache.h"
+#include "core/placement/fragmentation.h"
 #include "core/placement/placer.h"
 #include "core/random.h"
 #include "core/request_parser.h"
@@ -90,6 +91,22 @@ struct FilterVerdicts {
   std::vector<std::pair<uint32_t, std::string>> failed;        // position, why: preemption might help
   std::vector<std::pair<uint32_t, std::string>> unresolvable;  // position, why: nothing could help
 };
+// What the operators' page shows (page.h), copied under the lock in one go and serialized after it is
+// released.
+struct PageView {
+  core::Cluster cluster;
+  // FGD's measure over the workload the policy was last built from (its typical pods); null before the first
+  // build.
+  std::shared_ptr<const core::FragmentationModel> fragmentation;
+  std::string policy;
+  struct Pod {
+    std::string name;  // namespace/name
+    core::ComputePolicy compute = core::ComputePolicy::kHard;
+    bool reserved = false;  // decided here, bind not yet confirmed
+  };
+  std::unordered_map<std::string, Pod> pods;  // by pod UID: every pod holding or reserving GPUs
+};
+
 struct PositionScore {
   uint32_t position;
   int64_t score;
@@ -171,6 +188,8 @@ class ClusterCache {
   // A copy of the cluster, for inspection and tests.
   core::Cluster Snapshot() const;
   std::vector<std::string> Orphans() const;
+  // The cluster, its pods and the fragmentation model, for the operators' page.
+  PageView PageSnapshot() const;
   // Pod UID -> "namespace/name" of every pod holding or reserving GPUs.
   std::map<std::string, std::string> PodNames() const;
   int pod_count() const;

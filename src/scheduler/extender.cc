@@ -271,6 +271,9 @@ Response Extender::Filter(std::string_view body) {
     Remember(*args->request, args->pod);
     verdicts = cache_.FilterAt(*args->request, nodes);
   }
+  if (!args->request.ok() || args->request->wants_gpu()) {
+    NotePending(args->pod, args->request, nodes.size(), verdicts);
+  }
   // kube-scheduler posts its FailedScheduling event with the reasons as a printf format and no arguments, so
   // "60% and" shows as "60%!a(MISSING)nd" in `kubectl describe pod` (seen with the real kube-scheduler 1.37).
   for (auto* reasons : {&verdicts.failed, &verdicts.unresolvable}) {
@@ -404,6 +407,7 @@ Response Extender::Bind(std::string_view body) {
     return fail(Message(st));
   }
   if (request->wants_gpu()) cache_.Confirm(request->uid);
+  ForgetPending(target.uid);
   return {200, json{{"Error", ""}}.dump()};
 }
 
@@ -512,6 +516,95 @@ std::vector<std::string> Extender::SyncChangedShares() {
   MutexLock lock(&mu_);
   unsynced_.insert(unsynced_.end(), retry.begin(), retry.end());
   return failures;
+}
+
+namespace {
+
+// At most this much of a pending pod's reason is kept (the most frequent reasons come first).
+constexpr size_t kMaxPendingReasonBytes = 1024;
+
+// The nodes' reasons, most frequent first, each with how many nodes gave it ("3 nodes: ..."), as far as
+// kMaxPendingReasonBytes allows.
+std::string SummarizeReasons(const FilterVerdicts& verdicts, size_t nodes_asked) {
+  std::unordered_map<std::string_view, int> counts;
+  for (const auto* reasons : {&verdicts.failed, &verdicts.unresolvable}) {
+    for (const auto& [k, why] : *reasons) ++counts[why];
+  }
+  std::vector<std::pair<std::string_view, int>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  if (nodes_asked == 0) return "kube-scheduler named no node (none passed its own checks)";
+  std::string out = StrCat("0 of ", nodes_asked, " nodes fit");
+  size_t shown = 0;
+  for (const auto& [why, n] : sorted) {
+    std::string part = StrCat(shown == 0 ? ": " : "; ", n, n == 1 ? " node: " : " nodes: ", why);
+    if (out.size() + part.size() > kMaxPendingReasonBytes) break;
+    out += part;
+    ++shown;
+  }
+  if (shown < sorted.size()) StrAppend(&out, "; ", sorted.size() - shown, " other reasons");
+  return out;
+}
+
+}  // namespace
+
+void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
+                           size_t nodes_asked, const FilterVerdicts& verdicts) {
+  const std::string& uid = pod.spec.uid;
+  if (uid.empty() || options_.pending_pods == 0) return;
+  PendingPod p;
+  p.uid = uid;
+  p.name = pod.key();
+  p.ns = pod.spec.ns;
+  p.nodes_asked = static_cast<int>(nodes_asked);
+  p.nodes_fit = static_cast<int>(verdicts.fits.size());
+  if (!request.ok()) {
+    p.reason = Message(request.status()).substr(0, kMaxPendingReasonBytes);
+  } else {
+    p.priority = request->priority;
+    p.vgpus = request->VGpuCount();
+    p.cores = request->TotalCores();
+    p.reason = verdicts.fits.empty()
+                   ? SummarizeReasons(verdicts, nodes_asked)
+                   : StrCat(verdicts.fits.size(), " of ", nodes_asked,
+                            " nodes have room; waiting for kube-scheduler to choose one and bind it");
+  }
+  const k8s::Clock& clock = options_.clock != nullptr ? *options_.clock : k8s::RealClock();
+  p.last_filtered = clock.Now();
+  MutexLock lock(&mu_);
+  if (auto it = pending_index_.find(uid); it != pending_index_.end()) {
+    p.filtered = it->second->filtered;
+    pending_.erase(it->second);
+    pending_index_.erase(it);
+  }
+  ++p.filtered;
+  pending_.push_front(std::move(p));
+  pending_index_[uid] = pending_.begin();
+  while (pending_.size() > options_.pending_pods) {
+    pending_index_.erase(pending_.back().uid);
+    pending_.pop_back();
+  }
+}
+
+void Extender::ForgetPending(const std::string& uid) {
+  MutexLock lock(&mu_);
+  auto it = pending_index_.find(uid);
+  if (it == pending_index_.end()) return;
+  pending_.erase(it->second);
+  pending_index_.erase(it);
+}
+
+std::vector<PendingPod> Extender::Pending() const {
+  const k8s::Clock& clock = options_.clock != nullptr ? *options_.clock : k8s::RealClock();
+  const auto oldest = clock.Now() - options_.pending_ttl;
+  std::vector<PendingPod> out;
+  MutexLock lock(&mu_);
+  for (const PendingPod& p : pending_) {
+    if (p.last_filtered < oldest) break;  // most recent first: the rest are older still
+    out.push_back(p);
+  }
+  return out;
 }
 
 Extender::Counters Extender::counters() const {

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 #include "common/mutex.h"
 #include "core/request.h"
 #include "formats/pod_object.h"
+#include "k8s/clock.h"
 #include "scheduler/cluster_cache.h"
 
 namespace tessera::scheduler {
@@ -67,9 +69,32 @@ inline constexpr size_t kMaxPodMetadataBytes = size_t{256} << 10;
 // InvalidArgument when `pod` (a Pod object as JSON) has annotations or labels above kMaxPodMetadataBytes.
 absl::Status CheckPodMetadataSize(const nlohmann::json& pod);
 
+// A GPU pod the filter verb was asked about and no bind of this scheduler has placed since: why it waits, as
+// the last filter saw it (what the operators' page lists).
+struct PendingPod {
+  std::string uid;
+  std::string name;  // namespace/name
+  std::string ns;
+  core::Priority priority = core::Priority::kLow;
+  int vgpus = 0;
+  core::MilliGpu cores{0};  // total compute asked (0: proportional to memory)
+  int nodes_asked = 0;      // nodes the last filter named
+  int nodes_fit = 0;        // of those, nodes with room
+  std::string reason;       // why it waits: the reasons nodes gave, most frequent first (bounded)
+  std::chrono::system_clock::time_point last_filtered;
+  uint64_t filtered = 0;  // filter calls for it
+};
+
 struct ExtenderOptions {
   // Pods remembered from filter and prioritize for their bind.
   size_t remembered_pods = 4096;
+  // Pending pods remembered for the page (the most recently filtered), and for how long after their last
+  // filter: kube-scheduler tries an unschedulable pod again at least every 5 minutes, so one not filtered for
+  // longer was deleted or placed by someone else.
+  size_t pending_pods = 4096;
+  std::chrono::seconds pending_ttl{600};
+  // Time of the pending pods' filters (k8s/clock.h); null: the real clock. Must outlive the extender.
+  const k8s::Clock* clock = nullptr;
   // ... and at most this many bytes of them (a pod's annotations can make its request large: an 8 MB model
   // list). A pod larger than the whole budget is not remembered; its bind reads it from the API.
   size_t remembered_bytes = size_t{64} << 20;
@@ -94,6 +119,10 @@ class Extender {
     uint64_t filter = 0, prioritize = 0, bind = 0, bind_failed = 0, preempt = 0, bad_request = 0;
   };
   Counters counters() const;
+  // Pending GPU pods, most recently filtered first (PendingPod); none older than
+  // ExtenderOptions::pending_ttl.
+  std::vector<PendingPod> Pending() const;
+
   // Bytes the remembered pods take (ApproxBytes), for tests and metrics.
   size_t remembered_bytes() const;
 
@@ -105,6 +134,9 @@ class Extender {
   static size_t ApproxBytes(const std::string& uid, const core::PodRequest& request);
   std::optional<core::PodRequest> Recall(const std::string& uid);
   void Count(uint64_t Counters::*verb, bool bad_request);
+  void NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
+                   size_t nodes_asked, const FilterVerdicts& verdicts);
+  void ForgetPending(const std::string& uid);
 
   ClusterCache& cache_;
   Binder& binder_;
@@ -119,6 +151,9 @@ class Extender {
   std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator> recent_index_
       ABSL_GUARDED_BY(mu_);
   std::vector<PodEntry> unsynced_ ABSL_GUARDED_BY(mu_);
+  // uid -> pending pod, most recently filtered first (bounded by ExtenderOptions::pending_pods).
+  std::list<PendingPod> pending_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::list<PendingPod>::iterator> pending_index_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -727,6 +727,9 @@ def test_chart_lints_renders_and_installs_every_part(c):
         assert part in kinds, f"the chart renders no {part}"
     # One webhook call per pod: no validating webhook; the chart's registration is the plain manifest's.
     assert not [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    # The operators' page is off by default.
+    assert not [a for d in docs if d["kind"] == "Deployment" for ctr in d["spec"]["template"]["spec"]["containers"]
+                for a in ctr.get("args", []) if a.startswith("--ui")]
     charted_hook = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"][0]
     plain_hook = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/scheduler/50-webhooks.yaml")))
                   if d][0]["webhooks"][0]
@@ -744,7 +747,7 @@ def test_chart_lints_renders_and_installs_every_part(c):
     # so these render only; everything else is applied (server-side dry run) as before.
     rendered = helm(c, "template", "tessera", chart, "-n", "tessera-system", "--set", "webhook.caBundle=Cg==",
                     "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.labels.release=kps",
-                    "--set", "scheduler.gpuMetrics=false")
+                    "--set", "scheduler.gpuMetrics=false", "--set", "scheduler.ui=true")
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
     assert set(monitors) == {"tessera-node", "tessera-scheduler"}, monitors
@@ -756,7 +759,10 @@ def test_chart_lints_renders_and_installs_every_part(c):
         ports = {p["name"] for ctr in pod["spec"]["containers"] for p in ctr.get("ports", [])}
         endpoint = m["spec"]["podMetricsEndpoints"][0]
         assert endpoint["port"] in ports and endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
-    assert "--no-gpu-metrics" in workloads["tessera-scheduler"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    scheduler_args = workloads["tessera-scheduler"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-gpu-metrics" in scheduler_args
+    # The operators' page, switched on: the pod's loopback only (docs/page.md), reached with port-forward.
+    assert scheduler_args[scheduler_args.index("--ui-listen") + 1] == "127.0.0.1:9404", scheduler_args
     rest = "---\n".join(yaml.safe_dump(d) for d in docs if d["kind"] != "PodMonitor")
     r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=rest, check=False)
     assert r.returncode == 0, r.stderr

@@ -134,5 +134,67 @@ TEST_F(FragmentationTest, IncrementalEqualsFromScratch) {
   }
 }
 
+// The node's fragment split over its GPUs: by hand on the definition's example, and adding up to NodeFragment
+// on random states of a real node.
+TEST_F(FragmentationTest, GpuFragmentsSplitTheNodesFragment) {
+  WorkloadProfile profile;
+  profile.pods = {
+      {MilliCpu(4000), MilliGpu(500), 1, {}, 1, 0.5},   // fits: only GPU 2 (300 free) is lost to it
+      {MilliCpu(4000), MilliGpu(1000), 2, {}, 1, 0.3},  // 2 whole GPUs: one only, so every idle GPU is lost
+      {MilliCpu(1000), MilliGpu(0), 0, {}, 1, 0.2}};    // no GPU: every idle GPU is lost
+  FragmentationModel model(profile, cluster_);
+  // Node n: GPUs free 1000, 600, 300, 0.
+  auto on = [](int gpu, int milli) {
+    return ::tessera::testing::PlacementOn(
+        "n", {{gpu, GpuUuid("GPU-n-" + std::to_string(gpu)), MilliGpu(milli), MiB(1024)}});
+  };
+  PodRequest a = ::tessera::testing::MakePod("a", {::tessera::testing::Milli(400)});
+  PodRequest b = ::tessera::testing::MakePod("b", {::tessera::testing::Milli(700)});
+  PodRequest c = ::tessera::testing::MakePod("c", {::tessera::testing::Whole()});
+  ASSERT_TRUE(cluster_.Commit(a, on(1, 400)).ok());
+  ASSERT_TRUE(cluster_.Commit(b, on(2, 700)).ok());
+  ASSERT_TRUE(cluster_.Commit(c, on(3, 1000)).ok());
+  const NodeState& n = *cluster_.FindNode(NodeName("n"));
+  std::vector<double> parts = model.GpuFragments(n);
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_DOUBLE_EQ(parts[0], 0.5 * 1000);  // the whole-GPU and no-GPU pods' part of its idle 1000
+  EXPECT_DOUBLE_EQ(parts[1], 0.5 * 600);
+  EXPECT_DOUBLE_EQ(parts[2], 1.0 * 300);  // lost to all three
+  EXPECT_DOUBLE_EQ(parts[3], 0);
+  EXPECT_DOUBLE_EQ(parts[0] + parts[1] + parts[2] + parts[3], model.NodeFragment(n));
+
+  // Random workloads and states: the parts always add up to the node's fragment.
+  Rng rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<PodRequest> pods;
+    for (int i = 0; i < 30; ++i) {
+      const int64_t cpu = 1000 * (1 + static_cast<int64_t>(rng.Uniform(12)));
+      const int kind = static_cast<int>(rng.Uniform(3));
+      if (kind == 0) pods.push_back(Pod(cpu, 0, 0));
+      if (kind == 1) pods.push_back(Pod(cpu, 10 * (1 + static_cast<int>(rng.Uniform(99))), 1));
+      if (kind == 2) pods.push_back(Pod(cpu, 1000, 1 + static_cast<int>(rng.Uniform(3))));
+    }
+    Cluster fresh;
+    NodeInfo info = ::tessera::testing::MakeNode("r", 4, MiB(16384), "T4");
+    info.cpu = MilliCpu(32000);
+    ASSERT_TRUE(fresh.AddNode(info).ok());
+    for (int g = 0; g < 4; ++g) {
+      const int milli = static_cast<int>(rng.Uniform(1001));
+      if (milli == 0) continue;
+      PodRequest p = ::tessera::testing::MakePod("p" + std::to_string(g), {::tessera::testing::Milli(milli)});
+      ASSERT_TRUE(
+          fresh
+              .Commit(p, ::tessera::testing::PlacementOn(
+                             "r", {{g, GpuUuid("GPU-r-" + std::to_string(g)), MilliGpu(milli), MiB(1)}}))
+              .ok());
+    }
+    FragmentationModel random_model(WorkloadProfile::FromPods(pods), fresh);
+    const NodeState& r = *fresh.FindNode(NodeName("r"));
+    double sum = 0;
+    for (double part : random_model.GpuFragments(r)) sum += part;
+    ASSERT_NEAR(sum, random_model.NodeFragment(r), 1e-6) << "trial " << trial;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -168,4 +168,33 @@ double FragmentationModel::FragmentAfter(const NodeView& view, MilliCpu cpu_take
   return total;
 }
 
+std::vector<double> FragmentationModel::GpuFragments(const NodeState& node) const {
+  std::vector<double> out(static_cast<size_t>(node.gpu_count()), 0.0);
+  const NodeView view = Prepare(node);
+  std::vector<int> healthy;
+  for (int g : node.healthy()) healthy.push_back(g);
+  // Typical pods that can use none of the node: every healthy GPU's idle share.
+  double whole = view.idle_weight;
+  // Per active typical pod that fits the node: the GPUs below its share lose their idle share to it.
+  std::vector<std::pair<MilliGpu, double>> below;  // (share, popularity)
+  for (uint16_t m : view.active) {
+    const TypicalPod& t = profile_.pods[m];
+    const size_t th = static_cast<size_t>(threshold_of_[m]);
+    if (view.fit_count[th] >= t.gpus && view.cpu >= t.cpu) {
+      below.emplace_back(thresholds_[th], t.popularity);
+    } else {
+      whole += t.popularity;
+    }
+  }
+  for (int g : healthy) {
+    const MilliGpu free = node.free_cores(g);
+    double weight = whole;
+    for (const auto& [share, popularity] : below) {
+      if (free < share) weight += popularity;
+    }
+    out[static_cast<size_t>(g)] = weight * static_cast<double>(free.value());
+  }
+  return out;
+}
+
 }  // namespace tessera::core

@@ -80,6 +80,11 @@ class FragmentationModel {
                        std::span<const std::pair<MilliGpu, MilliGpu>> changes) const;
   // F_n of a node as it is.
   double NodeFragment(const NodeState& node) const { return Fragment(Prepare(node)); }
+  // F_n split over the node's GPUs (by index; unhealthy GPUs 0): each typical pod's fragment is the idle
+  // share of the GPUs it cannot use, so GPU g's part is the popularity-weighted idle share of g for every
+  // typical pod that cannot use g (it cannot be placed on the node at all, or g has less than its share
+  // free). The parts add up to NodeFragment(node). What the operators' page draws per GPU.
+  std::vector<double> GpuFragments(const NodeState& node) const;
 
  private:
   bool Allowed(size_t typical, int model_id) const;
