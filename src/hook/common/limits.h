@@ -1,7 +1,7 @@
 // The limits a container runs under, per visible GPU, and the two places they come from: the limits file the
 // node agent writes (docs/hook-abi.md, "The limits file"), or environment variables (`tessera run`, a plain
 // LD_PRELOAD). Both the dependency-free parser (used inside the hook libraries) and the writer (used by the
-// node agent: write to a temporary file, fsync, rename) live here.
+// node agent: write to a temporary file and rename it over the old one) live here.
 //
 //   tessera::hook::Limits limits;
 //   tessera::hook::Error error;
@@ -94,9 +94,8 @@ bool ValidateLimits(const Limits& limits, Error* error);
 // Reads and parses a limits file (at most 64 KiB).
 bool ReadLimitsFile(const char* path, Limits* out, Error* error);
 
-// Writes `limits` atomically: a temporary file in the same directory, fsync, rename over `path`, fsync of the
-// directory. Readers see the old file or the new one, never a mix. Mode 0644.
-// Atomic (temporary file + rename). `durable` also fsyncs the file and its directory, for a file that must
+// Writes `limits` atomically: a temporary file in the same directory, renamed over `path`. Readers see the old
+// file or the new one, never a mix. Mode 0644. `durable` also fsyncs the file and its directory, for a file that must
 // survive a power loss; a file whose reader dies with the machine anyway (a container's limits, written before
 // the container starts) need not wait for the disk.
 bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool durable = true);
