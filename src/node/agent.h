@@ -192,8 +192,8 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::string RegionDir(std::string_view pod_uid, std::string_view container) const;
   // Sets record->dir and region_dir: ContainerDir and RegionDir of its pod and container, or, when a record
   // holds those already (a swapped record keeps the directories its running container mounts, named after the
-  // pod it was made for), the same with ".1", ".2"... after the container's name: no two containers ever share
-  // a limits file or a region.
+  // pod it was made for), the same with ".1", ".2"... after the container's name: no two containers ever
+  // share a limits file or a region.
   void ChooseDirsLocked(ContainerRecord* record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `dir` is <state_dir>/<top>/<name>/<name> with names a path component may be.
   bool IsContainerDirOf(const std::string& dir, const char* top) const;

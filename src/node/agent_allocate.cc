@@ -415,11 +415,11 @@ void NodeAgent::ChooseDirsLocked(ContainerRecord* record) const {
     taken.insert(t.record.dir);
     taken.insert(t.record.region_dir);
   }
-  // A container name is a DNS label (no dot), so "<name>.<n>" is never another container's own name. There are
-  // fewer records than the loop's bound, so it always finds a free name.
+  // A container name is a DNS label (no dot), so "<name>.<n>" is never another container's own name. There
+  // are fewer records than the loop's bound, so it always finds a free name.
   std::string name = record->container;
   for (size_t n = 1; n <= tenants_.size() && (taken.contains(ContainerDir(record->pod_uid, name)) ||
-                                               taken.contains(RegionDir(record->pod_uid, name)));
+                                              taken.contains(RegionDir(record->pod_uid, name)));
        ++n) {
     name = StrCat(record->container, ".", n);
   }

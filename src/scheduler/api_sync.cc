@@ -179,9 +179,10 @@ void ApiSync::OnPodDeleted(const json& pod) {
   const std::string uid = StringAt(pod, {"metadata", "uid"});
   if (uid.empty()) return;
   MutexLock lock(&mu_);
-  log::Debug("pod deleted", {{"pod", StrCat(StringAt(pod, {"metadata", "namespace"}), "/",
-                                            StringAt(pod, {"metadata", "name"}))},
-                             {"uid", uid}});
+  log::Debug(
+      "pod deleted",
+      {{"pod", StrCat(StringAt(pod, {"metadata", "namespace"}), "/", StringAt(pod, {"metadata", "name"}))},
+       {"uid", uid}});
   cache_.ForgetPod(core::PodUid(uid));
   reported_.erase(
       StrCat("Pod/", StringAt(pod, {"metadata", "namespace"}), "/", StringAt(pod, {"metadata", "name"})));

@@ -506,8 +506,9 @@ std::vector<std::string> Extender::SyncChangedShares() {
     if (!now) continue;
     BindTarget target{now->request.ns.value(), now->request.name, now->request.uid.value(),
                       now->placement.node.value()};
-    log::Debug("share changed; writing the assignment", {{"pod", StrCat(target.ns, "/", target.name)},
-                                                          {"assignment", formats::FormatAssignment(now->placement)}});
+    log::Debug("share changed; writing the assignment",
+               {{"pod", StrCat(target.ns, "/", target.name)},
+                {"assignment", formats::FormatAssignment(now->placement)}});
     if (absl::Status st = binder_.UpdateAssignment(target, now->placement); !st.ok()) {
       failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
       retry.push_back(*now);

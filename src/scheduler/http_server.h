@@ -65,9 +65,10 @@ using http::HttpLimits;
 
 // The limits both listeners start with: HttpLimits' defaults, but for the idle keep-alive timeout. Their
 // clients are Go's HTTP transport (kube-apiserver calling the webhook, kube-scheduler calling the extender),
-// which keeps an idle connection for 90 s (client-go's IdleConnTimeout) and never resends a POST it wrote onto a
-// connection the server was closing at that moment: the call fails with EOF, and under failurePolicy Fail the pod
-// is refused. Holding an idle connection longer than the client does means the client always closes it first.
+// which keeps an idle connection for 90 s (client-go's IdleConnTimeout) and never resends a POST it wrote
+// onto a connection the server was closing at that moment: the call fails with EOF, and under failurePolicy
+// Fail the pod is refused. Holding an idle connection longer than the client does means the client always
+// closes it first.
 HttpLimits ApiClientLimits();
 
 using http::ParseListen;

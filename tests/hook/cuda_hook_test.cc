@@ -356,8 +356,9 @@ std::vector<double> StarvedPoints(const std::vector<pid_t>& pids, uint64_t from,
   std::vector<double> out;
   for (size_t i = 0; i < pids.size(); ++i) {
     const uint64_t after = RunDelayNs(pids[i]);
-    out.push_back(after > before[i] ? 100.0 * static_cast<double>(after - before[i]) / static_cast<double>(to - from)
-                                    : 0.0);
+    out.push_back(after > before[i]
+                      ? 100.0 * static_cast<double>(after - before[i]) / static_cast<double>(to - from)
+                      : 0.0);
   }
   return out;
 }
@@ -381,8 +382,10 @@ TEST(HookTest, TwoTenantsReachTheirHardShares) {
   FakeGpuView gpu(box.Path("fakegpu.state"), box.dir());
   const double sa = Share(gpu, a.pid, from, to);
   const double sb = Share(gpu, b.pid, from, to);
-  printf("hard shares on the fake GPU: %.2f%% (limit 30), %.2f%% (limit 60); waited for a CPU %.2f and %.2f points\n",
-         sa, sb, starved[0], starved[1]);
+  printf(
+      "hard shares on the fake GPU: %.2f%% (limit 30), %.2f%% (limit 60); waited for a CPU %.2f and %.2f "
+      "points\n",
+      sa, sb, starved[0], starved[1]);
   EXPECT_LE(sa, 32.0) << "30% tenant";
   EXPECT_LE(sb, 62.0) << "60% tenant";
   EXPECT_GE(sa, 28.0 - starved[0]) << "30% tenant";
@@ -420,8 +423,7 @@ TEST(HookTest, ElasticGrowsAloneAndGivesBack) {
   Probe b = box.Start({"dlsym", "init", "ctx", "spin", "3.5", "2000000"},
                       {{"TESSERA_GPU_CORES", "60"}, {"TESSERA_REGION", box.Path("region-b")}});
   const uint64_t t1 = Now();
-  const std::vector<double> starved =
-      StarvedPoints({a.pid, b.pid}, t1 + 1500000000ull, t1 + 3300000000ull);
+  const std::vector<double> starved = StarvedPoints({a.pid, b.pid}, t1 + 1500000000ull, t1 + 3300000000ull);
   ProbeResult rb = b.Finish();
   ProbeResult ra = a.Finish();
   ASSERT_TRUE(ra.Exited0() && rb.Exited0()) << ra.out << rb.out;
@@ -429,9 +431,10 @@ TEST(HookTest, ElasticGrowsAloneAndGivesBack) {
   const double alone = Share(gpu, a.pid, t0 + 2000000000ull, t0 + 3400000000ull);
   const double shared_a = Share(gpu, a.pid, t1 + 1500000000ull, t1 + 3300000000ull);
   const double shared_b = Share(gpu, b.pid, t1 + 1500000000ull, t1 + 3300000000ull);
-  printf("elastic: alone %.2f%%; shared %.2f%% (elastic 30) and %.2f%% (hard 60); waited for a CPU %.2f, %.2f "
-         "and %.2f points\n",
-         alone, shared_a, shared_b, starved_alone, starved[0], starved[1]);
+  printf(
+      "elastic: alone %.2f%%; shared %.2f%% (elastic 30) and %.2f%% (hard 60); waited for a CPU %.2f, %.2f "
+      "and %.2f points\n",
+      alone, shared_a, shared_b, starved_alone, starved[0], starved[1]);
   EXPECT_GT(alone, 60.0 - starved_alone) << "alone, the elastic tenant should use idle compute";
   EXPECT_LE(alone, 92.0) << "but not more than its 90% ceiling";
   EXPECT_LE(shared_b, 63.0) << "the newcomer gets its share";

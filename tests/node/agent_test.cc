@@ -1045,7 +1045,8 @@ TEST_F(AgentTest, AllocationTakenByAnotherPodExchangesTheLedgerSoNoShareIsHanded
     ASSERT_EQ(limits.device_count, 1);
     EXPECT_EQ(limits.devices[0].uuid, r.vgpus[0].uuid.value()) << r.pod_name;
   }
-  EXPECT_EQ((*second)[0].mounts[0].host_path, records[0].pod_name == "pod-0" ? records[0].dir : records[1].dir);
+  EXPECT_EQ((*second)[0].mounts[0].host_path,
+            records[0].pod_name == "pod-0" ? records[0].dir : records[1].dir);
   // pod-1 goes: its directories go with it, pod-0's stay.
   api_.DeletePod("default", "pod-1");
   PublishPodResources({HeldBy("pod-0", "GPU-2::1")});

@@ -383,8 +383,9 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
   std::printf("share=%.4f\n",
               stop > steady ? static_cast<double>(steady_busy) / static_cast<double>(stop - steady) : 0.0);
   const uint64_t delay = steady_seen ? tessera::testing::RunDelayNs() - delay_at_steady : 0;
-  std::printf("starved=%.4f\n",
-              stop > steady ? std::min(1.0, static_cast<double>(delay) / static_cast<double>(stop - steady)) : 0.0);
+  std::printf(
+      "starved=%.4f\n",
+      stop > steady ? std::min(1.0, static_cast<double>(delay) / static_cast<double>(stop - steady)) : 0.0);
   clReleaseMemObject(s.out);
   clReleaseKernel(s.kernel);
   clReleaseProgram(program);

@@ -206,16 +206,18 @@ TEST(ClusterCacheTest, AConfirmedBindSurvivesALateEventFromBeforeIt) {
   EXPECT_EQ(cache.pod_count(), 0);
 }
 
-// Found on the cluster tier: a share the cache changed (compressed for a high-priority pod, or given back when
-// it left) is written to the API a moment later, and an event about the pod from before that write (a status
-// update) carries the old assignment. Taken as the truth, it undid the change: a give-back undone so was never
-// written, and the low-priority pod kept 40% of a GPU nobody else used.
+// Found on the cluster tier: a share the cache changed (compressed for a high-priority pod, or given back
+// when it left) is written to the API a moment later, and an event about the pod from before that write (a
+// status update) carries the old assignment. Taken as the truth, it undid the change: a give-back undone so
+// was never written, and the low-priority pod kept 40% of a GPU nobody else used.
 TEST(ClusterCacheTest, AShareChangeNotYetWrittenSurvivesEventsFromBeforeIt) {
   ClusterCache cache(Options());
   ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
   const formats::PodObject low80 = BoundPod("low", "n1", "GPU-n1-0", 80);
   ASSERT_TRUE(cache.ObservePod(low80).ok());
-  const auto cores_of_low = [&] { return cache.FindPod(core::PodUid("low"))->placement.containers[0].vgpus[0].cores; };
+  const auto cores_of_low = [&] {
+    return cache.FindPod(core::PodUid("low"))->placement.containers[0].vgpus[0].cores;
+  };
   // A high-priority pod compresses it to 40%.
   core::PodRequest high = MakePod("high", {Share(60, 2048)});
   high.priority = core::Priority::kHigh;

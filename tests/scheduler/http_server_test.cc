@@ -292,7 +292,8 @@ TEST_F(HttpServerTest, SlowClientsCannotStarveTheServer) {
   }
   // The server closes slow connections instead of waiting on them: within the request timeout, however busy
   // the machine (the answers above may all come before the first slow connection is closed).
-  for (int i = 0; i < 600 && hung_up.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && hung_up.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   done = true;
   for (std::thread& t : slow) t.join();
   EXPECT_EQ(served, 5);

@@ -310,7 +310,8 @@ TEST(SchedulerSoakTest, ParallelPodsNeverOversubscribeAGpuAcrossARestart) {
     // still running, ended the binary in std::terminate without a word on why).
     std::ifstream f(log);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    fail(StrCat("the restarted tessera-scheduler reported no port; its first line: \"", scheduler->first_line(),
+    fail(StrCat("the restarted tessera-scheduler reported no port; its first line: \"",
+                scheduler->first_line(),
                 "\"; the end of its log: ", text.substr(text.size() > 3000 ? text.size() - 3000 : 0)));
   }
   for (std::thread& t : clients) t.join();

@@ -94,10 +94,10 @@ bool ValidateLimits(const Limits& limits, Error* error);
 // Reads and parses a limits file (at most 64 KiB).
 bool ReadLimitsFile(const char* path, Limits* out, Error* error);
 
-// Writes `limits` atomically: a temporary file in the same directory, renamed over `path`. Readers see the old
-// file or the new one, never a mix. Mode 0644. `durable` also fsyncs the file and its directory, for a file that must
-// survive a power loss; a file whose reader dies with the machine anyway (a container's limits, written before
-// the container starts) need not wait for the disk.
+// Writes `limits` atomically: a temporary file in the same directory, renamed over `path`. Readers see the
+// old file or the new one, never a mix. Mode 0644. `durable` also fsyncs the file and its directory, for a
+// file that must survive a power loss; a file whose reader dies with the machine anyway (a container's
+// limits, written before the container starts) need not wait for the disk.
 bool WriteLimitsFile(const char* path, const Limits& limits, Error* error, bool durable = true);
 
 // The entry that applies to a GPU: the one with this UUID, else the one with this index (a line that also names
