@@ -59,25 +59,20 @@ run_variant() {
     mount --rbind "/$d" "$root/$d"
     mounted+=("$root/$d")
   done
+  # One phase in the root, timed; its output goes to $work/<variant>-<phase>.log.
+  phase() {
+    chroot "$root" bash -c "cd /src && $2" >"$work/$name-$1.log" 2>&1 && return 0
+    echo "first_run: $name: $1 failed; see $work/$name-$1.log" >&2
+    keep=true
+    return 1
+  }
   local t0 t1 t2 t3
   t0=$(date +%s.%N)
-  chroot "$root" bash -c "cd /src && $setup" >"$work/$name-setup.log" 2>&1 || {
-    echo "first_run: $name: setup failed; see $work/$name-setup.log" >&2
-    keep=true
-    return 1
-  }
+  phase setup "$setup"
   t1=$(date +%s.%N)
-  chroot "$root" bash -c "cd /src && $build" >"$work/$name-build.log" 2>&1 || {
-    echo "first_run: $name: build failed; see $work/$name-build.log" >&2
-    keep=true
-    return 1
-  }
+  phase build "$build"
   t2=$(date +%s.%N)
-  chroot "$root" bash -c "cd /src && $sim" >"$work/$name-sim.log" 2>&1 || {
-    echo "first_run: $name: simulate failed; see $work/$name-sim.log" >&2
-    keep=true
-    return 1
-  }
+  phase simulate "$sim"
   t3=$(date +%s.%N)
   for d in dev sys proc; do umount -l "$root/$d"; done
   mounted=()
