@@ -144,7 +144,12 @@ int Run(const Options& o) {
     api_server = config->server;
   }
 
-  scheduler::Extender extender(cache, *binder, pods, cache_options.parse);
+  // The operators' page (docs/page.md), off unless asked for: the extender keeps its pending pods only then.
+  std::string ui_listen = o.ui_listen;
+  if (ui_listen.empty() && o.ui) ui_listen = scheduler::kDefaultPageListen;
+  scheduler::ExtenderOptions extender_options;
+  if (!ui_listen.empty()) extender_options.pending_pods = scheduler::kPagePendingPods;
+  scheduler::Extender extender(cache, *binder, pods, cache_options.parse, extender_options);
   scheduler::Admission admission({o.scheduler_name, cache_options.parse});
   scheduler::ExtenderServer server(extender, &admission, cache);
   if (backend == nullptr) {
@@ -174,10 +179,8 @@ int Run(const Options& o) {
   // Bind before anything else starts: a second instance on a port in use must stop here, before it joins the
   // leader election or loads the API.
   if (absl::Status st = server.Listen(server_options); !st.ok()) return Fail(Message(st));
-  // The operators' page, on a listener of its own, loopback only (docs/page.md); off unless asked for.
+  // The operators' page, on a listener of its own, loopback only.
   std::unique_ptr<scheduler::PageServer> page;
-  std::string ui_listen = o.ui_listen;
-  if (ui_listen.empty() && o.ui) ui_listen = scheduler::kDefaultPageListen;
   if (!ui_listen.empty()) {
     page = std::make_unique<scheduler::PageServer>(cache, extender);
     if (absl::Status st = page->Listen(ui_listen); !st.ok()) return Fail(Message(st));

@@ -106,6 +106,12 @@ void SetLevel(Level level) {
   Logger()->set_level(ToSpd(level));
 }
 
+bool Enabled(Level level) {
+  auto& logger = Logger();
+  if (!logger) Init("tessera", Level::kWarn);
+  return logger->should_log(ToSpd(level));
+}
+
 void Debug(std::string_view msg, std::initializer_list<Field> fields) {
   Emit(Level::kDebug, msg, fields);
 }

@@ -24,6 +24,8 @@ using Field = std::pair<std::string_view, std::string>;
 // Sets up stderr logging for one program. TESSERA_LOG, when set, overrides `level`.
 void Init(std::string_view program, Level level);
 void SetLevel(Level level);
+// Whether a line of `level` is written: for a caller whose fields cost something to build.
+bool Enabled(Level level);
 
 void Debug(std::string_view msg, std::initializer_list<Field> fields = {});
 void Info(std::string_view msg, std::initializer_list<Field> fields = {});

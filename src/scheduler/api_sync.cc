@@ -160,7 +160,7 @@ void ApiSync::OnPod(const json& pod) {
   }
   const bool ours = parsed->spec.annotations.contains(formats::kAnnotationAssignment);
   absl::Status st = cache_.ObservePod(*parsed);
-  if (ours) {
+  if (ours && log::Enabled(log::Level::kDebug)) {  // per pod event: the fields only when they are written
     log::Debug("pod observed", {{"pod", StrCat(parsed->spec.ns, "/", parsed->spec.name)},
                                 {"uid", parsed->spec.uid},
                                 {"node", parsed->node_name},

@@ -271,7 +271,7 @@ Response Extender::Filter(std::string_view body) {
     Remember(*args->request, args->pod);
     verdicts = cache_.FilterAt(*args->request, nodes);
   }
-  if (!args->request.ok() || args->request->wants_gpu()) {
+  if (options_.pending_pods > 0 && (!args->request.ok() || args->request->wants_gpu())) {
     NotePending(args->pod, args->request, nodes.size(), verdicts);
   }
   // kube-scheduler posts its FailedScheduling event with the reasons as a printf format and no arguments, so
@@ -407,7 +407,7 @@ Response Extender::Bind(std::string_view body) {
     return fail(Message(st));
   }
   if (request->wants_gpu()) cache_.Confirm(request->uid);
-  ForgetPending(target.uid);
+  if (options_.pending_pods > 0) ForgetPending(target.uid);
   return {200, json{{"Error", ""}}.dump()};
 }
 
@@ -506,9 +506,11 @@ std::vector<std::string> Extender::SyncChangedShares() {
     if (!now) continue;
     BindTarget target{now->request.ns.value(), now->request.name, now->request.uid.value(),
                       now->placement.node.value()};
-    log::Debug("share changed; writing the assignment",
+    if (log::Enabled(log::Level::kDebug)) {
+      log::Debug("share changed; writing the assignment",
                {{"pod", StrCat(target.ns, "/", target.name)},
                 {"assignment", formats::FormatAssignment(now->placement)}});
+    }
     if (absl::Status st = binder_.UpdateAssignment(target, now->placement); !st.ok()) {
       failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
       retry.push_back(*now);
@@ -553,7 +555,7 @@ std::string SummarizeReasons(const FilterVerdicts& verdicts, size_t nodes_asked)
 void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
                            size_t nodes_asked, const FilterVerdicts& verdicts) {
   const std::string& uid = pod.spec.uid;
-  if (uid.empty() || options_.pending_pods == 0) return;
+  if (uid.empty()) return;
   PendingPod p;
   p.uid = uid;
   p.name = pod.key();
@@ -571,8 +573,7 @@ void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<c
                    : StrCat(verdicts.fits.size(), " of ", nodes_asked,
                             " nodes have room; waiting for kube-scheduler to choose one and bind it");
   }
-  const k8s::Clock& clock = options_.clock != nullptr ? *options_.clock : k8s::RealClock();
-  p.last_filtered = clock.Now();
+  p.last_filtered = Clock().Now();
   MutexLock lock(&mu_);
   if (auto it = pending_index_.find(uid); it != pending_index_.end()) {
     p.filtered = it->second->filtered;
@@ -588,6 +589,10 @@ void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<c
   }
 }
 
+const k8s::Clock& Extender::Clock() const {
+  return options_.clock != nullptr ? *options_.clock : k8s::RealClock();
+}
+
 void Extender::ForgetPending(const std::string& uid) {
   MutexLock lock(&mu_);
   auto it = pending_index_.find(uid);
@@ -597,8 +602,7 @@ void Extender::ForgetPending(const std::string& uid) {
 }
 
 std::vector<PendingPod> Extender::Pending() const {
-  const k8s::Clock& clock = options_.clock != nullptr ? *options_.clock : k8s::RealClock();
-  const auto oldest = clock.Now() - options_.pending_ttl;
+  const auto oldest = Clock().Now() - options_.pending_ttl;
   std::vector<PendingPod> out;
   MutexLock lock(&mu_);
   for (const PendingPod& p : pending_) {

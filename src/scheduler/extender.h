@@ -85,13 +85,17 @@ struct PendingPod {
   uint64_t filtered = 0;  // filter calls for it
 };
 
+// ExtenderOptions::pending_pods when the operators' page is on.
+inline constexpr size_t kPagePendingPods = 4096;
+
 struct ExtenderOptions {
   // Pods remembered from filter and prioritize for their bind.
   size_t remembered_pods = 4096;
   // Pending pods remembered for the page (the most recently filtered), and for how long after their last
   // filter: kube-scheduler tries an unschedulable pod again at least every 5 minutes, so one not filtered for
-  // longer was deleted or placed by someone else.
-  size_t pending_pods = 4096;
+  // longer was deleted or placed by someone else. 0 (without the page): none, and filter and bind do no work
+  // for it.
+  size_t pending_pods = 0;
   std::chrono::seconds pending_ttl{600};
   // Time of the pending pods' filters (k8s/clock.h); null: the real clock. Must outlive the extender.
   const k8s::Clock* clock = nullptr;
@@ -137,6 +141,8 @@ class Extender {
   void NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
                    size_t nodes_asked, const FilterVerdicts& verdicts);
   void ForgetPending(const std::string& uid);
+  // options_.clock, or the real clock.
+  const k8s::Clock& Clock() const;
 
   ClusterCache& cache_;
   Binder& binder_;
