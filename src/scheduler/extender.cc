@@ -508,8 +508,8 @@ std::vector<std::string> Extender::SyncChangedShares() {
                       now->placement.node.value()};
     if (log::Enabled(log::Level::kDebug)) {
       log::Debug("share changed; writing the assignment",
-               {{"pod", StrCat(target.ns, "/", target.name)},
-                {"assignment", formats::FormatAssignment(now->placement)}});
+                 {{"pod", StrCat(target.ns, "/", target.name)},
+                  {"assignment", formats::FormatAssignment(now->placement)}});
     }
     if (absl::Status st = binder_.UpdateAssignment(target, now->placement); !st.ok()) {
       failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
