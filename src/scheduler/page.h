@@ -69,7 +69,8 @@ class PageServer {
   void Stop();
   int port() const { return port_; }
 
-  // Limits of the listener (guarded_server.h); the defaults but 4 threads. Set before Listen.
+  // Limits of the listener (guarded_server.h); the defaults but 8 threads and a 200 ms strict timeout. Set
+  // before Listen.
   void SetLimits(const http::HttpLimits& limits) { limits_ = limits; }
 
   // What GET /ui/data answers now.
