@@ -19,6 +19,7 @@
 #include "scheduler/admission.h"
 #include "scheduler/api_backend.h"
 #include "scheduler/cluster_cache.h"
+#include "scheduler/dra_controller.h"
 #include "scheduler/extender.h"
 #include "scheduler/http_server.h"
 #include "scheduler/page.h"
@@ -53,6 +54,9 @@ struct Options {
   int threads = 16;
   bool gpu_metrics = true;
   bool ui = false;
+  bool dra_placement = true;
+  std::string dra_classes = "gpu.tessera.dev,gpu-elastic.tessera.dev";
+  uint64_t seed = 0;
   std::string ui_listen;
   bool verbose = false;
 };
@@ -107,6 +111,7 @@ int Run(const Options& o) {
   scheduler::PodSource* pods = nullptr;
   std::string mode;
   std::string api_server;
+  std::string backend_identity;
   if (!o.cluster_file.empty()) {
     absl::StatusOr<std::string> text = ReadTextFile(o.cluster_file);
     if (!text.ok()) return Fail(Message(text.status()));
@@ -138,6 +143,7 @@ int Run(const Options& o) {
     backend_options.lease_name = o.lease_name;
     backend_options.lease_namespace = o.lease_namespace;
     backend_options.identity = o.identity.empty() ? HostName() : o.identity;
+    backend_identity = backend_options.identity;
     backend = std::make_unique<scheduler::ApiBackend>(*api, cache, backend_options);
     binder = backend.get();
     pods = backend.get();
@@ -150,7 +156,22 @@ int Run(const Options& o) {
   scheduler::ExtenderOptions extender_options;
   if (!ui_listen.empty()) extender_options.pending_pods = scheduler::kPagePendingPods;
   scheduler::Extender extender(cache, *binder, pods, cache_options.parse, extender_options);
+  // DRA placement by Tessera (docs/dra.md): on a cluster, unless turned off.
+  std::unique_ptr<scheduler::DraController> dra;
+  if (backend != nullptr && o.dra_placement) {
+    scheduler::DraControllerOptions dra_options;
+    dra_options.allocator.policy = o.policy;
+    dra_options.allocator.seed = o.seed;
+    dra_options.allocator.classes.clear();
+    for (std::string_view c : StrSplit(o.dra_classes, ',')) {
+      if (!c.empty()) dra_options.allocator.classes.insert(std::string(c));
+    }
+    dra_options.identity = backend_identity;
+    dra = std::make_unique<scheduler::DraController>(*api, dra_options, [&] { return backend->IsLeader(); });
+    backend->SetDra(dra.get());
+  }
   scheduler::Admission admission({o.scheduler_name, cache_options.parse});
+  if (dra != nullptr) admission.SetDraGate([&dra](const nlohmann::json& pod) { return dra->ShouldGate(pod); });
   scheduler::ExtenderServer server(extender, &admission, cache);
   if (backend == nullptr) {
     server.AddPost("/standalone/release", [&](std::string_view body) {
@@ -192,6 +213,7 @@ int Run(const Options& o) {
     if (absl::Status st = quotas->Load(); !st.ok()) return Fail(StrCat("--quota-file: ", Message(st)));
     quotas->Start();
   }
+  if (dra != nullptr) dra->Start();
   if (backend != nullptr) {
     if (absl::Status st = backend->Start(); !st.ok()) return Fail(Message(st));
     mode = StrCat("API server ", api_server, ": ", cache.node_count(), " GPU nodes, ", cache.pod_count(),
@@ -228,6 +250,7 @@ int Run(const Options& o) {
   if (page != nullptr) page->Stop();
   server.Stop();
   if (backend != nullptr) backend->Stop();
+  if (dra != nullptr) dra->Stop();
   return 0;
 }
 
@@ -303,6 +326,16 @@ int main(int argc, char** argv) {
       "--ui-listen", o.ui_listen,
       "HOST:PORT of the operators' page (implies --ui); loopback addresses only, as the page has no "
       "authentication of its own: reach it with kubectl port-forward");
+  app.add_flag("--dra-placement,!--no-dra-placement", o.dra_placement,
+               "Place the ResourceClaims of Tessera's device classes (the webhook's /mutate-dra gates their pods; "
+               "docs/dra.md, \"Placement by Tessera\")")
+      ->capture_default_str();
+  app.add_option("--dra-classes", o.dra_classes,
+                 "DeviceClasses whose claims Tessera places, comma-separated (deploy/dra/deviceclasses.yaml)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed,
+                 "Seed of the DRA placement's ties between equal nodes (one seed, one placement)")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "Log what happens (to stderr); TESSERA_LOG=debug for more");
   try {
     app.parse(argc, argv);

@@ -4,7 +4,8 @@
 //
 // - spec.schedulingGates gets {name: kDraPlacementGate}: kube-scheduler leaves the pod alone while it is there.
 // - label kDraPlacementLabel = "gated": so that the fallback watches the gated pods only (a label selector).
-// - annotation kDraGatedAtAnnotation: when the webhook gated it (RFC 3339, UTC, seconds).
+// - annotation kDraGatedAtAnnotation: when the webhook gated it (RFC 3339, UTC, as formats::FormatHeartbeat
+//   writes it: "2026-11-22T08:14:03.120Z").
 // - annotation kDraWaitingAnnotation: set by tessera-scheduler while no node fits, saying why; gone once placed.
 //
 // When the gate is lifted the label's value becomes "placed" (tessera-scheduler allocated the claims) or

@@ -5,6 +5,8 @@
 
 #include "core/strings.h"
 #include "formats/bounded_json.h"
+#include "formats/dra_placement.h"
+#include "formats/inventory.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
 
@@ -307,6 +309,55 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
     response["patch"] = Base64(formats::DumpJson(patch));
   }
   return Reply(*review, std::move(response));
+}
+
+Response Admission::MutateDra(std::string_view body) const {
+  Decision decision = Decision::kAllowed;
+  absl::StatusOr<Review> review = ParseReview(body);
+  Response r;
+  if (!review.ok()) {
+    decision = Decision::kError;
+    r = Malformed(Message(review.status()));
+  } else if (review->object == nullptr || !review->object->is_object() || !dra_gate_ ||
+             (review->operation != "CREATE" && !review->operation.empty())) {
+    r = Reply(*review, {{"allowed", true}});
+  } else {
+    const json& pod = *review->object;
+    const json* spec = pod.contains("spec") && pod["spec"].is_object() ? &pod["spec"] : nullptr;
+    const std::string scheduler = spec != nullptr && spec->contains("schedulerName") && (*spec)["schedulerName"].is_string()
+                                      ? (*spec)["schedulerName"].get<std::string>()
+                                      : "";
+    const bool ours = scheduler.empty() || scheduler == "default-scheduler" || scheduler == options_.scheduler_name;
+    if (!ours || spec == nullptr || !dra_gate_(pod)) {
+      r = Reply(*review, {{"allowed", true}});
+    } else {
+      json patch = json::array();
+      const json gate = {{"name", formats::kDraPlacementGate}};
+      if (spec->contains("schedulingGates") && (*spec)["schedulingGates"].is_array()) {
+        patch.push_back({{"op", "add"}, {"path", "/spec/schedulingGates/-"}, {"value", gate}});
+      } else {
+        patch.push_back({{"op", "add"}, {"path", "/spec/schedulingGates"}, {"value", json::array({gate})}});
+      }
+      const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
+      const std::pair<const char*, std::pair<const char*, std::string>> marks[] = {
+          {"labels", {formats::kDraPlacementLabel, formats::kDraGated}},
+          {"annotations",
+           {formats::kDraGatedAtAnnotation, formats::FormatHeartbeat(std::chrono::system_clock::now())}}};
+      for (const auto& [map, kv] : marks) {
+        if (metadata.is_object() && metadata.contains(map) && metadata[map].is_object()) {
+          patch.push_back({{"op", "add"},
+                           {"path", StrCat("/metadata/", map, "/", JsonPointerToken(kv.first))},
+                           {"value", kv.second}});
+        } else {
+          patch.push_back({{"op", "add"}, {"path", StrCat("/metadata/", map)}, {"value", {{kv.first, kv.second}}}});
+        }
+      }
+      decision = Decision::kPatched;
+      r = Reply(*review, {{"allowed", true}, {"patchType", "JSONPatch"}, {"patch", Base64(formats::DumpJson(patch))}});
+    }
+  }
+  counts_[static_cast<size_t>(Verb::kMutate)][static_cast<size_t>(decision)].fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 bool Admission::ForUs(const formats::PodObject& pod) const {

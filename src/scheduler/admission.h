@@ -23,11 +23,13 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
+#include "nlohmann/json.hpp"
 #include "scheduler/extender.h"
 
 namespace tessera::scheduler {
@@ -44,6 +46,12 @@ class Admission {
 
   Response Mutate(std::string_view body) const;
   Response Validate(std::string_view body) const;
+  // /mutate-dra: gates a pod whose ResourceClaims tessera-scheduler places (formats/dra_placement.h): the
+  // scheduling gate, the label and the gated-at annotation. Never refuses a pod; counted as mutate.
+  Response MutateDra(std::string_view body) const;
+  // DRA placement by Tessera: whether a pod's claims are Tessera's to place (DraController::ShouldGate). Unset,
+  // /mutate-dra allows every pod unchanged. Set before serving.
+  void SetDraGate(std::function<bool(const nlohmann::json& pod)> gate) { dra_gate_ = std::move(gate); }
 
   // What the webhook answered: allowed as is, allowed with a patch (mutate only), denied (allowed: false), or
   // an error (HTTP 400: the body was no AdmissionReview).
@@ -63,6 +71,7 @@ class Admission {
   bool ForUs(const formats::PodObject& pod) const;
 
   AdmissionOptions options_;
+  std::function<bool(const nlohmann::json& pod)> dra_gate_;
   mutable std::array<std::array<std::atomic<uint64_t>, 4>, 2> counts_{};
 };
 

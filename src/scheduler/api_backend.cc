@@ -29,15 +29,23 @@ absl::Status ApiBackend::Start() {
   if (started_.exchange(true)) return absl::OkStatus();
   nodes_ = std::make_unique<k8s::Informer>(
       api_, k8s::kNodes, k8s::InformerOptions{},
-      k8s::InformerHandlers{.on_add = [this](const k8s::Json& n) { sync_.OnNode(n); },
-                            .on_update = [this](const k8s::Json&, const k8s::Json& n) { sync_.OnNode(n); },
-                            .on_delete = [this](const k8s::Json& n, bool) { sync_.OnNodeDeleted(n); },
+      k8s::InformerHandlers{.on_add = [this](const k8s::Json& n) { OnNode(n); },
+                            .on_update = [this](const k8s::Json&, const k8s::Json& n) { OnNode(n); },
+                            .on_delete =
+                                [this](const k8s::Json& n, bool) {
+                                  sync_.OnNodeDeleted(n);
+                                  if (dra_ != nullptr) dra_->OnNodeDeleted(n);
+                                },
                             .on_synced = nullptr});
   pods_ = std::make_unique<k8s::Informer>(
       api_, k8s::kPods, k8s::InformerOptions{},
-      k8s::InformerHandlers{.on_add = [this](const k8s::Json& p) { sync_.OnPod(p); },
-                            .on_update = [this](const k8s::Json&, const k8s::Json& p) { sync_.OnPod(p); },
-                            .on_delete = [this](const k8s::Json& p, bool) { sync_.OnPodDeleted(p); },
+      k8s::InformerHandlers{.on_add = [this](const k8s::Json& p) { OnPod(p); },
+                            .on_update = [this](const k8s::Json&, const k8s::Json& p) { OnPod(p); },
+                            .on_delete =
+                                [this](const k8s::Json& p, bool) {
+                                  sync_.OnPodDeleted(p);
+                                  if (dra_ != nullptr) dra_->OnPodDeleted(p);
+                                },
                             .on_synced = nullptr});
   // Nodes first, so that the pods find their nodes (pods of unknown nodes wait for them anyway).
   nodes_->Start();
@@ -69,6 +77,16 @@ void ApiBackend::Stop() {
   if (elector_) elector_->Stop();
   if (pods_) pods_->Stop();
   if (nodes_) nodes_->Stop();
+}
+
+void ApiBackend::OnNode(const k8s::Json& node) {
+  sync_.OnNode(node);
+  if (dra_ != nullptr) dra_->OnNode(node);
+}
+
+void ApiBackend::OnPod(const k8s::Json& pod) {
+  sync_.OnPod(pod);
+  if (dra_ != nullptr) dra_->OnPod(pod);
 }
 
 bool ApiBackend::IsLeader() const {

@@ -26,6 +26,7 @@
 #include "k8s/kube_api.h"
 #include "k8s/leader_election.h"
 #include "scheduler/api_sync.h"
+#include "scheduler/dra_controller.h"
 #include "scheduler/extender.h"
 
 namespace tessera::scheduler {
@@ -54,12 +55,17 @@ class ApiBackend : public Binder, public PodSource {
   bool Ready() const;
   bool IsLeader() const;
   ApiSync& sync() { return sync_; }
+  // Feeds the DRA controller from the node and pod informers too (call before Start; it must outlive them).
+  void SetDra(DraController* dra) { dra_ = dra; }
 
   absl::Status Bind(const BindTarget& pod, const core::Placement& placement) override;
   absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override;
   absl::StatusOr<formats::PodObject> GetPod(const std::string& ns, const std::string& name) override;
 
  private:
+  void OnNode(const k8s::Json& node);
+  void OnPod(const k8s::Json& pod);
+
   k8s::KubeApi& api_;
   ClusterCache& cache_;
   const ApiBackendOptions options_;
@@ -68,6 +74,7 @@ class ApiBackend : public Binder, public PodSource {
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> started_{false};
+  DraController* dra_ = nullptr;
 };
 
 }  // namespace tessera::scheduler

@@ -220,6 +220,10 @@ absl::Status ExtenderServer::Listen(const ServerOptions& options) {
       Send(res, admission_->Mutate(req.body));
       if (req.body.size() >= trim_after) malloc_trim(0);
     });
+    https_->Post("/mutate-dra", [this, trim_after](const httplib::Request& req, httplib::Response& res) {
+      Send(res, admission_->MutateDra(req.body));
+      if (req.body.size() >= trim_after) malloc_trim(0);
+    });
     https_->Post("/validate", [this, trim_after](const httplib::Request& req, httplib::Response& res) {
       Send(res, admission_->Validate(req.body));
       if (req.body.size() >= trim_after) malloc_trim(0);

@@ -596,7 +596,7 @@ class Cluster:
             for w in d["webhooks"]:
                 path = w["clientConfig"]["service"]["path"]
                 w["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
-                for m in w.get("matchConditions", []):
+                for m in w.get("matchConditions", []) if w["name"] == "mutate.tessera.dev" else []:
                     last = "'volcano.sh/vgpu-memory-percentage'"
                     assert last in m["expression"], m["expression"]
                     m["expression"] = m["expression"].replace(last, f"{last}, '{RENAMED_HAMI_MEMORY_PERCENT}'")

@@ -730,11 +730,13 @@ def test_chart_lints_renders_and_installs_every_part(c):
     # The operators' page is off by default.
     assert not [a for d in docs if d["kind"] == "Deployment" for ctr in d["spec"]["template"]["spec"]["containers"]
                 for a in ctr.get("args", []) if a.startswith("--ui")]
-    charted_hook = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"][0]
-    plain_hook = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/scheduler/50-webhooks.yaml")))
-                  if d][0]["webhooks"][0]
-    for key in ("failurePolicy", "matchConditions", "rules", "sideEffects", "reinvocationPolicy"):
-        assert charted_hook[key] == plain_hook[key], key
+    charted_hooks = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"][0]["webhooks"]
+    plain_hooks = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/scheduler/50-webhooks.yaml")))
+                   if d][0]["webhooks"]
+    assert [w["name"] for w in charted_hooks] == [w["name"] for w in plain_hooks]
+    for charted_hook, plain_hook in zip(charted_hooks, plain_hooks):
+        for key in ("failurePolicy", "matchConditions", "rules", "sideEffects", "reinvocationPolicy"):
+            assert charted_hook[key] == plain_hook[key], (plain_hook["name"], key)
     r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
     assert r.returncode == 0, r.stderr
     # The Grafana dashboard, for Grafana's sidecar (docs/metrics.md); no PodMonitor by default.

@@ -10,6 +10,7 @@ CDI spec and the limits file on disk.
 
 import json
 import os
+import time
 
 import pytest
 import yaml
@@ -87,10 +88,21 @@ def prepared(c, pod):
     return claim, env, limits, spec_path
 
 
-def scheduling_failures(c, pod):
-    """kube-scheduler's FailedScheduling messages about a pod, from its events."""
-    events = c.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={pod}", "-o", "json")
-    return [e["message"] for e in json.loads(events.stdout)["items"] if e["reason"] == "FailedScheduling"]
+def events(c, pod, reason):
+    """The messages of a pod's events of one reason."""
+    out = c.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={pod}", "-o", "json")
+    return [e["message"] for e in json.loads(out.stdout)["items"] if e["reason"] == reason]
+
+
+def waits_for_tessera(c, pod):
+    """The pod is held by tessera-scheduler's placement gate, and its events and annotation say why."""
+    messages = c.wait_for(lambda: events(c, pod, "TesseraPlacementWaiting"), f"a TesseraPlacementWaiting event for {pod}")
+    p = c.pod("default", pod)
+    assert {"name": "tessera.dev/dra-placement"} in p["spec"]["schedulingGates"], p["spec"]
+    assert p["metadata"]["labels"]["tessera.dev/dra-placement"] == "gated"
+    assert "fits no node" in p["metadata"]["annotations"]["tessera.dev/dra-waiting"], p["metadata"]["annotations"]
+    assert any("fits no node" in m for m in messages), messages
+    return messages
 
 
 def test_the_node_publishes_its_dra_gpus_and_keeps_them_from_the_device_plugin(c):
@@ -147,9 +159,8 @@ def test_claims_share_a_gpu_up_to_its_capacity_and_the_next_waits(c):
         (uuid, gpu), = limits.items()
         assert gpu["cores"] == 40 and gpu["memory"] == 8192 << 20, limits
     assert sorted(len(v) for v in devices.values()) == [2, 2], devices
-    # The one that waits says why, in its events (kube-scheduler's DRA plugin).
-    messages = scheduling_failures(c, waiting)
-    assert any("cannot allocate all claims" in m for m in messages), messages
+    # The one that waits says why, in its events and an annotation (tessera-scheduler places these claims).
+    waits_for_tessera(c, waiting)
     # One leaves: the waiting pod gets its share.
     tc.delete(c, running[0])
     prepared(c, waiting)
@@ -170,8 +181,7 @@ def test_deleting_the_pod_unprepares_the_claim(c):
 
 def test_a_claim_no_node_can_satisfy_says_why(c):
     c.apply(claim_pod("dra-too-big", "too-big"))  # 64 GiB of a 32 GiB GPU
-    messages = c.wait_for(lambda: scheduling_failures(c, "dra-too-big"), "a FailedScheduling event for dra-too-big")
-    assert any("cannot allocate all claims" in m for m in messages), messages
+    waits_for_tessera(c, "dra-too-big")
     assert c.pod("default", "dra-too-big")["status"]["phase"] == "Pending"
     tc.delete(c, "dra-too-big")
 
@@ -270,8 +280,7 @@ def test_topology_constraints_and_the_elastic_class(c):
         env["NVIDIA_VISIBLE_DEVICES"].split(",") == [ids[7], ids[6]], env
     tc.delete(c, "dra-pair")
     c.apply(claim_pod("dra-nvlink", "gpu-pair-nvlink"))
-    messages = c.wait_for(lambda: scheduling_failures(c, "dra-nvlink"), "a FailedScheduling event for dra-nvlink")
-    assert any("cannot allocate all claims" in m for m in messages), messages
+    waits_for_tessera(c, "dra-nvlink")
     tc.delete(c, "dra-nvlink")
     # The elastic class's opaque configuration reaches the limits file; the CEL selector on the model matches.
     c.apply(claim_pod("dra-elastic", "gpu-share-v100-elastic"))
@@ -279,6 +288,81 @@ def test_topology_constraints_and_the_elastic_class(c):
     (uuid, gpu), = limits.items()
     assert gpu["policy"] == "elastic" and gpu["cores"] == 20 and gpu["memory"] == 4096 << 20, limits
     tc.delete(c, "dra-elastic")
+
+
+def template(name, request, constraints=None):
+    devices = {"requests": [request]}
+    if constraints:
+        devices["constraints"] = constraints
+    return yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                           "metadata": {"name": name, "namespace": "default"}, "spec": {"spec": {"devices": devices}}})
+
+
+def test_tessera_places_the_claim_and_lifts_the_gate(c):
+    c.apply(claim_pod("dra-placed", "share-40"))
+    claim, _, limits, _ = prepared(c, "dra-placed")
+    p = c.pod("default", "dra-placed")
+    assert p["metadata"]["labels"]["tessera.dev/dra-placement"] == "placed", p["metadata"]["labels"]
+    assert not [g for g in p["spec"].get("schedulingGates", []) if g["name"] == "tessera.dev/dra-placement"]
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "dra-placed", "uid": p["metadata"]["uid"]}]
+    result, = claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"cores": "40", "memory": "8Gi"} and result["shareID"], result
+    tc.delete(c, "dra-placed")
+
+
+def test_a_first_available_claim_gets_the_first_alternative_that_fits(c):
+    c.apply(template("first-available", {"name": "gpu", "firstAvailable": [
+        {"name": "four", "deviceClassName": "gpu.tessera.dev", "count": 4},
+        {"name": "share", "deviceClassName": "gpu.tessera.dev",
+         "capacity": {"requests": {"cores": "25", "memory": "2Gi"}}}]}))
+    c.apply(claim_pod("dra-first", "first-available"))
+    claim, _, limits, _ = prepared(c, "dra-first")
+    result, = claim["status"]["allocation"]["devices"]["results"]
+    assert result["request"] == "gpu/share", result
+    (uuid, gpu), = limits.items()
+    assert gpu["cores"] == 25 and gpu["memory"] == 2048 << 20, limits
+    tc.delete(c, "dra-first")
+
+
+def test_a_hundred_claims_at_once_never_put_a_gpu_over_its_capacity(c):
+    # 100 pods of 3% and 512 MiB at once on the node's two DRA GPUs: 33 fit on each (99%), 34 wait.
+    c.apply(template("share-3", {"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.tessera.dev", "capacity": {"requests": {"cores": "3", "memory": "512Mi"}}}}))
+    c.apply("---\n".join(claim_pod(f"dra-h{i}", "share-3") for i in range(100)))
+
+    def allocations():
+        claims = [x for x in c.get("resourceclaims", ns="default")["items"]
+                  if x["metadata"]["name"].startswith("dra-h") and x.get("status", {}).get("allocation")]
+        return claims if len(claims) >= 66 else None
+    claims = c.wait_for(allocations, "66 of the 100 claims to be allocated", 300)
+    time.sleep(3)  # anything allocated beyond 66 would show by now
+    claims = allocations()
+    held = {}
+    for x in claims:
+        for r in x["status"]["allocation"]["devices"]["results"]:
+            held[r["device"]] = held.get(r["device"], 0) + int(r["consumedCapacity"]["cores"])
+    assert len(claims) == 66 and held == {"gpu-6": 99, "gpu-7": 99}, (len(claims), held)
+    gated = [p for p in c.get("pods", ns="default")["items"] if p["metadata"]["name"].startswith("dra-h")
+             and p["metadata"].get("labels", {}).get("tessera.dev/dra-placement") == "gated"]
+    assert len(gated) == 34, len(gated)
+    c.kubectl("delete", "pod", "-n", "default", "--wait=false", *[f"dra-h{i}" for i in range(100)])
+    c.wait_for(lambda: not [p for p in c.get("pods", ns="default")["items"] if p["metadata"]["name"].startswith("dra-h")],
+               "the 100 pods to be gone", 300)
+
+
+def test_a_claim_tessera_cannot_read_is_left_to_kube_scheduler(c):
+    # A selector outside what tessera-scheduler evaluates (a CEL function): the gate is lifted at once, with an
+    # event, and kube-scheduler's own allocator places the claim.
+    c.apply(template("fancy-selector", {"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.tessera.dev", "capacity": {"requests": {"cores": "10", "memory": "1Gi"}},
+        "selectors": [{"cel": {"expression": 'device.attributes["gpu.tessera.dev"].model.startsWith("V100")'}}]}}))
+    c.apply(claim_pod("dra-fancy", "fancy-selector"))
+    prepared(c, "dra-fancy")
+    p = c.pod("default", "dra-fancy")
+    assert p["metadata"]["labels"]["tessera.dev/dra-placement"] == "fallback", p["metadata"]["labels"]
+    messages = c.wait_for(lambda: events(c, "dra-fancy", "TesseraPlacementHandedOver"), "a hand-over event")
+    assert any("outside what Tessera evaluates" in m for m in messages), messages
+    tc.delete(c, "dra-fancy")
 
 
 def test_an_unchanged_slice_is_never_rewritten(c):

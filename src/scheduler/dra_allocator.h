@@ -1,0 +1,150 @@
+// Placement of DRA ResourceClaims by Tessera (docs/dra.md, "Placement by Tessera"): which node and which devices
+// of driver gpu.tessera.dev each claim of a gated pod gets, chosen by the same Placer, policy and Gaia cost tree
+// as the device-plugin path, and written as the allocation kube-scheduler's own allocator would have written.
+//
+// The allocator is pure: it is fed the objects the informers hold (ResourceSlices, DeviceClasses, allocated
+// claims, nodes and the CPU and memory their pods request) and answers, for each pod, the allocation of each of
+// its claims, or why it waits, or why Tessera leaves the pod to kube-scheduler (a selector it does not evaluate,
+// a feature it does not model).
+//
+//   DraAllocator a({.seed = 42});
+//   a.SetSlices(slices); a.SetClasses(classes); a.SetAllocatedClaims(claims); a.SetNodes(nodes);
+//   std::vector<PodDecision> d = a.Place(pods);     // in order: each decision sees the previous ones
+//
+// What it checks, as kube-scheduler's allocator does: the class's and the request's selectors (the subset in
+// dra_selector.h), counts, the capacities' request policies (default, validRange, validValues), devices'
+// NoSchedule/NoExecute taints (no tolerations are read: a tainted device is never chosen), `matchAttribute`
+// constraints, `firstAvailable` (the first alternative that fits anywhere), and for the node: its pool, the
+// pod's nodeSelector, required node affinity, tolerations of the node's taints, and the pod's CPU and memory
+// against what the node's pods request. Never over a device's capacity: every allocated claim on Tessera's
+// devices is counted, whoever allocated it; a node where they already add up to more is not placed on.
+//
+// Thread-safety: not thread-safe; one owner (the DRA controller's thread).
+#ifndef TESSERA_SCHEDULER_DRA_ALLOCATOR_H_
+#define TESSERA_SCHEDULER_DRA_ALLOCATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/topology.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/dra_selector.h"
+
+namespace tessera::scheduler::dra {
+
+using Json = nlohmann::json;
+
+// A capacity of a device and its request policy (resource.k8s.io/v1 DeviceCapacity).
+struct Capacity {
+  int64_t value = 0;
+  std::optional<int64_t> default_value;  // what a request that names no amount consumes (none: all of it)
+  int64_t min = 0, max = 0, step = 0;    // validRange (0: unset)
+  std::vector<int64_t> valid_values;     // sorted
+  // What a request of `asked` (nullopt: not asked) consumes, or nullopt when the policy cannot give it.
+  std::optional<int64_t> Consumed(std::optional<int64_t> asked) const;
+};
+
+struct Device {
+  std::string name;  // "gpu-3"
+  int index = -1;    // the `index` attribute
+  std::map<std::string, AttributeValue> attributes;  // by qualified name, "gpu.tessera.dev/model"
+  Capacity cores, memory;                            // percent; bytes
+  bool shared = false;                               // allowMultipleAllocations
+  bool tainted = false;                              // a NoSchedule or NoExecute taint
+};
+
+// One node's pool of Tessera devices (one ResourceSlice).
+struct Pool {
+  std::string node;
+  std::string name;
+  std::vector<Device> devices;
+};
+absl::StatusOr<Pool> ParseSlice(const Json& slice);
+
+struct DeviceClass {
+  std::vector<Selector> selectors;
+  Json config = Json::array();  // spec.config
+  std::string undecided;        // non-empty: a selector Tessera does not evaluate (the reason)
+};
+DeviceClass ParseDeviceClass(const Json& device_class);
+
+// A node as the allocator sees it.
+struct NodeView {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  Json taints = Json::array();
+  bool unschedulable = false;
+  int64_t cpu_milli = 0, memory_bytes = 0;            // allocatable (0: not accounted)
+  int64_t cpu_requested = 0, memory_requested = 0;    // by the pods bound to it
+  std::optional<core::LinkMatrix> links;              // by GPU index, from the node agent's inventory
+};
+NodeView ParseNode(const Json& node);
+
+// What a pod asks of the node, as kube-scheduler's NodeResourcesFit counts it (containers summed, the largest
+// init container if larger, sidecars included, overhead added).
+struct HostRequest {
+  int64_t cpu_milli = 0, memory_bytes = 0;
+};
+HostRequest PodHostRequest(const Json& pod);
+
+// A gated pod and its claims (the ResourceClaim objects, in spec.resourceClaims order).
+struct PodInput {
+  Json pod;
+  std::vector<Json> claims;
+};
+
+struct PodDecision {
+  enum class Kind {
+    kPlaced,    // `allocations` hold the claims' new status.allocation, `node` the node
+    kWait,      // keep the gate: nothing fits now (`reason` says why), or a claim is not created yet
+    kHandOver,  // lift the gate without allocating: kube-scheduler's allocator decides (`reason` says why)
+  };
+  Kind kind = Kind::kWait;
+  std::string node;
+  std::vector<std::optional<Json>> allocations;  // per claim of the input; nullopt: allocated already
+  std::string reason;
+};
+
+struct AllocatorOptions {
+  std::string policy = "tessera";
+  uint64_t seed = 0;                                   // ties between equal nodes: by a hash of seed and name
+  std::set<std::string> classes = {"gpu.tessera.dev", "gpu-elastic.tessera.dev"};
+};
+
+class DraAllocator {
+ public:
+  explicit DraAllocator(AllocatorOptions options);
+  ~DraAllocator();
+
+  void SetPools(std::vector<Pool> pools);
+  void SetClasses(std::map<std::string, DeviceClass> classes);
+  void SetNodes(std::vector<NodeView> nodes);
+  // Every ResourceClaim with an allocation (any class, any allocator): what Tessera's devices hold.
+  void SetAllocatedClaims(const std::vector<Json>& claims);
+
+  // Decides the pods in order; each placement is counted before the next pod is decided.
+  std::vector<PodDecision> Place(const std::vector<PodInput>& pods);
+
+  // Does a claim ask only for Tessera's classes (the webhook gates such pods)?
+  static bool UsesOnly(const Json& claim_spec, const std::set<std::string>& classes);
+
+ private:
+  struct State;
+  PodDecision PlaceOne(const PodInput& input);
+
+  AllocatorOptions options_;
+  std::vector<Pool> pools_;
+  std::map<std::string, DeviceClass> classes_;
+  std::vector<NodeView> nodes_;
+  std::vector<Json> allocated_;
+  State* state_ = nullptr;  // during Place
+};
+
+}  // namespace tessera::scheduler::dra
+
+#endif  // TESSERA_SCHEDULER_DRA_ALLOCATOR_H_

@@ -1,0 +1,394 @@
+#include "scheduler/dra_controller.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "core/strings.h"
+#include "formats/dra_placement.h"
+#include "k8s/api_status.h"
+
+namespace tessera::scheduler {
+
+namespace {
+
+using k8s::Json;
+
+const k8s::ResourceType kDeviceClasses{"resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false};
+const k8s::ResourceType kClaimTemplates{"resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
+                                        true};
+// What a round writes at most: a flood of gated pods is worked through over several rounds.
+constexpr size_t kMaxPodsPerRound = 200;
+// A claim written but not yet seen allocated by the informer is counted this long at most (a claim deleted
+// meanwhile is never seen).
+constexpr std::chrono::seconds kWrittenTtl{60};
+
+const Json& Field(const Json& j, const char* key) {
+  static const Json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+std::string Str(const Json& j, const char* key) {
+  const Json& v = Field(j, key);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+bool HasGate(const Json& pod) {
+  const Json& gates = Field(Field(pod, "spec"), "schedulingGates");
+  if (!gates.is_array()) return false;
+  return std::any_of(gates.begin(), gates.end(),
+                     [](const Json& g) { return Str(g, "name") == formats::kDraPlacementGate; });
+}
+
+bool Finished(const Json& pod) {
+  const std::string phase = Str(Field(pod, "status"), "phase");
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+bool ReservedFor(const Json& claim, const std::string& pod_uid) {
+  const Json& reserved = Field(Field(claim, "status"), "reservedFor");
+  if (!reserved.is_array()) return false;
+  return std::any_of(reserved.begin(), reserved.end(), [&](const Json& r) { return Str(r, "uid") == pod_uid; });
+}
+
+}  // namespace
+
+DraController::DraController(k8s::KubeApi& api, DraControllerOptions options, std::function<bool()> is_leader)
+    : api_(api), options_(std::move(options)), is_leader_(std::move(is_leader)), allocator_(options_.allocator) {}
+
+DraController::~DraController() { Stop(); }
+
+void DraController::Start() {
+  auto wake = k8s::InformerHandlers{.on_add = [this](const Json&) { Wake(); },
+                                    .on_update = [this](const Json&, const Json&) { Wake(); },
+                                    .on_delete = [this](const Json&, bool) { Wake(); },
+                                    .on_synced = nullptr};
+  k8s::InformerOptions tessera_slices;
+  tessera_slices.field_selector = StrCat("spec.driver=", formats::kDraDriver);
+  slices_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceSlices, tessera_slices, wake);
+  classes_ = std::make_unique<k8s::Informer>(api_, kDeviceClasses, k8s::InformerOptions{}, wake);
+  claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, k8s::InformerOptions{}, wake);
+  templates_ = std::make_unique<k8s::Informer>(api_, kClaimTemplates, k8s::InformerOptions{}, k8s::InformerHandlers{});
+  for (k8s::Informer* i : {slices_.get(), classes_.get(), claims_.get(), templates_.get()}) i->Start();
+  thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+}
+
+void DraController::Stop() {
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    Wake();
+    thread_.join();
+  }
+  for (auto* i : {&slices_, &classes_, &claims_, &templates_}) {
+    if (*i) (*i)->Stop();
+  }
+}
+
+void DraController::Wake() {
+  MutexLock lock(&mu_);
+  dirty_ = true;
+  wake_.Signal();
+}
+
+void DraController::OnNode(const Json& node) {
+  MutexLock lock(&mu_);
+  nodes_[Str(Field(node, "metadata"), "name")] = node;
+  dirty_ = true;
+}
+
+void DraController::OnNodeDeleted(const Json& node) {
+  MutexLock lock(&mu_);
+  nodes_.erase(Str(Field(node, "metadata"), "name"));
+  dirty_ = true;
+}
+
+void DraController::OnPod(const Json& pod) {
+  const std::string key = StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
+  const bool gated = HasGate(pod);
+  MutexLock lock(&mu_);
+  if (Finished(pod)) {
+    pods_.erase(key);
+    gated_.erase(key);
+  } else {
+    Tracked& t = pods_[key];
+    t.node = Str(Field(pod, "spec"), "nodeName");
+    t.host = dra::PodHostRequest(pod);
+    t.gated = gated;
+    if (gated) {
+      gated_[key] = pod;
+    } else {
+      gated_.erase(key);
+    }
+  }
+  dirty_ = true;
+  if (gated) wake_.Signal();
+}
+
+void DraController::OnPodDeleted(const Json& pod) {
+  const std::string key = StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
+  MutexLock lock(&mu_);
+  pods_.erase(key);
+  gated_.erase(key);
+  dirty_ = true;
+}
+
+DraCounters DraController::counters() const {
+  MutexLock lock(&mu_);
+  return counters_;
+}
+
+std::optional<Json> DraController::ClaimSpecOf(const std::string& ns, const Json& entry) const {
+  if (std::string name = Str(entry, "resourceClaimName"); !name.empty()) {
+    std::shared_ptr<const Json> claim = claims_ ? claims_->Get(StrCat(ns, "/", name)) : nullptr;
+    if (claim) return Field(*claim, "spec");
+    absl::StatusOr<Json> got = api_.Get(k8s::kResourceClaims, ns, name);
+    if (got.ok()) return Field(*got, "spec");
+    return std::nullopt;
+  }
+  if (std::string name = Str(entry, "resourceClaimTemplateName"); !name.empty()) {
+    std::shared_ptr<const Json> t = templates_ ? templates_->Get(StrCat(ns, "/", name)) : nullptr;
+    if (t) return Field(Field(*t, "spec"), "spec");
+    absl::StatusOr<Json> got = api_.Get(kClaimTemplates, ns, name);
+    if (got.ok()) return Field(Field(*got, "spec"), "spec");
+  }
+  return std::nullopt;
+}
+
+bool DraController::ShouldGate(const Json& pod) const {
+  const Json& spec = Field(pod, "spec");
+  const Json& claims = Field(spec, "resourceClaims");
+  if (!claims.is_array() || claims.empty() || HasGate(pod)) return false;
+  // What the allocator does not model stays kube-scheduler's whole decision.
+  const Json& affinity = Field(spec, "affinity");
+  if (!Field(affinity, "podAffinity").is_null() || !Field(affinity, "podAntiAffinity").is_null() ||
+      !Field(spec, "topologySpreadConstraints").is_null() || !Str(spec, "nodeName").empty()) {
+    return false;
+  }
+  std::string ns = Str(Field(pod, "metadata"), "namespace");
+  if (ns.empty()) ns = "default";
+  for (const Json& entry : claims) {
+    std::optional<Json> claim_spec = ClaimSpecOf(ns, entry);
+    if (!claim_spec || !dra::DraAllocator::UsesOnly(*claim_spec, options_.allocator.classes)) return false;
+  }
+  return true;
+}
+
+void DraController::Run(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    {
+      MutexLock lock(&mu_);
+      // A round after a change, and every few periods anyway while pods wait (a write that failed).
+      if (!dirty_) wake_.WaitFor(&mu_, options_.period * 10);
+      dirty_ = false;
+    }
+    if (stop.stop_requested()) break;
+    Round();
+    // Changes that arrive during a round are taken together in the next one.
+    MutexLock lock(&mu_);
+    wake_.WaitFor(&mu_, options_.period);
+  }
+}
+
+void DraController::Event(const Json& pod, const std::string& type, const std::string& reason,
+                          const std::string& message) {
+  k8s::EventSpec e;
+  e.involved_object.kind = "Pod";
+  e.involved_object.api_version = "v1";
+  e.involved_object.ns = Str(Field(pod, "metadata"), "namespace");
+  e.involved_object.name = Str(Field(pod, "metadata"), "name");
+  e.involved_object.uid = Str(Field(pod, "metadata"), "uid");
+  e.type = type;
+  e.reason = reason;
+  e.message = message;
+  e.component = options_.component;
+  e.reporting_instance = options_.identity;
+  if (absl::StatusOr<Json> st = api_.CreateEvent(e); !st.ok()) {
+    log::Warn("could not post an event", {{"pod", e.involved_object.name}, {"error", Message(st.status())}});
+  }
+}
+
+// Lifts the gate (one conditional write of the pod), with the label saying who decides the claims.
+void DraController::Lift(const Json& pod, const char* label, const std::string& reason) {
+  Json updated = pod;
+  Json gates = Json::array();
+  for (const Json& g : updated["spec"]["schedulingGates"]) {
+    if (Str(g, "name") != formats::kDraPlacementGate) gates.push_back(g);
+  }
+  updated["spec"]["schedulingGates"] = gates;
+  updated["metadata"]["labels"][formats::kDraPlacementLabel] = label;
+  if (Json& a = updated["metadata"]["annotations"]; a.is_object()) a.erase(formats::kDraWaitingAnnotation);
+  absl::StatusOr<Json> st = api_.Update(k8s::kPods, Str(Field(pod, "metadata"), "namespace"), updated);
+  if (!st.ok()) {
+    MutexLock lock(&mu_);
+    ++(k8s::IsConflict(st.status()) ? counters_.conflicts : counters_.write_errors);
+    if (!k8s::IsConflict(st.status()) && !absl::IsNotFound(st.status())) {
+      log::Warn("could not lift the DRA placement gate",
+                {{"pod", Str(Field(pod, "metadata"), "name")}, {"error", Message(st.status())}});
+    }
+    return;
+  }
+  if (std::string(label) == formats::kDraFallback) {
+    Event(pod, "Warning", "TesseraPlacementHandedOver",
+          StrCat("kube-scheduler's allocator places this pod's claims: ", reason));
+  }
+}
+
+void DraController::Round() {
+  if (!is_leader_() || !slices_ || !slices_->HasSynced() || !classes_->HasSynced() || !claims_->HasSynced()) return;
+  // The state, copied out of the lock.
+  std::vector<Json> gated;
+  std::vector<dra::NodeView> nodes;
+  {
+    MutexLock lock(&mu_);
+    if (gated_.empty()) return;
+    ++counters_.rounds;
+    std::map<std::string, dra::HostRequest> requested;
+    for (const auto& [key, t] : pods_) {
+      if (t.node.empty()) continue;
+      requested[t.node].cpu_milli += t.host.cpu_milli;
+      requested[t.node].memory_bytes += t.host.memory_bytes;
+    }
+    for (const auto& [name, node] : nodes_) {
+      dra::NodeView v = dra::ParseNode(node);
+      v.cpu_requested = requested[name].cpu_milli;
+      v.memory_requested = requested[name].memory_bytes;
+      nodes.push_back(std::move(v));
+    }
+    for (const auto& [key, pod] : gated_) gated.push_back(pod);
+  }
+  // Oldest first (then by name): the order the pods arrived in, repeatable for one seed.
+  std::sort(gated.begin(), gated.end(), [](const Json& a, const Json& b) {
+    const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"), tb = Str(Field(b, "metadata"), "creationTimestamp");
+    if (ta != tb) return ta < tb;
+    return std::pair(Str(Field(a, "metadata"), "namespace"), Str(Field(a, "metadata"), "name")) <
+           std::pair(Str(Field(b, "metadata"), "namespace"), Str(Field(b, "metadata"), "name"));
+  });
+  if (gated.size() > kMaxPodsPerRound) gated.resize(kMaxPodsPerRound);
+
+  std::vector<dra::Pool> pools;
+  for (const auto& s : slices_->Items()) {
+    if (absl::StatusOr<dra::Pool> p = dra::ParseSlice(*s); p.ok()) pools.push_back(*std::move(p));
+  }
+  std::map<std::string, dra::DeviceClass> classes;
+  for (const auto& c : classes_->Items()) classes[Str(Field(*c, "metadata"), "name")] = dra::ParseDeviceClass(*c);
+  // The claims allocated, with this controller's own writes until the informer shows them.
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Json> allocated;
+  std::set<std::string> seen;
+  for (const auto& c : claims_->Items()) {
+    const std::string uid = Str(Field(*c, "metadata"), "uid");
+    auto w = written_.find(uid);
+    if (Field(Field(*c, "status"), "allocation").is_object()) {
+      allocated.push_back(*c);
+      if (w != written_.end()) written_.erase(w);
+    } else if (w != written_.end()) {
+      allocated.push_back(w->second.first);
+    }
+    seen.insert(uid);
+  }
+  for (auto it = written_.begin(); it != written_.end();) {
+    it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it) : std::next(it);
+  }
+  // Each gated pod's claims (a template's claim is made by kube-controller-manager: wait for it).
+  std::vector<dra::PodInput> inputs;
+  for (const Json& pod : gated) {
+    dra::PodInput in;
+    in.pod = pod;
+    const std::string ns = Str(Field(pod, "metadata"), "namespace");
+    const Json& statuses = Field(Field(pod, "status"), "resourceClaimStatuses");
+    bool complete = true;
+    for (const Json& entry : Field(Field(pod, "spec"), "resourceClaims")) {
+      std::string name = Str(entry, "resourceClaimName");
+      if (name.empty() && statuses.is_array()) {
+        for (const Json& s : statuses) {
+          if (Str(s, "name") == Str(entry, "name")) name = Str(s, "resourceClaimName");
+        }
+      }
+      std::shared_ptr<const Json> claim = name.empty() ? nullptr : claims_->Get(StrCat(ns, "/", name));
+      if (!claim) {
+        complete = false;
+        break;
+      }
+      Json c = *claim;
+      if (auto w = written_.find(Str(Field(c, "metadata"), "uid")); w != written_.end()) c = w->second.first;
+      in.claims.push_back(std::move(c));
+    }
+    if (complete) inputs.push_back(std::move(in));
+  }
+  allocator_.SetPools(std::move(pools));
+  allocator_.SetClasses(std::move(classes));
+  allocator_.SetNodes(std::move(nodes));
+  allocator_.SetAllocatedClaims(allocated);
+  std::vector<dra::PodDecision> decisions = allocator_.Place(inputs);
+
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Json& pod = inputs[i].pod;
+    const dra::PodDecision& d = decisions[i];
+    const std::string pod_uid = Str(Field(pod, "metadata"), "uid");
+    const std::string pod_name = Str(Field(pod, "metadata"), "name");
+    if (d.kind == dra::PodDecision::Kind::kHandOver) {
+      {
+        MutexLock lock(&mu_);
+        ++counters_.handed_over;
+      }
+      Lift(pod, formats::kDraFallback, d.reason);
+      continue;
+    }
+    if (d.kind == dra::PodDecision::Kind::kWait) {
+      {
+        MutexLock lock(&mu_);
+        ++counters_.waiting;
+      }
+      std::string& told = told_[pod_uid];
+      if (told != d.reason) {
+        told = d.reason;
+        Event(pod, "Normal", "TesseraPlacementWaiting", StrCat("no Tessera GPU for this pod's claims yet: ", d.reason));
+        Json patch = {{"metadata", {{"annotations", {{formats::kDraWaitingAnnotation, d.reason}}}}}};
+        (void)api_.Patch(k8s::kPods, Str(Field(pod, "metadata"), "namespace"), pod_name, k8s::PatchType::kMerge, patch);
+      }
+      continue;
+    }
+    // Placed: each claim allocated and reserved for the pod in one write, then the gate lifted.
+    bool ok = true;
+    for (size_t k = 0; k < inputs[i].claims.size() && ok; ++k) {
+      const Json& claim = inputs[i].claims[k];
+      if (!d.allocations[k] && ReservedFor(claim, pod_uid)) continue;
+      Json updated = claim;
+      if (d.allocations[k]) updated["status"]["allocation"] = *d.allocations[k];
+      Json& reserved = updated["status"]["reservedFor"];
+      if (!reserved.is_array()) reserved = Json::array();
+      reserved.push_back({{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}});
+      absl::StatusOr<Json> st = api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated,
+                                            "status");
+      if (!st.ok()) {
+        ok = false;
+        MutexLock lock(&mu_);
+        ++(k8s::IsConflict(st.status()) ? counters_.conflicts : counters_.write_errors);
+        // Said once per distinct error (a missing grant would fail every round).
+        if (!k8s::IsConflict(st.status()) && Message(st.status()) != last_write_error_) {
+          last_write_error_ = Message(st.status());
+          log::Warn("could not allocate a claim", {{"claim", Str(Field(claim, "metadata"), "name")},
+                                                   {"error", last_write_error_}});
+        }
+        break;
+      }
+      written_[Str(Field(claim, "metadata"), "uid")] = {*st, std::chrono::steady_clock::now()};
+    }
+    if (!ok) continue;  // decided again from fresh state; what was written is counted meanwhile
+    log::Info("placed DRA claims", {{"pod", pod_name}, {"node", d.node}});
+    {
+      MutexLock lock(&mu_);
+      ++counters_.placed;
+    }
+    told_.erase(pod_uid);
+    Lift(pod, formats::kDraPlaced, "");
+  }
+  if (told_.size() > 4 * kMaxPodsPerRound) {
+    // Forget the reasons of pods no longer gated (bounded memory).
+    std::set<std::string> live;
+    for (const Json& pod : gated) live.insert(Str(Field(pod, "metadata"), "uid"));
+    for (auto it = told_.begin(); it != told_.end();) it = live.contains(it->first) ? std::next(it) : told_.erase(it);
+  }
+}
+
+}  // namespace tessera::scheduler

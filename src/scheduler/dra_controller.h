@@ -1,0 +1,104 @@
+// tessera-scheduler's side of DRA placement (docs/dra.md, "Placement by Tessera"): it follows the DRA objects
+// (ResourceSlices, DeviceClasses, ResourceClaims, ResourceClaimTemplates), decides the claims of the pods the
+// webhook gated with the DraAllocator, and writes each decision as kube-scheduler would have: the claim's
+// status.allocation and status.reservedFor in one conditional write, then the pod's gate lifted.
+//
+//   DraController dra(api, {.allocator = {.seed = 42}}, [&] { return backend.IsLeader(); });
+//   dra.Start();
+//   node and pod informers: dra.OnNode(n) / dra.OnNodeDeleted(n) / dra.OnPod(p) / dra.OnPodDeleted(p)
+//   webhook: dra.ShouldGate(pod)      // the pod's claims all use Tessera's classes
+//
+// Only the leader decides (the loop idles elsewhere). A write that conflicts (409) is decided again from fresh
+// state at the next round; a claim the controller allocated is counted from its write until the informer shows
+// it, so that two rounds never hand out one share twice. A pod waits gated, with an Event and the
+// tessera.dev/dra-waiting annotation that say why, while nothing fits; a pod Tessera cannot decide (a selector
+// outside dra_selector.h's subset, a feature it does not model) is handed to kube-scheduler at once, with an
+// Event. When every tessera-scheduler is down, tessera-node lifts the gate after a while (docs/dra.md).
+//
+// Thread-safety: thread-safe; the informers' handlers and the webhook call in from their threads.
+#ifndef TESSERA_SCHEDULER_DRA_CONTROLLER_H_
+#define TESSERA_SCHEDULER_DRA_CONTROLLER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+#include "k8s/informer.h"
+#include "k8s/kube_api.h"
+#include "scheduler/dra_allocator.h"
+
+namespace tessera::scheduler {
+
+struct DraControllerOptions {
+  dra::AllocatorOptions allocator;
+  std::chrono::milliseconds period{200};  // between rounds while pods wait
+  std::string component = "tessera-scheduler";
+  std::string identity;
+};
+
+struct DraCounters {
+  int64_t placed = 0, handed_over = 0, waiting = 0, conflicts = 0, write_errors = 0, rounds = 0;
+};
+
+class DraController {
+ public:
+  DraController(k8s::KubeApi& api, DraControllerOptions options, std::function<bool()> is_leader);
+  ~DraController();
+
+  void Start();
+  void Stop();
+
+  void OnNode(const k8s::Json& node);
+  void OnNodeDeleted(const k8s::Json& node);
+  void OnPod(const k8s::Json& pod);
+  void OnPodDeleted(const k8s::Json& pod);
+
+  // Should the webhook gate this pod: it names ResourceClaims (or templates) whose requests all use Tessera's
+  // device classes, and nothing the allocator does not model (pod affinity, topology spread)? Reads the
+  // informers, else the API server.
+  bool ShouldGate(const k8s::Json& pod) const;
+
+  DraCounters counters() const;
+
+ private:
+  struct Tracked {
+    std::string node;  // "" while not bound
+    dra::HostRequest host;
+    bool gated = false;
+  };
+  void Run(std::stop_token stop);
+  void Round();
+  std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
+  void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
+  void Event(const k8s::Json& pod, const std::string& type, const std::string& reason, const std::string& message);
+  void Wake();
+
+  k8s::KubeApi& api_;
+  const DraControllerOptions options_;
+  const std::function<bool()> is_leader_;
+  dra::DraAllocator allocator_;  // the round thread's
+  std::unique_ptr<k8s::Informer> slices_, classes_, claims_, templates_;
+
+  mutable Mutex mu_;
+  CondVar wake_;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<std::string, k8s::Json> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);          // every pod, by "ns/name"
+  std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);       // gated pods, by "ns/name"
+  DraCounters counters_ ABSL_GUARDED_BY(mu_);
+  // Round thread only: claims this controller allocated, by UID, until the informer shows them allocated.
+  std::map<std::string, std::pair<k8s::Json, std::chrono::steady_clock::time_point>> written_;
+  std::map<std::string, std::string> told_;
+  std::string last_write_error_ ABSL_GUARDED_BY(mu_);  // pod UID -> the last reason posted (no repeats)
+  std::jthread thread_;
+};
+
+}  // namespace tessera::scheduler
+
+#endif  // TESSERA_SCHEDULER_DRA_CONTROLLER_H_
