@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """GPU left unallocated on the DRA path against the device-plugin path, on a real control plane: the same pods of the
-Alibaba trace's shapes, arriving in the same order, placed once by Tessera's extender (extended resources) and once
-by kube-scheduler's own DRA allocator (ResourceClaims against tessera-node's ResourceSlices).
+Alibaba trace's shapes, arriving in the same order, placed by Tessera's extender (extended resources), by
+kube-scheduler's own DRA allocator (ResourceClaims against tessera-node's ResourceSlices), and by tessera-scheduler
+deciding the claims (docs/dra.md, "Placement by Tessera").
 
     scripts/k8s-components --with-kwok && scripts/build
     bench/dra_quality.py                    # 50 nodes x 8 GPUs (a few minutes on 2 cores)
-    bench/dra_quality.py --nodes 20 --seeds 42-44
+    bench/dra_quality.py --nodes 200 --seeds 42-46
 
 One cluster (etcd, kube-apiserver, kube-controller-manager, kwok keeping the nodes Ready and bound pods Running).
 Each node has what tessera-node publishes for examples/fake-gpus/two-socket-8gpu.yaml (8 V100s of 32 GiB), both
@@ -16,9 +17,14 @@ read from a real tessera-node: the inventory annotation, and the ResourceSlice i
   GPUs `tessera.dev/gpu`.
 - DRA: the cluster's default kube-scheduler; each pod has a claim from a ResourceClaimTemplate of its shape: a share
   asks `capacity.requests` {cores, memory}, whole GPUs `count` with no capacity (class gpu.tessera.dev).
-- DRA, packing profile: the same pods under a kube-scheduler profile whose NodeResourcesFit scores nodes by
-  MostAllocated (examples/dra/kube-scheduler-packing.yaml): nodes fill up before new ones are started, which a
-  configuration can do without Tessera's extender.
+  The claims ask for a DeviceClass of the same devices that Tessera does not place (gpu-kube.bench.tessera.dev),
+  so that kube-scheduler's allocator decides them.
+- DRA, Tessera: the same claims of class gpu.tessera.dev: the webhook gates the pods and tessera-scheduler
+  allocates the claims (its ties between equal nodes drawn from --seed, so a run repeats); a pod that fits nowhere
+  waits gated with the tessera.dev/dra-waiting annotation, which counts as unschedulable here.
+- DRA, packing profile (--packing): the same pods under a kube-scheduler profile whose NodeResourcesFit scores
+  nodes by MostAllocated (examples/dra/kube-scheduler-packing.yaml): nodes fill up before new ones are started,
+  which a configuration can do without Tessera's extender.
 
 A share of g thousandths asks g/10 percent of the compute and g/1000 of the GPU's memory on both paths; CPU and
 memory as the trace says. Pods are drawn from the trace's GPU pods (seeded) until they ask for all the cluster's
@@ -36,6 +42,7 @@ import csv
 import json
 import os
 import random
+import statistics
 import sys
 import time
 
@@ -49,7 +56,8 @@ import cluster as harness  # noqa: E402
 import cluster_scale as scale  # noqa: E402
 
 GPUS_PER_NODE = 8
-PATHS = ("device-plugin", "dra", "dra-packing")
+PATHS = ("device-plugin", "dra", "dra-tessera")
+KUBE_CLASS = "gpu-kube.bench.tessera.dev"
 GPU_MEMORY_MIB = 32768
 
 
@@ -117,22 +125,23 @@ def share_memory_mib(milli):
     return max(1, milli * GPU_MEMORY_MIB // 1000)
 
 
-def template_name(shape):
+def template_name(shape, path):
     gpus, milli = shape[0], shape[1]
-    return f"whole-{gpus}" if milli >= 1000 else f"share-{milli}"
+    prefix = "tessera-" if path == "dra-tessera" else ""
+    return f"{prefix}whole-{gpus}" if milli >= 1000 else f"{prefix}share-{milli}"
 
 
 def claim_templates(shapes):
     out = []
-    for gpus, milli in sorted({(s[0], s[1]) for s in shapes}):
-        exactly = {"deviceClassName": "gpu.tessera.dev"}
+    for (gpus, milli), path in [(k, p) for k in sorted({(s[0], s[1]) for s in shapes}) for p in ("dra", "dra-tessera")]:
+        exactly = {"deviceClassName": "gpu.tessera.dev" if path == "dra-tessera" else KUBE_CLASS}
         if milli >= 1000:
             exactly["count"] = gpus
         else:
             exactly["capacity"] = {"requests": {"cores": str(max(1, -(-milli // 10))),
                                                 "memory": f"{share_memory_mib(milli)}Mi"}}
         out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": template_name((gpus, milli)), "namespace": "default"},
+                    "metadata": {"name": template_name((gpus, milli), path), "namespace": "default"},
                     "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}})
     return out
 
@@ -159,7 +168,7 @@ def pod(name, shape, path):
     if path.startswith("dra"):
         if path == "dra-packing":
             spec["schedulerName"] = "dra-packing"
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template_name(shape)}]
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template_name(shape, path)}]
         spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     else:
         limits = {"tessera.dev/gpu": str(gpus)} if milli >= 1000 else {
@@ -172,6 +181,8 @@ def pod(name, shape, path):
 def settled(p):
     if p["spec"].get("nodeName"):
         return "bound"
+    if "tessera.dev/dra-waiting" in p["metadata"].get("annotations", {}):
+        return "unschedulable"  # tessera-scheduler found no place: it waits gated, and says why
     for cond in p.get("status", {}).get("conditions", []):
         if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("reason") == "Unschedulable":
             return "unschedulable"
@@ -199,6 +210,7 @@ def replay(c, shapes, path, batch=10):
         c.wait_for(all_settled, f"{path}: pods {idx[0]}-{idx[-1]} to be bound or unschedulable", 600, interval=0.2)
         if first // batch % 20 == 0:
             print(f"  {path}: {idx[-1] + 1}/{len(shapes)} pods after {time.monotonic() - start:.0f} s", flush=True)
+    placing = time.monotonic() - start
     # A pod unschedulable at its arrival may still be bound later, when the queue retries it: count what holds now.
     time.sleep(5)
     _, pods = api.call("GET", "/api/v1/namespaces/default/pods?limit=100000")
@@ -209,7 +221,7 @@ def replay(c, shapes, path, batch=10):
                "the pods to be deleted", 600, interval=2)
     c.wait_for(lambda: api.call("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?limit=1")[1]["items"] == [],
                "the claims to be deleted", 600, interval=2)
-    return allocated, len(shapes) - len(bound), time.monotonic() - start
+    return allocated, len(shapes) - len(bound), placing, len(bound)
 
 
 def main():
@@ -217,11 +229,13 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--seeds", default="42", help="a seed or a range, e.g. 42-44 (one replay per seed and path)")
+    ap.add_argument("--packing", action="store_true", help="also the DRA path under the packing profile")
     args = ap.parse_args()
+    paths = PATHS + (("dra-packing",) if args.packing else ())
     if not os.path.exists(scale.TRACE):
         sys.exit(f"dra_quality: the trace is not at {scale.TRACE} (../shared/traces/alibaba-gpu-v2023)")
-    c = harness.Cluster(SOURCE, os.path.join(SOURCE, "build"), scheduler_args=["--heartbeat-timeout", "36000"],
-                        service_proxy=False)
+    c = harness.Cluster(SOURCE, os.path.join(SOURCE, "build"),
+                        scheduler_args=["--heartbeat-timeout", "36000", "--seed", "1"], service_proxy=False)
     if not os.access(c.bin("kwok"), os.X_OK):
         sys.exit("dra_quality: kwok is not built: run scripts/k8s-components --with-kwok")
     capacity = args.nodes * GPUS_PER_NODE * 1000
@@ -240,9 +254,12 @@ def main():
         scale.make_nodes(c, args.nodes, inventory)
         make_slices(c, args.nodes, dra_slice)
         c.kubectl("apply", "-f", os.path.join(SOURCE, "deploy", "dra", "deviceclasses.yaml"))
+        c.apply(yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": KUBE_CLASS},
+                                "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.tessera.dev"'}}]}}))
         templates = claim_templates([s for w in workloads.values() for s in w])
         c.apply("---\n".join(yaml.safe_dump(t) for t in templates))
-        start_packing_scheduler(c)
+        if args.packing:
+            start_packing_scheduler(c)
         made = c.get("resourceclaimtemplates", ns="default")["items"]
         assert len(made) == len(templates), f"{len(made)} claim templates made of {len(templates)}"
         c.wait_for(lambda: c.get("nodes")["items"] and all(
@@ -251,24 +268,27 @@ def main():
         results = {}
         for seed, shapes in workloads.items():
             print(f"seed {seed}: {len(shapes)} pods asking {sum(map(gpu_milli, shapes)) / 1000:.1f} GPUs", flush=True)
-            for path in PATHS:
-                allocated, failed, seconds = replay(c, shapes, path)
-                results[seed, path] = (100.0 * (capacity - allocated) / capacity, failed)
+            for path in paths:
+                allocated, failed, seconds, bound = replay(c, shapes, path)
+                results[seed, path] = (100.0 * (capacity - allocated) / capacity, failed, bound / seconds)
                 print(f"  {path}: {results[seed, path][0]:.2f}% of the GPUs unallocated, {failed} pods found no "
-                      f"place ({seconds:.0f} s)", flush=True)
+                      f"place ({seconds:.0f} s, {bound / seconds:.1f} pods bound/s)", flush=True)
     finally:
         c.stop()
-    print(f"\nGPU unallocated at 100% arrived, {args.nodes} nodes x {GPUS_PER_NODE} GPUs:")
-    print("| seed | device plugin (extender, policy tessera) | DRA, default profile | DRA, packing profile | "
-          "DRA - device plugin | DRA packing - device plugin |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"\nGPU unallocated at 100% arrived, {args.nodes} nodes x {GPUS_PER_NODE} GPUs (pods unplaced; pods bound/s):")
+    print("| seed | " + " | ".join(paths) + " | Tessera DRA - device plugin | Tessera DRA - kube-scheduler DRA |")
+    print("|---|" + "---:|" * (len(paths) + 2))
     for seed in seeds:
-        dp, dra, pack = (results[seed, p] for p in PATHS)
-        print(f"| {seed} | {dp[0]:.2f}% ({dp[1]} pods unplaced) | {dra[0]:.2f}% ({dra[1]}) | {pack[0]:.2f}% ({pack[1]}) | "
-              f"{dra[0] - dp[0]:+.2f} | {pack[0] - dp[0]:+.2f} |")
-    mean = {p: sum(results[s, p][0] for s in seeds) / len(seeds) for p in PATHS}
-    print(f"| mean | {mean['device-plugin']:.2f}% | {mean['dra']:.2f}% | {mean['dra-packing']:.2f}% | "
-          f"{mean['dra'] - mean['device-plugin']:+.2f} | {mean['dra-packing'] - mean['device-plugin']:+.2f} |")
+        r = {p: results[seed, p] for p in paths}
+        cells = [f"{r[p][0]:.2f}% ({r[p][1]}; {r[p][2]:.1f}/s)" for p in paths]
+        print(f"| {seed} | " + " | ".join(cells) + f" | {r['dra-tessera'][0] - r['device-plugin'][0]:+.2f} | "
+              f"{r['dra-tessera'][0] - r['dra'][0]:+.2f} |")
+    mean = {p: statistics.mean(results[s, p][0] for s in seeds) for p in paths}
+    spread = {p: (statistics.stdev(results[s, p][0] for s in seeds) if len(seeds) > 1 else 0.0) for p in paths}
+    rate = {p: statistics.mean(results[s, p][2] for s in seeds) for p in paths}
+    print("| mean ± sd | " + " | ".join(f"{mean[p]:.2f}% ± {spread[p]:.2f} ({rate[p]:.1f}/s)" for p in paths) +
+          f" | {mean['dra-tessera'] - mean['device-plugin']:+.2f} | {mean['dra-tessera'] - mean['dra']:+.2f} |")
+    print(f"pods bound per second, Tessera DRA / kube-scheduler DRA: {rate['dra-tessera'] / rate['dra']:.2f}")
     return 0
 
 

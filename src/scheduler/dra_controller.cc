@@ -33,6 +33,13 @@ std::string Str(const Json& j, const char* key) {
   return v.is_string() ? v.get<std::string>() : "";
 }
 
+// Is ours the pod's last gate? Claims are placed only then, as kube-scheduler places only ungated pods (a queue
+// such as Kueue gates a pod until it is admitted).
+bool OnlyOurGate(const Json& pod) {
+  const Json& gates = Field(Field(pod, "spec"), "schedulingGates");
+  return gates.is_array() && gates.size() == 1 && Str(gates[0], "name") == formats::kDraPlacementGate;
+}
+
 bool HasGate(const Json& pod) {
   const Json& gates = Field(Field(pod, "spec"), "schedulingGates");
   if (!gates.is_array()) return false;
@@ -59,15 +66,26 @@ DraController::DraController(k8s::KubeApi& api, DraControllerOptions options, st
 DraController::~DraController() { Stop(); }
 
 void DraController::Start() {
-  auto wake = k8s::InformerHandlers{.on_add = [this](const Json&) { Wake(); },
-                                    .on_update = [this](const Json&, const Json&) { Wake(); },
-                                    .on_delete = [this](const Json&, bool) { Wake(); },
+  // Any change of slices or classes may make room; of claims, a deletion or an allocation that went away.
+  auto wake = k8s::InformerHandlers{.on_add = [this](const Json&) { Wake(true); },
+                                    .on_update = [this](const Json&, const Json&) { Wake(true); },
+                                    .on_delete = [this](const Json&, bool) { Wake(true); },
                                     .on_synced = nullptr};
+  auto claim_wake = k8s::InformerHandlers{
+      .on_add = [this](const Json&) { Wake(false); },
+      .on_update =
+          [this](const Json& old_claim, const Json& claim) {
+            const bool freed = Field(Field(old_claim, "status"), "allocation").is_object() &&
+                               !Field(Field(claim, "status"), "allocation").is_object();
+            Wake(freed);
+          },
+      .on_delete = [this](const Json&, bool) { Wake(true); },
+      .on_synced = nullptr};
   k8s::InformerOptions tessera_slices;
   tessera_slices.field_selector = StrCat("spec.driver=", formats::kDraDriver);
   slices_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceSlices, tessera_slices, wake);
   classes_ = std::make_unique<k8s::Informer>(api_, kDeviceClasses, k8s::InformerOptions{}, wake);
-  claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, k8s::InformerOptions{}, wake);
+  claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, k8s::InformerOptions{}, claim_wake);
   templates_ = std::make_unique<k8s::Informer>(api_, kClaimTemplates, k8s::InformerOptions{}, k8s::InformerHandlers{});
   for (k8s::Informer* i : {slices_.get(), classes_.get(), claims_.get(), templates_.get()}) i->Start();
   thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
@@ -76,7 +94,7 @@ void DraController::Start() {
 void DraController::Stop() {
   if (thread_.joinable()) {
     thread_.request_stop();
-    Wake();
+    Wake(false);
     thread_.join();
   }
   for (auto* i : {&slices_, &classes_, &claims_, &templates_}) {
@@ -84,9 +102,10 @@ void DraController::Stop() {
   }
 }
 
-void DraController::Wake() {
+void DraController::Wake(bool freed) {
   MutexLock lock(&mu_);
   dirty_ = true;
+  if (freed) ++freed_;
   wake_.Signal();
 }
 
@@ -94,6 +113,7 @@ void DraController::OnNode(const Json& node) {
   MutexLock lock(&mu_);
   nodes_[Str(Field(node, "metadata"), "name")] = node;
   dirty_ = true;
+  ++freed_;
 }
 
 void DraController::OnNodeDeleted(const Json& node) {
@@ -107,7 +127,7 @@ void DraController::OnPod(const Json& pod) {
   const bool gated = HasGate(pod);
   MutexLock lock(&mu_);
   if (Finished(pod)) {
-    pods_.erase(key);
+    if (pods_.erase(key) > 0) ++freed_;  // its CPU and memory
     gated_.erase(key);
   } else {
     Tracked& t = pods_[key];
@@ -130,6 +150,7 @@ void DraController::OnPodDeleted(const Json& pod) {
   pods_.erase(key);
   gated_.erase(key);
   dirty_ = true;
+  ++freed_;
 }
 
 DraCounters DraController::counters() const {
@@ -238,9 +259,11 @@ void DraController::Round() {
   // The state, copied out of the lock.
   std::vector<Json> gated;
   std::vector<dra::NodeView> nodes;
+  uint64_t freed = 0;
   {
     MutexLock lock(&mu_);
     if (gated_.empty()) return;
+    freed = freed_;
     ++counters_.rounds;
     std::map<std::string, dra::HostRequest> requested;
     for (const auto& [key, t] : pods_) {
@@ -292,6 +315,9 @@ void DraController::Round() {
   // Each gated pod's claims (a template's claim is made by kube-controller-manager: wait for it).
   std::vector<dra::PodInput> inputs;
   for (const Json& pod : gated) {
+    if (!OnlyOurGate(pod)) continue;
+    // A pod that found no place is tried again once something was freed since.
+    if (auto w = waited_at_.find(Str(Field(pod, "metadata"), "uid")); w != waited_at_.end() && w->second == freed) continue;
     dra::PodInput in;
     in.pod = pod;
     const std::string ns = Str(Field(pod, "metadata"), "namespace");
@@ -315,6 +341,7 @@ void DraController::Round() {
     }
     if (complete) inputs.push_back(std::move(in));
   }
+  if (inputs.empty()) return;
   allocator_.SetPools(std::move(pools));
   allocator_.SetClasses(std::move(classes));
   allocator_.SetNodes(std::move(nodes));
@@ -339,6 +366,7 @@ void DraController::Round() {
         MutexLock lock(&mu_);
         ++counters_.waiting;
       }
+      waited_at_[pod_uid] = freed;
       std::string& told = told_[pod_uid];
       if (told != d.reason) {
         told = d.reason;
@@ -354,7 +382,13 @@ void DraController::Round() {
       const Json& claim = inputs[i].claims[k];
       if (!d.allocations[k] && ReservedFor(claim, pod_uid)) continue;
       Json updated = claim;
-      if (d.allocations[k]) updated["status"]["allocation"] = *d.allocations[k];
+      if (d.allocations[k]) {
+        updated["status"]["allocation"] = *d.allocations[k];
+        // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in
+        // reservedFor adds the stamp to the stored allocation, which the API refuses ("field cannot be
+        // modified once set"), on every retry (docs/dra.md).
+        updated["status"]["allocation"]["allocationTimestamp"] = k8s::FormatTime(std::chrono::system_clock::now());
+      }
       Json& reserved = updated["status"]["reservedFor"];
       if (!reserved.is_array()) reserved = Json::array();
       reserved.push_back({{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}});
@@ -381,13 +415,17 @@ void DraController::Round() {
       ++counters_.placed;
     }
     told_.erase(pod_uid);
+    waited_at_.erase(pod_uid);
     Lift(pod, formats::kDraPlaced, "");
   }
-  if (told_.size() > 4 * kMaxPodsPerRound) {
+  if (told_.size() > 4 * kMaxPodsPerRound || waited_at_.size() > 4 * kMaxPodsPerRound) {
     // Forget the reasons of pods no longer gated (bounded memory).
     std::set<std::string> live;
     for (const Json& pod : gated) live.insert(Str(Field(pod, "metadata"), "uid"));
     for (auto it = told_.begin(); it != told_.end();) it = live.contains(it->first) ? std::next(it) : told_.erase(it);
+    for (auto it = waited_at_.begin(); it != waited_at_.end();) {
+      it = live.contains(it->first) ? std::next(it) : waited_at_.erase(it);
+    }
   }
 }
 

@@ -77,7 +77,8 @@ class DraController {
   std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
   void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
   void Event(const k8s::Json& pod, const std::string& type, const std::string& reason, const std::string& message);
-  void Wake();
+  // A change: `freed` when it may have made room (pods that found none are tried again).
+  void Wake(bool freed);
 
   k8s::KubeApi& api_;
   const DraControllerOptions options_;
@@ -88,13 +89,15 @@ class DraController {
   mutable Mutex mu_;
   CondVar wake_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t freed_ ABSL_GUARDED_BY(mu_) = 0;  // changes that may have made room
   std::map<std::string, k8s::Json> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);          // every pod, by "ns/name"
   std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);       // gated pods, by "ns/name"
   DraCounters counters_ ABSL_GUARDED_BY(mu_);
   // Round thread only: claims this controller allocated, by UID, until the informer shows them allocated.
   std::map<std::string, std::pair<k8s::Json, std::chrono::steady_clock::time_point>> written_;
-  std::map<std::string, std::string> told_;
+  std::map<std::string, std::string> told_;    // pod UID -> the last reason posted (no repeats)
+  std::map<std::string, uint64_t> waited_at_;  // pod UID -> freed_ when it last found no place
   std::string last_write_error_ ABSL_GUARDED_BY(mu_);  // pod UID -> the last reason posted (no repeats)
   std::jthread thread_;
 };
