@@ -56,8 +56,16 @@ absl::StatusOr<ContainerRecord> NodeAgent::PrepareClaim(ContainerRecord record) 
       }
       v.gpu_index = it->info.index;
     }
+    // Never more than a GPU holds, whoever allocated the claims on it (two allocators deciding at once): the
+    // claim is refused, the kubelet retries and the pod does not start (docs/dra.md).
+    if (std::string over = OvercommitLocked(key, record.vgpus, {}, {}); !over.empty()) {
+      ++stats_.allocation_errors;
+      return absl::FailedPreconditionError(
+          StrCat("claim ", record.claim->ns, "/", record.claim->name, ": ", over));
+    }
     record.gpu_tenants = GpuTenantsLocked(record);
     claims_.insert(key);
+    in_flight_[key] = record.vgpus;
   }
   record.dir = ContainerDir(record.pod_uid, record.container);
   record.region_dir = RegionDir(record.pod_uid, record.container);
@@ -71,6 +79,7 @@ absl::StatusOr<ContainerRecord> NodeAgent::PrepareClaim(ContainerRecord record) 
   {
     MutexLock lock(&mu_);
     claims_.erase(key);
+    in_flight_.erase(key);
     if (!s.ok()) {
       ++stats_.allocation_errors;
       return s;

@@ -363,6 +363,35 @@ TEST(AgentClaimTest, AClaimOnAGpuTheNodeDoesNotHaveIsRefused) {
   agent.Stop();
 }
 
+// Two allocators deciding at once (a pod handed to kube-scheduler while tessera-scheduler places another) could
+// allocate more of a GPU than it has: the agent refuses the claim that would go over (docs/dra.md).
+TEST(AgentClaimTest, AClaimThatWouldPutAGpuOverItsCapacityIsRefused) {
+  TempDir dir;
+  const NodeAgentConfig config = AgentConfig(dir);
+  NoApi api;
+  NodeAgent agent(config, &api, Inventory(4), nullptr);
+  ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+  auto first = ReadClaim(Claim(Json::array({Result("gpu-2", "60", "8Gi")})), kRef, Config(), Inventory(4));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(agent.PrepareClaim(first->record).ok());
+  Json second_claim = Claim(Json::array({Result("gpu-2", "60", "8Gi")}));
+  second_claim["metadata"]["uid"] = "c2";
+  second_claim["metadata"]["name"] = "other";
+  auto second = ReadClaim(second_claim, kubelet::DraClaim{"ml", "c2", "other"}, Config(), Inventory(4));
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto r = agent.PrepareClaim(second->record);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("would carry 1200/1000"));
+  EXPECT_EQ(agent.Records().size(), 1u);
+  // Within the GPU's capacity it is prepared.
+  Json third_claim = Claim(Json::array({Result("gpu-2", "40", "8Gi")}));
+  third_claim["metadata"]["uid"] = "c3";
+  auto third = ReadClaim(third_claim, kubelet::DraClaim{"ml", "c3", "share"}, Config(), Inventory(4));
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(agent.PrepareClaim(third->record).ok());
+  agent.Stop();
+}
+
 // The driver against an API server (the fake, following kube-apiserver's REST contract; the real one in
 // tests/cluster/test_dra.py): the slice published and followed by health, a claim prepared into a CDI spec and
 // unprepared.
