@@ -10,6 +10,7 @@ CDI spec and the limits file on disk.
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -363,6 +364,26 @@ def test_a_claim_tessera_cannot_read_is_left_to_kube_scheduler(c):
     messages = c.wait_for(lambda: events(c, "dra-fancy", "TesseraPlacementHandedOver"), "a hand-over event")
     assert any("outside what Tessera evaluates" in m for m in messages), messages
     tc.delete(c, "dra-fancy")
+
+
+def test_tessera_scheduler_killed_mid_stream_loses_and_doubles_nothing(c):
+    # Gated pods arrive; tessera-scheduler is SIGKILLed while it places them and started again: every claim is
+    # allocated once, no GPU over its capacity, every pod runs.
+    c.apply(template("share-3", {"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.tessera.dev", "capacity": {"requests": {"cores": "3", "memory": "512Mi"}}}}))
+    c.apply("---\n".join(claim_pod(f"dra-k{i}", "share-3") for i in range(20)))
+    c.procs["tessera-scheduler-r1"].stop(signal.SIGKILL)
+    c.start_tessera_scheduler("r1")
+    for i in range(20):
+        tc.running(c, f"dra-k{i}", timeout=120)
+    held = {}
+    for x in c.get("resourceclaims", ns="default")["items"]:
+        for r in (x.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", []):
+            held[r["device"]] = held.get(r["device"], 0) + int(r["consumedCapacity"]["cores"])
+    assert sum(held.values()) == 60 and all(v <= 100 for v in held.values()), held
+    assert all(c.pod("default", f"dra-k{i}")["metadata"]["labels"]["tessera.dev/dra-placement"] == "placed"
+               for i in range(20))
+    tc.delete(c, *[f"dra-k{i}" for i in range(20)])
 
 
 def test_an_unchanged_slice_is_never_rewritten(c):
