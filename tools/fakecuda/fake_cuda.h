@@ -4,8 +4,9 @@
 // calls. What several processes share (device memory, the GPU timeline) is fake_state.h.
 //
 // Contract: each entry point behaves as cuda.h documents the real one (a null out-pointer is
-// CUDA_ERROR_INVALID_VALUE before anything is done), so that tests of the hook against it say something about a
-// real GPU.
+// CUDA_ERROR_INVALID_VALUE before anything is done; device memory is what the real call would take, e.g. an
+// array's elements by format and channel count and a mipmapped array's levels summed), so that tests of the
+// hook against it say something about a real GPU.
 //
 // Thread-safety: the process-local tables are guarded by g_mu; device memory and the timeline by the shared
 // state's lock (fake_state.h). t_ctx, t_stack and t_capture_mode are the calling thread's.

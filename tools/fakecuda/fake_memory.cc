@@ -148,12 +148,66 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
   return CUDA_SUCCESS;
 }
 
+// Arrays, as cuda.h and the CUDA programming guide describe them: an element is NumChannels (1, 2 or 4)
+// components of the format's size; a 1D array has Height 0, a 2D one Depth 0; a layered array's Depth counts
+// its layers, a cubemap's 6 (x layers). A mipmapped array holds its levels, level i's extent being level 0's
+// halved i times (rounded down, at least 1) in each dimension (not the layers); the levels asked are clamped to
+// 1 + floor(log2(largest extent)), as cudaMallocMipmappedArray documents. The memory taken is the elements,
+// summed over levels: the least any driver takes (real ones pad rows and levels to their tiled layouts; the
+// hook's estimate is an upper bound of that, docs/isolation.md "Arrays").
 namespace {
-uint64_t FakeArrayBytes(size_t w, size_t h, size_t d, unsigned ch) {
-  return (w == 0 ? 1 : w) * (h == 0 ? 1 : h) * (d == 0 ? 1 : d) * (ch == 0 ? 1 : ch) * 4;
+// Bytes of one component; 0 for a format cuda.h does not define.
+uint64_t ComponentBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+  }
+  return 0;
 }
-CUresult NewArray(uint64_t bytes, uint64_t* handle) {
+uint64_t AtLeast1(uint64_t v) {
+  return v == 0 ? 1 : v;
+}
+// The elements of a CUDA_ARRAY3D_DESCRIPTOR's array with `levels` mipmap levels (1: a plain array); false for
+// a descriptor cuda.h calls invalid (CUDA_ERROR_INVALID_VALUE).
+bool ArrayElementsBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, uint64_t* out) {
+  const uint64_t component = ComponentBytes(d.Format);
+  if (component == 0 || d.Width == 0 || (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4)) {
+    return false;
+  }
+  const bool layered = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+  uint64_t w = d.Width;
+  uint64_t h = AtLeast1(d.Height);
+  uint64_t depth = AtLeast1(d.Depth);
+  if ((d.Flags & CUDA_ARRAY3D_CUBEMAP) != 0) depth = d.Depth == 0 ? 6 : d.Depth;
+  uint64_t largest = w > h ? w : h;
+  if (!layered && depth > largest) largest = depth;
+  unsigned most = 1;
+  while ((largest >> most) != 0) ++most;  // 1 + floor(log2(largest))
+  if (levels == 0) levels = 1;
+  if (levels > most) levels = most;
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < levels; ++i) {
+    bytes += w * h * depth * component * d.NumChannels;
+    w = AtLeast1(w / 2);
+    h = AtLeast1(h / 2);
+    if (!layered) depth = AtLeast1(depth / 2);
+  }
+  *out = bytes;
+  return true;
+}
+CUresult NewArray(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, uint64_t* handle) {
   if (t_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  uint64_t bytes = 0;
+  if (!ArrayElementsBytes(d, levels, &bytes)) return CUDA_ERROR_INVALID_VALUE;
   return AllocDevice(bytes, g_visible[t_ctx->gpu], handle);
 }
 }  // namespace
@@ -161,7 +215,7 @@ CUresult NewArray(uint64_t bytes, uint64_t* handle) {
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
   if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
-  const CUresult r = NewArray(FakeArrayBytes(d->Width, d->Height, 1, d->NumChannels), &h);
+  const CUresult r = NewArray(CUDA_ARRAY3D_DESCRIPTOR{d->Width, d->Height, 0, d->Format, d->NumChannels, 0}, 1, &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUarray>(h);
   return r;
 }
@@ -173,7 +227,7 @@ FAKE_EXPORT CUresult cuArrayCreate(CUarray* a, const CUDA_ARRAY_DESCRIPTOR_v1* d
 FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
-  const CUresult r = NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels), &h);
+  const CUresult r = NewArray(*d, 1, &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUarray>(h);
   return r;
 }
@@ -189,8 +243,7 @@ FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRA
                                             unsigned int n) {
   if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
-  const CUresult r =
-      NewArray(FakeArrayBytes(d->Width, d->Height, d->Depth, d->NumChannels) * 2 * (n > 0 ? 1 : 1), &h);
+  const CUresult r = NewArray(*d, n, &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUmipmappedArray>(h);
   return r;
 }
