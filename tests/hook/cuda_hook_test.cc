@@ -122,9 +122,10 @@ TEST_P(HookMemoryTest, ArraysPitchAndLegacyPathsAreChargedHostIsNot) {
 // old fake (4 bytes a component, a mipmapped array twice its level 0) both fills below put more on the device
 // than the limit: the mipmaps about 330 MiB, the 8-bit arrays about 960 MiB, under 256 MiB.
 TEST_P(HookMemoryTest, ArrayFillsUnderALimitNeverExceedItOnTheDevice) {
-  const ProbeResult r = box_.Run({GetParam(), "init", "ctx", "texfill", "1024", "1024", "11", "32", "1",
-                                  "freeall", "texfill", "4096", "4096", "0", "1", "1", "freeall", "texfill",
-                                  "300", "200", "5", "16", "4", "freeall"});
+  const ProbeResult r =
+      box_.Run({GetParam(), "init",    "ctx",     "texfill", "1024", "1024", "11", "32",
+                "1",        "freeall", "texfill", "4096",    "4096", "0",    "1",  "1",
+                "freeall",  "texfill", "300",     "200",     "5",    "16",   "4",  "freeall"});
   ASSERT_TRUE(r.Exited0()) << r.out;
   // Each fill went on until the limit refused it (OUT_OF_MEMORY), after many arrays.
   EXPECT_EQ(r.Field("texfill", 1, 0), "2") << r.out;

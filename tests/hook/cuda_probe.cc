@@ -249,7 +249,7 @@ int TextureOf(uint64_t w, uint64_t hgt, unsigned levels, unsigned format, unsign
   } else {
     CUmipmappedArray a = nullptr;
     r = CU(cuMipmappedArrayCreate, cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000, 5000)(&a, &desc,
-                                                                                                    levels);
+                                                                                                   levels);
     if (r == CUDA_SUCCESS) g_held.push_back({Held::kMipmap, reinterpret_cast<uint64_t>(a), 0, 0});
   }
   return r;

@@ -122,8 +122,8 @@ class FakeArrayTest : public FakeDriverTest {
 
 // cuda.h: an array element is NumChannels (1, 2 or 4) components of its CU_AD_FORMAT_*'s size; a mipmapped
 // array holds levels whose extents halve (rounded down, at least 1) per dimension, the levels clamped to
-// 1 + floor(log2(largest extent)) (cudaMallocMipmappedArray). The fake takes exactly the elements, the least a
-// real driver takes (the old fake took 4 bytes per component whatever the format, and a mipmapped array as
+// 1 + floor(log2(largest extent)) (cudaMallocMipmappedArray). The fake takes exactly the elements, the least
+// a real driver takes (the old fake took 4 bytes per component whatever the format, and a mipmapped array as
 // twice its level 0).
 TEST_F(FakeArrayTest, ArraysTakeTheirElementsAndMipmapsTheSumOfTheirLevels) {
   CUresult r = CUDA_ERROR_UNKNOWN;

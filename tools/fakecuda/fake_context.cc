@@ -1,9 +1,9 @@
 // The fake CUDA driver: contexts (primary and created, the context stack, cuCtxSetLimit's growth), modules,
-// libraries and green contexts, each taking device memory as the real ones do (the hook's footprint.cc charges
-// them).
+// libraries and green contexts, each taking device memory as the real ones do (the hook's footprint.cc
+// charges them).
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,8 +33,7 @@ CUresult NewContext(CUcontext* pctx, CUdevice dev, bool primary) {
 }
 
 void DeleteContext(Ctx* c) {
-  Charge(g_visible[c->gpu],
-         -static_cast<int64_t>(Shared()->context_bytes + c->stack_bytes + c->heap_bytes));
+  Charge(g_visible[c->gpu], -static_cast<int64_t>(Shared()->context_bytes + c->stack_bytes + c->heap_bytes));
   if (t_ctx == c) t_ctx = nullptr;
   delete c;
 }
@@ -171,7 +170,8 @@ FAKE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
   } else {
     return CUDA_SUCCESS;
   }
-  const CUresult r = Charge(g_visible[t_ctx->gpu], static_cast<int64_t>(bytes) - static_cast<int64_t>(*current));
+  const CUresult r =
+      Charge(g_visible[t_ctx->gpu], static_cast<int64_t>(bytes) - static_cast<int64_t>(*current));
   if (r == CUDA_SUCCESS) *current = bytes;
   return r;
 }

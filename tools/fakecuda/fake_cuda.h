@@ -1,7 +1,7 @@
 // The fake CUDA driver's own state, shared by its API families (one file each, as the hook splits them:
 // fake_entry.cc, fake_context.cc, fake_memory.cc, fake_pools.cc, fake_launch.cc, fake_graph.cc; NVML is
-// fake_nvml.cc): the process's contexts, streams, graphs and allocations, and the helpers more than one family
-// calls. What several processes share (device memory, the GPU timeline) is fake_state.h.
+// fake_nvml.cc): the process's contexts, streams, graphs and allocations, and the helpers more than one
+// family calls. What several processes share (device memory, the GPU timeline) is fake_state.h.
 //
 // Contract: each entry point behaves as cuda.h documents the real one (a null out-pointer is
 // CUDA_ERROR_INVALID_VALUE before anything is done; device memory is what the real call would take, e.g. an
@@ -48,10 +48,12 @@ FAKE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* n, CUgraph g, const CU
                                              const CUDA_KERNEL_NODE_PARAMS* p);
 FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
                                             CUDA_MEM_ALLOC_NODE_PARAMS* p);
-FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUdeviceptr ptr);
-FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUgraphNodeParams* p);
-FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData*,
-                                       size_t nd, CUgraphNodeParams* p);
+FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
+                                           CUdeviceptr ptr);
+FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
+                                    CUgraphNodeParams* p);
+FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode* d,
+                                       const CUgraphEdgeData*, size_t nd, CUgraphNodeParams* p);
 FAKE_EXPORT CUresult cuGraphCreate(CUgraph* g, unsigned int);
 FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g);
 FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr, size_t);
@@ -129,9 +131,9 @@ extern bool g_initialized;
 extern int g_visible[kMaxGpus];  // visible ordinal -> GPU of the shared state (CUDA_VISIBLE_DEVICES)
 extern int g_visible_count;
 extern Ctx* g_primary[kMaxGpus];
-extern std::unordered_map<uint64_t, Alloc>* g_allocs;          // device pointers, arrays, VMM handles
-extern std::unordered_map<uint64_t, int>* g_handle_refs;       // VMM handle -> references, under g_mu
-extern std::unordered_map<uint64_t, Mapping>* g_mappings;      // va -> mapping, under g_mu
+extern std::unordered_map<uint64_t, Alloc>* g_allocs;      // device pointers, arrays, VMM handles
+extern std::unordered_map<uint64_t, int>* g_handle_refs;   // VMM handle -> references, under g_mu
+extern std::unordered_map<uint64_t, Mapping>* g_mappings;  // va -> mapping, under g_mu
 extern uint64_t g_next_va;
 extern uint64_t g_next_low_va;
 extern thread_local Ctx* t_ctx;

@@ -1,17 +1,17 @@
 // The fake CUDA driver (libcuda.so.1), its start: initialization, devices (CUDA_VISIBLE_DEVICES), error
-// strings and cuGetProcAddress (both signatures), which resolves names by version and per-thread-stream flag as
-// the real driver does. The other API families are in fake_context.cc, fake_memory.cc, fake_pools.cc,
+// strings and cuGetProcAddress (both signatures), which resolves names by version and per-thread-stream flag
+// as the real driver does. The other API families are in fake_context.cc, fake_memory.cc, fake_pools.cc,
 // fake_launch.cc and fake_graph.cc; what they share is fake_cuda.h.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
-#include <type_traits>
 
 #include "fake_cuda.h"
 #include "hook/common/base.h"
@@ -372,4 +372,3 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
 #define TS_REAL(sym, pfn) static_assert(std::is_same_v<decltype(&sym), pfn>, #sym);
 #include "hook/cuda/cuda_real.def"
 #undef TS_REAL
-

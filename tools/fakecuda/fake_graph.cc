@@ -1,8 +1,8 @@
 // The fake CUDA driver: graphs (a graph runs its kernels back to back; memory nodes map memory from the graph
 // pool, fake_pools.cc) and stream capture, with the capture rules of cuda.h.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,12 +107,14 @@ FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* n, CUgraph g, const CUg
   if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return AddAllocNode(n, g, p);
 }
-FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUdeviceptr ptr) {
+FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
+                                           CUdeviceptr ptr) {
   if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return AddFreeNode(n, g, ptr);
 }
 // The generic form (CUDA 12.2/12.3): memory nodes as above; other node types add nothing to run here.
-FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t, CUgraphNodeParams* p) {
+FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode*, size_t,
+                                    CUgraphNodeParams* p) {
   if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
@@ -133,8 +135,8 @@ FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* n, CUgraph g, const CUgraphNode
   *n = reinterpret_cast<CUgraphNode>(node);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData*,
-                                       size_t nd, CUgraphNodeParams* p) {
+FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* n, CUgraph g, const CUgraphNode* d,
+                                       const CUgraphEdgeData*, size_t nd, CUgraphNodeParams* p) {
   if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphAddNode(n, g, d, nd, p);
 }
@@ -160,7 +162,8 @@ FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType* type) {
 FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphNode* node = reinterpret_cast<GraphNode*>(n);
-  if (node == nullptr || p == nullptr || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || p == nullptr || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+    return CUDA_ERROR_INVALID_VALUE;
   *p = node->alloc;
   return CUDA_SUCCESS;
 }
@@ -179,7 +182,8 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* e, CUgraph g, CUD
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphInstantiateWithFlags(e, g, 0);
 }
-FAKE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS*) {
+FAKE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* e, CUgraph g,
+                                                       CUDA_GRAPH_INSTANTIATE_PARAMS*) {
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuGraphInstantiateWithFlags(e, g, 0);
 }
@@ -245,13 +249,14 @@ FAKE_EXPORT CUresult cuStreamBeginCapture(CUstream s) {
 FAKE_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
   return BeginCapture(s == nullptr ? CU_STREAM_PER_THREAD : s, nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
-FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode*, const CUgraphEdgeData*,
-                                                 size_t, CUstreamCaptureMode mode) {
+FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode*,
+                                                 const CUgraphEdgeData*, size_t, CUstreamCaptureMode mode) {
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return BeginCapture(s, reinterpret_cast<Graph*>(g), mode);
 }
 FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* d,
-                                                      const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode mode) {
+                                                      const CUgraphEdgeData* e, size_t n,
+                                                      CUstreamCaptureMode mode) {
   return cuStreamBeginCaptureToGraph(s == nullptr ? CU_STREAM_PER_THREAD : s, g, d, e, n, mode);
 }
 FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
@@ -300,4 +305,3 @@ FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus*
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return cuStreamIsCapturing(s == nullptr ? CU_STREAM_PER_THREAD : s, status);
 }
-

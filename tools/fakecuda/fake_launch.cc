@@ -1,8 +1,8 @@
 // The fake CUDA driver: the simulated GPU timeline (a kernel occupies its GPU for as many nanoseconds as its
 // first parameter says), streams (the legacy and per-thread default streams), events and kernel launches.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,8 +108,8 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* stat
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = StreamOf(s);
   *status = st == nullptr || st->capture == nullptr ? CU_STREAM_CAPTURE_STATUS_NONE
-            : st->capture_state.invalidated           ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                                      : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            : st->capture_state.invalidated         ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int) {
@@ -185,4 +185,3 @@ FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned a, un
                                                     CUstream s, void** p) {
   return cuLaunchCooperativeKernel(f, a, b, c, d, e, g, h, Ptsz(s), p);
 }
-

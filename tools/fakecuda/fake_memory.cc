@@ -1,8 +1,8 @@
 // The fake CUDA driver: device memory (linear, pitched, the legacy 32-bit calls, host memory), arrays and
 // mipmapped arrays, and virtual memory management (handles, reservations, mappings).
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,10 +151,10 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
 // Arrays, as cuda.h and the CUDA programming guide describe them: an element is NumChannels (1, 2 or 4)
 // components of the format's size; a 1D array has Height 0, a 2D one Depth 0; a layered array's Depth counts
 // its layers, a cubemap's 6 (x layers). A mipmapped array holds its levels, level i's extent being level 0's
-// halved i times (rounded down, at least 1) in each dimension (not the layers); the levels asked are clamped to
-// 1 + floor(log2(largest extent)), as cudaMallocMipmappedArray documents. The memory taken is the elements,
-// summed over levels: the least any driver takes (real ones pad rows and levels to their tiled layouts; the
-// hook's estimate is an upper bound of that, docs/isolation.md "Arrays").
+// halved i times (rounded down, at least 1) in each dimension (not the layers); the levels asked are clamped
+// to 1 + floor(log2(largest extent)), as cudaMallocMipmappedArray documents. The memory taken is the
+// elements, summed over levels: the least any driver takes (real ones pad rows and levels to their tiled
+// layouts; the hook's estimate is an upper bound of that, docs/isolation.md "Arrays").
 namespace {
 // Bytes of one component; 0 for a format cuda.h does not define.
 uint64_t ComponentBytes(CUarray_format f) {
@@ -215,7 +215,8 @@ CUresult NewArray(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, uint64_t* h
 FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
   if (a == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t h = 0;
-  const CUresult r = NewArray(CUDA_ARRAY3D_DESCRIPTOR{d->Width, d->Height, 0, d->Format, d->NumChannels, 0}, 1, &h);
+  const CUresult r =
+      NewArray(CUDA_ARRAY3D_DESCRIPTOR{d->Width, d->Height, 0, d->Format, d->NumChannels, 0}, 1, &h);
   if (r == CUDA_SUCCESS) *a = reinterpret_cast<CUarray>(h);
   return r;
 }
@@ -317,7 +318,7 @@ FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr, size_t) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t, CUmemGenericAllocationHandle h,
-                               unsigned long long) {
+                              unsigned long long) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_handle_refs == nullptr || g_handle_refs->count(h) == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -366,4 +367,3 @@ FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h
   }
   return CUDA_ERROR_INVALID_VALUE;  // not the start of a mapped allocation
 }
-

@@ -1,8 +1,8 @@
 // The fake CUDA driver: stream-ordered pools and allocations, graph memory (the device's graph pool) and
 // prefetching pageable memory to a device (the hook's pools.cc charges them).
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,7 +27,7 @@ struct GraphPool {
   uint64_t reserved_high = 0;
   uint64_t used_high = 0;
 };
-GraphPool g_graph_pool[fakecuda::kMaxGpus];                    // by physical GPU, under g_mu
+GraphPool g_graph_pool[fakecuda::kMaxGpus];  // by physical GPU, under g_mu
 std::unordered_map<uint64_t, std::pair<int, uint64_t>>* g_graph_live = nullptr;  // ptr -> (gpu, bytes)
 
 // Maps an allocation node's memory at launch (reusing what the pool keeps). Not under g_mu.
@@ -81,8 +81,8 @@ struct PoolAlloc {
   Pool* pool;
   uint64_t bytes;
 };
-std::vector<Pool*>* g_pools = nullptr;                            // under g_mu
-Pool* g_default_pool[fakecuda::kMaxGpus] = {};                    // by visible ordinal, under g_mu
+std::vector<Pool*>* g_pools = nullptr;          // under g_mu
+Pool* g_default_pool[fakecuda::kMaxGpus] = {};  // by visible ordinal, under g_mu
 Pool* g_current_pool[fakecuda::kMaxGpus] = {};
 std::unordered_map<uint64_t, PoolAlloc>* g_pool_allocs = nullptr;  // under g_mu
 
@@ -222,12 +222,24 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
   std::lock_guard<std::mutex> lock(g_mu);
   cuuint64_t* v = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = p->threshold; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *v = p->reserved; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *v = p->reserved_high; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *v = p->used; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *v = p->used_high; return CUDA_SUCCESS;
-    default: *static_cast<int*>(value) = 1; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *v = p->threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *v = p->reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *v = p->reserved_high;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *v = p->used;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *v = p->used_high;
+      return CUDA_SUCCESS;
+    default:
+      *static_cast<int*>(value) = 1;
+      return CUDA_SUCCESS;
   }
 }
 FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
@@ -352,10 +364,18 @@ FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attri
   const GraphPool& p = g_graph_pool[g_visible[dev]];
   cuuint64_t* v = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *v = p.used; return CUDA_SUCCESS;
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *v = p.used_high; return CUDA_SUCCESS;
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *v = p.reserved; return CUDA_SUCCESS;
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *v = p.reserved_high; return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      *v = p.used;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      *v = p.used_high;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *v = p.reserved;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *v = p.reserved_high;
+      return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -414,15 +434,17 @@ FAKE_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice 
 FAKE_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr ptr, size_t count, CUdevice dev, CUstream) {
   return Prefetch(ptr, count, DeviceOrHost(dev));
 }
-FAKE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation to, unsigned int, CUstream) {
+FAKE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation to, unsigned int,
+                                           CUstream) {
   return Prefetch(ptr, count, to);
 }
 FAKE_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count, CUmemLocation to, unsigned int,
                                                 CUstream) {
   return Prefetch(ptr, count, to);
 }
-FAKE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr* ptrs, size_t* sizes, size_t count, CUmemLocation* locs,
-                                             size_t* loc_idx, size_t nlocs, unsigned long long, CUstream) {
+FAKE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr* ptrs, size_t* sizes, size_t count,
+                                             CUmemLocation* locs, size_t* loc_idx, size_t nlocs,
+                                             unsigned long long, CUstream) {
   if (ptrs == nullptr || sizes == nullptr || locs == nullptr || loc_idx == nullptr || nlocs == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -446,8 +468,9 @@ FAKE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* ptrs, size_t
   return cuMemPrefetchBatchAsync(ptrs, sizes, count, locs, loc_idx, nlocs, flags, s);
 }
 FAKE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr* ptrs, size_t* sizes, size_t count,
-                                                            CUmemLocation* locs, size_t* loc_idx, size_t nlocs,
-                                                            unsigned long long flags, CUstream s) {
+                                                            CUmemLocation* locs, size_t* loc_idx,
+                                                            size_t nlocs, unsigned long long flags,
+                                                            CUstream s) {
   return cuMemPrefetchBatchAsync(ptrs, sizes, count, locs, loc_idx, nlocs, flags, s);
 }
 FAKE_EXPORT CUresult cuMemAdvise(CUdeviceptr, size_t, CUmem_advise, CUdevice) {
@@ -456,4 +479,3 @@ FAKE_EXPORT CUresult cuMemAdvise(CUdeviceptr, size_t, CUmem_advise, CUdevice) {
 FAKE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr, size_t, CUmem_advise, CUmemLocation) {
   return g_initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
-

@@ -140,7 +140,8 @@ Mode Session::Start(Error* error) {
   host_pid = static_cast<uint32_t>(getpid());
   if (!region.Open(region_path, error) || !region.Attach(error)) return Mode::kFailClosed;
   const char* socket_path = Getenv("TESSERA_AGENT_SOCKET");
-  if ((socket_path == nullptr || socket_path[0] == 0) && from_file && access(kDefaultAgentSocket, F_OK) == 0) {
+  if ((socket_path == nullptr || socket_path[0] == 0) && from_file &&
+      access(kDefaultAgentSocket, F_OK) == 0) {
     socket_path = kDefaultAgentSocket;
   }
   if (socket_path != nullptr && socket_path[0] != 0) Register(socket_path);
@@ -254,7 +255,8 @@ void Session::RunLimiterLoop() {
       pthread_mutex_unlock(&devices_mutex_);
       // The line tests wait for (TESSERA_HOOK_LOG=info): the new limits are in force from here on.
       if (changed) {
-        LogLine(LogLevel::kInfo, "applied limits generation %llu", static_cast<unsigned long long>(limits.generation));
+        LogLine(LogLevel::kInfo, "applied limits generation %llu",
+                static_cast<unsigned long long>(limits.generation));
       }
       if (library_->each_quarter != nullptr) library_->each_quarter(now);
     }

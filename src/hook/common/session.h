@@ -1,8 +1,8 @@
 // A hook library's session in its process, API-neutral: how libtessera-cuda.so and libtessera-opencl.so start
 // (find the limits: the limits file, else environment variables, else none: pass through; open and attach the
-// container's shared region; register with the node agent when one is mounted), follow fork(), charge memory to
-// the region, run the limiter thread and pick up rewritten limits (file change or the agent's RELOAD). Each
-// library has one Session (in its HookState) and says what it adds through a Library table; everything
+// container's shared region; register with the node agent when one is mounted), follow fork(), charge memory
+// to the region, run the limiter thread and pick up rewritten limits (file change or the agent's RELOAD).
+// Each library has one Session (in its HookState) and says what it adds through a Library table; everything
 // API-specific (the real entry points, devices, launches) stays in the library.
 //
 //   constexpr hook::Library kLibrary = {"opencl", TESSERA_VERSION, "OpenCL device use refused", &LoadRuntime,
@@ -24,10 +24,10 @@
 // thread. Nothing here allocates or takes a lock the fork child could inherit held: the init lock is taken
 // around fork() (pthread_atfork) and both locks are made anew in the child.
 //
-// Thread-safety: EnsureInit() and EnsureAttached() from any thread (once, under the init lock); the limits and
-// the device tables the library keeps are changed under devices_mutex(); the limiter thread alone polls the
-// agent and the limits file. One Session per library per process (the fork handlers and the limiter thread find
-// it through InstallForkHandlers and StartLimiterThread).
+// Thread-safety: EnsureInit() and EnsureAttached() from any thread (once, under the init lock); the limits
+// and the device tables the library keeps are changed under devices_mutex(); the limiter thread alone polls
+// the agent and the limits file. One Session per library per process (the fork handlers and the limiter
+// thread find it through InstallForkHandlers and StartLimiterThread).
 #ifndef TESSERA_HOOK_COMMON_SESSION_H_
 #define TESSERA_HOOK_COMMON_SESSION_H_
 
@@ -138,7 +138,8 @@ class Session {
  private:
   Mode InitOnce();
   Mode Start(Error* error);  // the limits, the region and the agent: kLimited, kPassThrough or kFailClosed
-  void Register(const char* socket_path);  // a missing or refusing agent is a warning: the file is the authority
+  // Registers with the agent; a missing or refusing agent is a warning: the limits file is the authority.
+  void Register(const char* socket_path);
   bool AttachAgain();
   void ForgetInChild();
   // Reads the agent's messages and the limits file; true when limits of a higher generation were read into
@@ -165,22 +166,22 @@ class Session {
   int64_t file_size_ = 0;
 };
 
-// One device's millisecond in the limiter thread (Library::each_ms): refills its bucket and sets `*paced` when
-// compute is limited on it (never clears it: one flag serves every device); true when its controller is due a
-// step (ElasticController::kStepNs since the last), which the library then makes with what it measured
+// One device's millisecond in the limiter thread (Library::each_ms): refills its bucket and sets `*paced`
+// when compute is limited on it (never clears it: one flag serves every device); true when its controller is
+// due a step (ElasticController::kStepNs since the last), which the library then makes with what it measured
 // (ElasticController::Step).
 bool RefillDevice(RegionDevice* shared, uint64_t now_ns, bool* paced);
 
 // A library's session lives as long as the library, in its entry.cc (inside an unnamed namespace):
 //   TESSERA_HOOK_SESSION_LIFETIME(g_state.session)
-// installs the fork handlers when the library is loaded (nothing heavy: it may be preloaded into every process
-// of a machine) and calls Unload() when it is unloaded.
-#define TESSERA_HOOK_SESSION_LIFETIME(session)          \
-  __attribute__((constructor)) void SessionOnLoad() {   \
-    (session).InstallForkHandlers();                    \
-  }                                                     \
-  __attribute__((destructor)) void SessionOnUnload() {  \
-    (session).Unload();                                 \
+// installs the fork handlers when the library is loaded (nothing heavy: it may be preloaded into every
+// process of a machine) and calls Unload() when it is unloaded.
+#define TESSERA_HOOK_SESSION_LIFETIME(session)         \
+  __attribute__((constructor)) void SessionOnLoad() {  \
+    (session).InstallForkHandlers();                   \
+  }                                                    \
+  __attribute__((destructor)) void SessionOnUnload() { \
+    (session).Unload();                                \
   }
 
 // The default region when neither TESSERA_REGION nor the limits file names one:

@@ -84,7 +84,8 @@ struct HookState {
   std::atomic<int> device_count{0};  // CUDA devices set up (after cuInit)
   HookDevice devices[hook::kMaxDevices];
   // The mode, limits, region, agent connection, fork handling and limiter thread (hook/common/session.h,
-  // shared with OpenCL). session.host_pid: this process in NVML's process lists (the agent says; else getpid).
+  // shared with OpenCL). session.host_pid: this process in NVML's process lists (the agent says; else
+  // getpid).
   hook::Session session{&kCudaLibrary};
   hook::KernelCostTable costs;
   hook::SampleRing samples;

@@ -80,13 +80,14 @@ uint64_t NextPow2(uint64_t v) {
 
 // An upper bound of what the driver takes for one level of an array, w x h x d elements of `element` bytes.
 // cuda.h fixes the elements (format size x channels, CUDA_ARRAY_DESCRIPTOR) but not the layout; NVIDIA GPUs
-// store arrays block-linear (as NVIDIA's open GPU documentation and Tegra manuals describe it): rows of 64-byte
-// GOBs 8 rows high, stacked in blocks of 1-16 GOBs high and 1-32 slices deep, the driver choosing the block so
-// that it does not exceed the extent rounded up to a power of two. So a level is at most its row rounded up to
-// 64 bytes, times its height rounded up to 8 x min(16, next power of two of its GOB rows), times its depth (a 3D
-// array's; not layers) rounded up to min(32, its next power of two); each level is then rounded up to a 64 KiB
-// page, so the levels' placement in the array cannot add to it. What a driver takes beyond this bound shows in
-// NVML's figure for the process, which the footprint true-up charges (footprint.cc).
+// store arrays block-linear (as NVIDIA's open GPU documentation and Tegra manuals describe it): rows of
+// 64-byte GOBs 8 rows high, stacked in blocks of 1-16 GOBs high and 1-32 slices deep, the driver choosing the
+// block so that it does not exceed the extent rounded up to a power of two. So a level is at most its row
+// rounded up to 64 bytes, times its height rounded up to 8 x min(16, next power of two of its GOB rows),
+// times its depth (a 3D array's; not layers) rounded up to min(32, its next power of two); each level is then
+// rounded up to a 64 KiB page, so the levels' placement in the array cannot add to it. What a driver takes
+// beyond this bound shows in NVML's figure for the process, which the footprint true-up charges
+// (footprint.cc).
 uint64_t ArrayLevelBound(uint64_t w, uint64_t h, uint64_t d, bool tiled_depth, uint64_t element) {
   const uint64_t row = RoundUp(w * element, 64);
   const uint64_t gobs = (h + 7) / 8;
@@ -100,10 +101,10 @@ uint64_t ArrayBytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format format, u
                          FormatBytes(format) * (channels == 0 ? 1 : channels));
 }
 
-// A 3D, layered or cubemap array with `levels` mipmap levels (1: a plain array): the sum of its levels' bounds,
-// level i being level 0 halved i times (at least 1) in each dimension but the layers (the CUDA programming
-// guide's mipmaps). Levels beyond 1 + log2 of the largest extent are charged as 1x1 levels (the driver clamps
-// them: charging them errs on the side of more).
+// A 3D, layered or cubemap array with `levels` mipmap levels (1: a plain array): the sum of its levels'
+// bounds, level i being level 0 halved i times (at least 1) in each dimension but the layers (the CUDA
+// programming guide's mipmaps). Levels beyond 1 + log2 of the largest extent are charged as 1x1 levels (the
+// driver clamps them: charging them errs on the side of more).
 uint64_t Array3DBytes(const CUDA_ARRAY3D_DESCRIPTOR& a, unsigned levels = 1) {
   const bool layered = (a.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
   uint64_t depth = a.Depth == 0 ? 1 : a.Depth;

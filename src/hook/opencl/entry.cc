@@ -88,8 +88,8 @@ void ApplyLimitsLocked() {
 // Device `i` of `count` enumerated: names a device that has no UUID, and gives it its region entry. A device
 // without a UUID whose place in the list has a limits line naming a UUID no enumerated device carries is that
 // GPU (a vendor's GPU without cl_khr_device_uuid: the agent's line for it names the node's UUID and its place
-// in the container's list): it takes the UUID, so its quota in the region is the one the agent keeps. Otherwise
-// it is "opencl-<i>". Under the session's init lock.
+// in the container's list): it takes the UUID, so its quota in the region is the one the agent keeps.
+// Otherwise it is "opencl-<i>". Under the session's init lock.
 void NameAndAttachLocked(int i, int count) {
   HookDevice& d = g_state.devices[i];
   const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.named ? d.uuid : nullptr, i);
