@@ -156,30 +156,13 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
 // elements, summed over levels: the least any driver takes (real ones pad rows and levels to their tiled
 // layouts; the hook's estimate is an upper bound of that, docs/isolation.md "Arrays").
 namespace {
-// Bytes of one component; 0 for a format cuda.h does not define.
-uint64_t ComponentBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-  }
-  return 0;
-}
 uint64_t AtLeast1(uint64_t v) {
   return v == 0 ? 1 : v;
 }
 // The elements of a CUDA_ARRAY3D_DESCRIPTOR's array with `levels` mipmap levels (1: a plain array); false for
 // a descriptor cuda.h calls invalid (CUDA_ERROR_INVALID_VALUE).
 bool ArrayElementsBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, uint64_t* out) {
-  const uint64_t component = ComponentBytes(d.Format);
+  const uint64_t component = ArrayFormatBytes(d.Format);
   if (component == 0 || d.Width == 0 || (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4)) {
     return false;
   }

@@ -54,22 +54,11 @@ uint64_t RoundUp(uint64_t v, uint64_t to) {
   return (v + to - 1) / to * to;
 }
 
+// The block-compressed and packed formats cuda.h adds beyond ArrayFormatBytes's: at most 4 bytes per element
+// per channel.
 uint64_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 4;  // the block-compressed and packed formats: at most 4 bytes per element per channel
-  }
+  const unsigned bytes = ArrayFormatBytes(f);
+  return bytes != 0 ? bytes : 4;
 }
 
 uint64_t NextPow2(uint64_t v) {
