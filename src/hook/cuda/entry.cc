@@ -1,6 +1,6 @@
 // libtessera-cuda.so: what it adds to its session (hook/common/session.h: start, fork, charging, the limiter
-// loop): the real entry points, dlsym() and cuGetProcAddress(), device set-up, the limiter thread's CUDA steps
-// and what a fork child forgets. docs/isolation.md explains the whole.
+// loop): the real entry points, dlsym() and cuGetProcAddress(), device set-up, the limiter thread's CUDA
+// steps and what a fork child forgets. docs/isolation.md explains the whole.
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>

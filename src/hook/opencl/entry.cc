@@ -1,6 +1,6 @@
-// libtessera-opencl.so: what it adds to its session (hook/common/session.h: start, fork, charging, the limiter
-// loop): the real entry points (from the ICD loader), device enumeration, the limiter thread's OpenCL steps and
-// clGetExtensionFunctionAddress(ForPlatform). docs/opencl.md explains it.
+// libtessera-opencl.so: what it adds to its session (hook/common/session.h: start, fork, charging, the
+// limiter loop): the real entry points (from the ICD loader), device enumeration, the limiter thread's OpenCL
+// steps and clGetExtensionFunctionAddress(ForPlatform). docs/opencl.md explains it.
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
