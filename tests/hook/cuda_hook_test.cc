@@ -116,6 +116,28 @@ TEST_P(HookMemoryTest, ArraysPitchAndLegacyPathsAreChargedHostIsNot) {
   EXPECT_EQ(r.Field("array", 1, 1), "2") << "a 1 GiB array is over the 256 MiB limit";
 }
 
+// The hook's charge for an array is an upper bound of what the driver takes (docs/isolation.md, "Arrays"), so
+// filling a limit with arrays never puts more on the device than the limit. The fake takes what cuda.h gives
+// an array (elements of the format's size x channels; a mipmapped array the sum of its levels). Against the
+// old fake (4 bytes a component, a mipmapped array twice its level 0) both fills below put more on the device
+// than the limit: the mipmaps about 330 MiB, the 8-bit arrays about 960 MiB, under 256 MiB.
+TEST_P(HookMemoryTest, ArrayFillsUnderALimitNeverExceedItOnTheDevice) {
+  const ProbeResult r =
+      box_.Run({GetParam(), "init",    "ctx",     "texfill", "1024", "1024", "11", "32",
+                "1",        "freeall", "texfill", "4096",    "4096", "0",    "1",  "1",
+                "freeall",  "texfill", "300",     "200",     "5",    "16",   "4",  "freeall"});
+  ASSERT_TRUE(r.Exited0()) << r.out;
+  // Each fill went on until the limit refused it (OUT_OF_MEMORY), after many arrays.
+  EXPECT_EQ(r.Field("texfill", 1, 0), "2") << r.out;
+  EXPECT_GE(r.Num("texfill", 2, 0), 20u) << r.out;  // 1024x1024 floats, 11 levels: 5.75 MiB each
+  EXPECT_EQ(r.Field("texfill", 1, 1), "2") << r.out;
+  EXPECT_GE(r.Num("texfill", 2, 1), 10u) << r.out;  // 4096x4096 8-bit: 16 MiB each
+  EXPECT_EQ(r.Field("texfill", 1, 2), "2") << r.out;
+  EXPECT_GE(r.Num("texfill", 2, 2), 100u) << r.out;  // 300x200 half x4, 5 levels: 1 MiB each
+  FakeGpuView gpu(box_.Path("fakegpu.state"), box_.dir());
+  EXPECT_LE(gpu.PeakBytes(), kLimit) << "the device held more than the container's limit";
+}
+
 // Out of memory is an error the program handles: it goes on, allocates what fits, and exits normally.
 TEST_P(HookMemoryTest, OutOfMemoryIsAnErrorNotAKill) {
   const ProbeResult r = box_.Run({GetParam(), "init", "ctx", "alloc", N(kLimit), "alloc", N(kMiB), "fill",

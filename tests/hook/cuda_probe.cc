@@ -12,9 +12,11 @@
 //   | array3d W H D | mipmap W H LEVELS | vmm N | async N | pool N | graphalloc N | ctxcreate
 //   | freeall | freeslowly PAUSE_MS | meminfo | meminfo32 | totalmem | nvml | launch COUNT NS | ex COUNT NS
 //   | coop COUNT NS | graph COUNT NS | spin SECONDS NS | spinthreads THREADS SECONDS NS | watch NS WINDOW_MS
-//   | fill STEP
+//   | fill STEP | texfill W H LEVELS FORMAT CHANNELS
 //   | retryalloc N TIMEOUT_MS | churn SECONDS MAXBYTES | ready | sleep MS | exit CODE
-// "fill STEP" allocates STEP bytes at a time until refused and prints how much it got; "spin" launches
+// "fill STEP" allocates STEP bytes at a time until refused and prints how much it got; "texfill" creates
+// W x H arrays (LEVELS 0) or mipmapped arrays of LEVELS levels, of FORMAT (cuda.h's code) x CHANNELS,
+// until one is refused, and prints how many it got; "spin" launches
 // kernels of NS nanoseconds back to back for SECONDS and prints the kernel time it completed and the wall
 // time ("spinthreads" the same from THREADS threads at once); "watch" does the same until stdin closes,
 // printing "watch <share> <meminfo total> <rc>" each window; "churn" allocates and frees random sizes through
@@ -232,6 +234,24 @@ int Array(const char* what, uint64_t w, uint64_t hgt, uint64_t d) {
     h = {Held::kMipmap, reinterpret_cast<uint64_t>(a), 0, 0};
   }
   if (r == CUDA_SUCCESS) g_held.push_back(h);
+  return r;
+}
+
+// One array of `format` x `channels` (cuda.h's CUarray_format: 1 uint8, 2 uint16, 16 half, 32 float...):
+// cuArray3DCreate when `levels` is 0, else a mipmapped array of that many levels.
+int TextureOf(uint64_t w, uint64_t hgt, unsigned levels, unsigned format, unsigned channels) {
+  CUDA_ARRAY3D_DESCRIPTOR desc{w, hgt, 0, static_cast<CUarray_format>(format), channels, 0};
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  if (levels == 0) {
+    CUarray a = nullptr;
+    r = CU(cuArray3DCreate_v2, cuArray3DCreate, PFN_cuArray3DCreate_v3020, 3020)(&a, &desc);
+    if (r == CUDA_SUCCESS) g_held.push_back({Held::kArray, reinterpret_cast<uint64_t>(a), 0, 0});
+  } else {
+    CUmipmappedArray a = nullptr;
+    r = CU(cuMipmappedArrayCreate, cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000, 5000)(&a, &desc,
+                                                                                                   levels);
+    if (r == CUDA_SUCCESS) g_held.push_back({Held::kMipmap, reinterpret_cast<uint64_t>(a), 0, 0});
+  }
   return r;
 }
 
@@ -582,6 +602,16 @@ int main(int argc, char** argv) {
       int r = 0;
       while ((r = Alloc("alloc", step)) == CUDA_SUCCESS) got += step;
       printf("fill %d %llu\n", r, static_cast<unsigned long long>(got));
+    } else if (strcmp(op, "texfill") == 0) {
+      const uint64_t w = Arg(argv, &i, argc);
+      const uint64_t h = Arg(argv, &i, argc);
+      const unsigned levels = static_cast<unsigned>(Arg(argv, &i, argc));
+      const unsigned format = static_cast<unsigned>(Arg(argv, &i, argc));
+      const unsigned channels = static_cast<unsigned>(Arg(argv, &i, argc));
+      uint64_t count = 0;
+      int r = 0;
+      while ((r = TextureOf(w, h, levels, format, channels)) == CUDA_SUCCESS) ++count;
+      printf("texfill %d %llu\n", r, static_cast<unsigned long long>(count));
     } else if (strcmp(op, "retryalloc") == 0) {
       const uint64_t n = Arg(argv, &i, argc);
       const uint64_t deadline = NowNs() + Arg(argv, &i, argc) * 1000000ull;

@@ -1,6 +1,7 @@
 // The fake CUDA driver and NVML (tools/fakecuda) called directly, without the hook: an entry point given a
 // null out-pointer answers CUDA_ERROR_INVALID_VALUE (NVML: NVML_ERROR_INVALID_ARGUMENT) as the real ones do,
-// instead of crashing the test program. Loaded with dlopen, as programs reach the real driver.
+// instead of crashing the test program; arrays take the device memory cuda.h's contract gives them. Loaded
+// with dlopen, as programs reach the real driver.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -94,6 +95,56 @@ TEST_F(FakeDriverTest, OtherEntryPointsRefuseANullPointer) {
   EXPECT_EQ(
       Cuda<PFN_cuGetProcAddress_v12000>("cuGetProcAddress_v2")("cuMemAlloc", nullptr, 12000, 0, nullptr),
       CUDA_ERROR_INVALID_VALUE);
+}
+
+// Device memory taken by creating an array, by cuMemGetInfo before and after.
+class FakeArrayTest : public FakeDriverTest {
+ protected:
+  uint64_t Free() {
+    size_t free = 0;
+    size_t total = 0;
+    EXPECT_EQ(Cuda<PFN_cuMemGetInfo_v3020>("cuMemGetInfo_v2")(&free, &total), CUDA_SUCCESS);
+    return free;
+  }
+  // What cuArray3DCreate_v2 (levels 0) or cuMipmappedArrayCreate takes; the result in `r`.
+  uint64_t Taken(CUDA_ARRAY3D_DESCRIPTOR d, unsigned levels, CUresult* r) {
+    const uint64_t before = Free();
+    if (levels == 0) {
+      CUarray a = nullptr;
+      *r = Cuda<PFN_cuArray3DCreate_v3020>("cuArray3DCreate_v2")(&a, &d);
+    } else {
+      CUmipmappedArray a = nullptr;
+      *r = Cuda<PFN_cuMipmappedArrayCreate_v5000>("cuMipmappedArrayCreate")(&a, &d, levels);
+    }
+    return before - Free();
+  }
+};
+
+// cuda.h: an array element is NumChannels (1, 2 or 4) components of its CU_AD_FORMAT_*'s size; a mipmapped
+// array holds levels whose extents halve (rounded down, at least 1) per dimension, the levels clamped to
+// 1 + floor(log2(largest extent)) (cudaMallocMipmappedArray). The fake takes exactly the elements, the least
+// a real driver takes (the old fake took 4 bytes per component whatever the format, and a mipmapped array as
+// twice its level 0).
+TEST_F(FakeArrayTest, ArraysTakeTheirElementsAndMipmapsTheSumOfTheirLevels) {
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  EXPECT_EQ(Taken({1000, 10, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0}, 0, &r), 10000u);
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  EXPECT_EQ(Taken({64, 64, 0, CU_AD_FORMAT_HALF, 2, 0}, 0, &r), 64u * 64 * 2 * 2);
+  EXPECT_EQ(Taken({32, 32, 8, CU_AD_FORMAT_FLOAT, 4, 0}, 0, &r), 32u * 32 * 8 * 16);
+  EXPECT_EQ(Taken({512, 0, 0, CU_AD_FORMAT_SIGNED_INT16, 1, 0}, 0, &r), 1024u);  // 1D: Height 0
+  // 256x256 floats, 9 levels: 4 x (256^2 + 128^2 + ... + 1^2) = 4 x 87381; 20 levels asked are 9.
+  EXPECT_EQ(Taken({256, 256, 0, CU_AD_FORMAT_FLOAT, 1, 0}, 9, &r), 4u * 87381);
+  EXPECT_EQ(Taken({256, 256, 0, CU_AD_FORMAT_FLOAT, 1, 0}, 20, &r), 4u * 87381);
+  // 16x4x2 uint8 x 2, 3D, 3 levels: 16x4x2 + 8x2x1 + 4x1x1 elements of 2 bytes.
+  EXPECT_EQ(Taken({16, 4, 2, CU_AD_FORMAT_UNSIGNED_INT8, 2, 0}, 3, &r), 2u * (128 + 16 + 4));
+  // Layered: the layers are not halved (8x8 x 3 layers, 2 levels).
+  EXPECT_EQ(Taken({8, 8, 3, CU_AD_FORMAT_UNSIGNED_INT8, 1, CUDA_ARRAY3D_LAYERED}, 2, &r), 3u * (64 + 16));
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  // Three channels, or no width, are not an array.
+  EXPECT_EQ(Taken({64, 64, 0, CU_AD_FORMAT_FLOAT, 3, 0}, 0, &r), 0u);
+  EXPECT_EQ(r, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(Taken({0, 64, 0, CU_AD_FORMAT_FLOAT, 1, 0}, 1, &r), 0u);
+  EXPECT_EQ(r, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(FakeDriverTest, NvmlRefusesANullPointer) {

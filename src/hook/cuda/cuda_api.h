@@ -103,6 +103,25 @@ typedef enum CUarray_format_enum {
   CU_AD_FORMAT_FLOAT = 0x20,
 } CUarray_format;
 
+// Bytes of one component of an array element (CUDA_ARRAY_DESCRIPTOR: an element is NumChannels components of
+// Format); 0 for a format this header does not declare. The fake driver and the hook's estimate both read it.
+inline unsigned ArrayFormatBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+  }
+  return 0;
+}
+
 typedef enum CUdevice_attribute_enum {
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
 } CUdevice_attribute;

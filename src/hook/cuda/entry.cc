@@ -1,5 +1,6 @@
-// libtessera-cuda.so: initialization, the real entry points, dlsym() and cuGetProcAddress(), device set-up,
-// the limiter thread and fork handling. docs/isolation.md explains the whole.
+// libtessera-cuda.so: what it adds to its session (hook/common/session.h: start, fork, charging, the limiter
+// loop): the real entry points, dlsym() and cuGetProcAddress(), device set-up, the limiter thread's CUDA
+// steps and what a fork child forgets. docs/isolation.md explains the whole.
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,10 +35,6 @@ using DlsymFn = void* (*)(void*, const char*);
 DlsymFn g_real_dlsym = nullptr;
 void* g_libcuda = nullptr;
 void* g_libnvml = nullptr;
-pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
-pthread_mutex_t g_devices_mutex = PTHREAD_MUTEX_INITIALIZER;
-__thread int t_in_init __attribute__((tls_model("initial-exec"))) = 0;
-std::atomic<bool> g_thread_started{false};
 std::atomic<bool> g_nvml_tried{false};
 
 // The hooked names: for dlsym() and cuGetProcAddress().
@@ -85,18 +82,21 @@ DlsymFn RealDlsym() {
   return g_real_dlsym;
 }
 
-bool LoadRealCuda() {
-  if (g_libcuda != nullptr) return true;
+// Library::load_runtime: the real driver's entry points, under the session's init lock.
+void LoadRealCuda() {
+  if (g_libcuda != nullptr) return;
   const char* path = getenv("TESSERA_REAL_LIBCUDA");
   void* h = dlopen(path != nullptr ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == nullptr) return false;
+  if (h == nullptr) {
+    LogLine(LogLevel::kDebug, "no libcuda.so.1 (%s); CUDA calls will fail as without a driver", dlerror());
+    return;
+  }
   DlsymFn real = RealDlsym();
   for (const HookEntry& e : kCudaHooks) *e.real = real(h, e.symbol);
 #define TS_REAL(sym, pfn) g_cu.real_##sym = reinterpret_cast<pfn>(real(h, #sym));
 #include "hook/cuda/cuda_real.def"
 #undef TS_REAL
   g_libcuda = h;
-  return true;
 }
 
 }  // namespace
@@ -133,33 +133,8 @@ bool NvmlReady() {
 
 namespace {
 
-void FailClosed(const char* why) {
-  hook::WriteStderrLine("GPU access refused: %s", why);
-  g_state.mode.store(static_cast<int>(Mode::kFailClosed), std::memory_order_release);
-}
-
-const char* EnvLookup(const char* name) {
-  return getenv(name);
-}
-
-// Decides the mode: limits file, else environment, else pass-through. Opens the region and registers.
-Mode InitLocked() {
-  hook::SetLogLevelFromEnvironment();
-  if (!LoadRealCuda()) {
-    LogLine(LogLevel::kDebug, "no libcuda.so.1 (%s); CUDA calls will fail as without a driver", dlerror());
-  }
-  Error error;
-  switch (hook::StartSession("cuda", TESSERA_VERSION, &EnvLookup, &g_state.session, &error)) {
-    case hook::SessionMode::kFailClosed:
-      FailClosed(error.text);
-      return Mode::kFailClosed;
-    case hook::SessionMode::kPassThrough:
-      LogLine(LogLevel::kDebug, "no limits configured; passing through");
-      return Mode::kPassThrough;
-    case hook::SessionMode::kLimited:
-      break;
-  }
-  g_state.host_pid = g_state.session.host_pid;
+// Library::start_limited: the session is limited (under its init lock). Devices are set up after cuInit.
+void StartLimited() {
   if (const char* ctx = getenv("TESSERA_CONTEXT_BYTES")) {
     if (!hook::ParseByteSize(ctx, &g_state.context_bytes_override)) {
       hook::WriteStderrLine("TESSERA_CONTEXT_BYTES='%s' is not a size; measuring context memory instead",
@@ -168,27 +143,13 @@ Mode InitLocked() {
       g_state.context_bytes_set = true;
     }
   }
-  return Mode::kLimited;
 }
 
-void AtForkPrepare() {
-  pthread_mutex_lock(&g_init_mutex);
-}
-void AtForkParent() {
-  pthread_mutex_unlock(&g_init_mutex);
-}
-void AtForkChild() {
-  pthread_mutex_init(&g_init_mutex, nullptr);
-  pthread_mutex_init(&g_devices_mutex, nullptr);
-  // The limiter thread and the parent's slot stay with the parent. CUDA contexts do not survive fork(), so
-  // the child starts with nothing charged; it claims its own slot before its first charge.
-  g_thread_started.store(false);
-  hook::SessionForgetInChild(&g_state.session);
-  g_state.need_attach.store(true);
+// Library::forget_in_child: CUDA contexts do not survive fork(), so the child starts with nothing charged.
+void ForgetInChild() {
   ResetAllocTableInChild();
   ResetPoolsInChild();
   ResetFootprintInChild();
-  hook::ForgetThreadTabInChild();
   for (HookDevice& d : g_state.devices) {
     d.primary_refs = 0;
     d.footprint_bytes = 0;
@@ -196,55 +157,9 @@ void AtForkChild() {
   }
 }
 
-__attribute__((constructor)) void OnLoad() {
-  // Nothing heavy here: the library may be preloaded into every process of a machine (/etc/ld.so.preload).
-  pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
-}
-
-__attribute__((destructor)) void OnUnload() {
-  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) {
-    hook::TokenBucket::Settle(hook::ThreadTab());  // what the exiting thread launched and still owes
-    g_state.session.region.Detach();
-  }
-}
+TESSERA_HOOK_SESSION_LIFETIME(g_state.session)
 
 }  // namespace
-
-Mode EnsureInit() {
-  const Mode m = CurrentMode();
-  if (m != Mode::kUninitialized) return m;
-  if (t_in_init != 0) return Mode::kPassThrough;  // a call made by the initialization itself
-  pthread_mutex_lock(&g_init_mutex);
-  Mode result = CurrentMode();
-  if (result == Mode::kUninitialized) {
-    t_in_init = 1;
-    result = InitLocked();
-    t_in_init = 0;
-    if (result != Mode::kFailClosed) g_state.mode.store(static_cast<int>(result), std::memory_order_release);
-  }
-  pthread_mutex_unlock(&g_init_mutex);
-  return result;
-}
-
-bool EnsureAttached() {
-  if (!g_state.need_attach.load(std::memory_order_acquire)) return true;
-  pthread_mutex_lock(&g_init_mutex);
-  bool ok = true;
-  if (g_state.need_attach.load()) {
-    Error error;
-    ok = g_state.session.region.Attach(&error);
-    if (!ok)
-      hook::WriteStderrLine("%s", error.text);
-    else
-      g_state.need_attach.store(false);
-    if (ok) {
-      hook::SessionForkedChildAttached(&g_state.session, false);
-      g_state.host_pid = g_state.session.host_pid;
-    }
-  }
-  pthread_mutex_unlock(&g_init_mutex);
-  return ok;
-}
 
 HookDevice* DeviceAt(int ordinal) {
   if (ordinal < 0 || ordinal >= g_state.device_count.load(std::memory_order_acquire)) return nullptr;
@@ -259,12 +174,6 @@ int CurrentDevice() {
 }
 
 namespace {
-
-void FormatUuid(const CUuuid& u, char* out, size_t cap) {
-  const unsigned char* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
 
 // Applies the process's limits to its devices and to the shared region.
 void ApplyLimitsLocked() {
@@ -290,7 +199,7 @@ void ApplyLimitsLocked() {
 
 void SetUpDevices() {
   if (CurrentMode() != Mode::kLimited) return;
-  pthread_mutex_lock(&g_devices_mutex);
+  pthread_mutex_lock(g_state.session.devices_mutex());
   if (g_state.device_count.load() == 0 && g_cu.real_cuDeviceGetCount != nullptr) {
     int count = 0;
     if (g_cu.real_cuDeviceGetCount(&count) == CUDA_SUCCESS) {
@@ -307,7 +216,7 @@ void SetUpDevices() {
             g_cu.real_cuDeviceGetUuid_v2(&uuid, dev) != CUDA_SUCCESS) {
           snprintf(d.uuid, sizeof(d.uuid), "index-%d", i);
         } else {
-          FormatUuid(uuid, d.uuid, sizeof(d.uuid));
+          hook::FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes), d.uuid, sizeof(d.uuid));
         }
         Error error;
         d.region_index = g_state.session.region.FindOrAddDevice(d.uuid, &error);
@@ -321,8 +230,8 @@ void SetUpDevices() {
       ApplyLimitsLocked();
     }
   }
-  pthread_mutex_unlock(&g_devices_mutex);
-  StartLimiterThread();
+  pthread_mutex_unlock(g_state.session.devices_mutex());
+  g_state.session.StartLimiterThread();
 }
 
 CUresult RefusalFor(int ordinal) {
@@ -336,36 +245,20 @@ CUresult ChargeBefore(int ordinal, uint64_t bytes) {
   if (!d->has_limits) return RefusalFor(ordinal);
   if (d->region_index < 0) return CUDA_ERROR_NOT_PERMITTED;  // no entry in the region: nothing to charge
   if (!EnsureAttached()) return CUDA_ERROR_NOT_PERMITTED;
-  hook::SharedRegion& region = g_state.session.region;
-  hook::ChargeResult c = region.TryCharge(d->region_index, bytes);
-  if (c == hook::ChargeResult::kOk) return CUDA_SUCCESS;
-  if (c == hook::ChargeResult::kDetached) return CUDA_ERROR_DEINITIALIZED;  // the process is exiting
-  // Before saying no: processes of this container that died may still hold charges.
-  if (c == hook::ChargeResult::kOverLimit && region.ReclaimDeadSlots() > 0) {
-    c = region.TryCharge(d->region_index, bytes);
-    if (c == hook::ChargeResult::kOk) return CUDA_SUCCESS;
+  switch (g_state.session.Charge(d->region_index, bytes, d->uuid)) {
+    case hook::ChargeResult::kOk:
+      return CUDA_SUCCESS;
+    case hook::ChargeResult::kDetached:
+      return CUDA_ERROR_DEINITIALIZED;  // the process is exiting
+    default:
+      return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (c == hook::ChargeResult::kLockTimeout) {
-    hook::WriteStderrLine("refused %llu bytes on GPU %d: %s", static_cast<unsigned long long>(bytes), ordinal,
-                          region.lock_error());
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  d->shared->oom_count.fetch_add(1, std::memory_order_relaxed);
-  LogLine(LogLevel::kInfo, "refused %llu bytes on GPU %d: %llu of %llu in use by the container",
-          static_cast<unsigned long long>(bytes), ordinal,
-          static_cast<unsigned long long>(g_state.session.region.Used(d->region_index)),
-          static_cast<unsigned long long>(g_state.session.region.Limit(d->region_index)));
-  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void Uncharge(int ordinal, uint64_t bytes) {
   HookDevice* d = DeviceAt(ordinal);
   if (d == nullptr || d->region_index < 0 || bytes == 0) return;
-  if (g_state.need_attach.load(std::memory_order_relaxed)) return;  // a forked child holds nothing
-  if (!g_state.session.region.Uncharge(d->region_index, bytes)) {
-    hook::WriteStderrLine("kept a charge of %llu bytes on GPU %d: %s", static_cast<unsigned long long>(bytes),
-                          ordinal, g_state.session.region.lock_error());
-  }
+  g_state.session.Uncharge(d->region_index, bytes, d->uuid);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -416,25 +309,19 @@ bool DrainSample(const hook::SampleRing::Sample& s) {
 
 // Every millisecond: refill the budgets, step the elastic controllers, read the measured launches.
 bool EveryMs(uint64_t now) {
-  hook::AdvanceTabEpoch();  // the launching threads settle their tabs at their next launch
   bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
-    if (d.shared == nullptr) continue;
-    hook::TokenBucket::Refill(&d.shared->bucket, now);
-    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
     // Every policy measures its use each step (for `tessera inspect`); only elastic changes its rate.
-    hook::ControllerState* c = &d.shared->controller;
-    const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
-    if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+    if (d.shared != nullptr && hook::RefillDevice(d.shared, now, &busy)) {
       const bool elastic = d.limits.policy == hook::ComputePolicy::kElastic;
       const int32_t util = elastic ? DeviceUtilization(d) : -1;
       // Alone: NVML's process list shows nobody else; without NVML, the agent's count of the GPU's containers.
       const Tenancy tenancy = elastic ? DeviceTenancy(i) : Tenancy::kUnknown;
       const bool alone =
           elastic && (tenancy == Tenancy::kAlone || (tenancy == Tenancy::kUnknown && d.limits.tenants == 1));
-      hook::ElasticController::Step(c, &d.shared->bucket, now, util, alone);
+      hook::ElasticController::Step(&d.shared->controller, &d.shared->bucket, now, util, alone);
     }
   }
   if (g_cu.real_cuEventQuery != nullptr) g_state.samples.Drain(&DrainSample);
@@ -447,32 +334,32 @@ void EveryQuarter(uint64_t) {
   TrueUpPools(/*from_limiter=*/true);  // pools and the graph pool, as the driver reports them (raised only)
 }
 
-void* LimiterThread(void*) {
-  // The capture rules of cuda.h: during another thread's global-mode capture, a thread in global mode may
-  // not make potentially unsafe calls (cuEventQuery, cuEventDestroy...), or the capture is invalidated. This
-  // thread never captures: relaxed mode lets it measure launches whatever the application captures.
+// Library::in_limiter_thread. The capture rules of cuda.h: during another thread's global-mode capture, a
+// thread in global mode may not make potentially unsafe calls (cuEventQuery, cuEventDestroy...), or the
+// capture is invalidated. This thread never captures: relaxed mode lets it measure launches whatever the
+// application captures.
+void InLimiterThread() {
   if (g_cu.real_cuThreadExchangeStreamCaptureMode != nullptr) {
     CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
     g_cu.real_cuThreadExchangeStreamCaptureMode(&relaxed);
   }
-  hook::LimiterLoop loop;
-  loop.session = &g_state.session;
-  loop.devices_mutex = &g_devices_mutex;
-  loop.each_ms = &EveryMs;
-  loop.limits_changed = &ApplyLimitsLocked;
-  loop.each_quarter = &EveryQuarter;
-  hook::RunLimiterLoop(loop);
 }
 
 }  // namespace
 
-void StartLimiterThread() {
-  if (g_thread_started.exchange(true)) return;
-  if (!hook::StartBackgroundThread(&LimiterThread, "tessera-limit")) {
-    g_thread_started.store(false);
-    hook::WriteStderrLine("cannot start the limiter thread: compute limits are enforced without it");
-  }
-}
+const hook::Library kCudaLibrary = {
+    .name = "cuda",
+    .version = TESSERA_VERSION,
+    .refused = "GPU access refused",
+    .load_runtime = &LoadRealCuda,
+    .start_limited = &StartLimited,
+    .forget_in_child = &ForgetInChild,
+    .in_limiter_thread = &InLimiterThread,
+    .each_ms = &EveryMs,
+    .limits_changed = &ApplyLimitsLocked,
+    .each_quarter = &EveryQuarter,
+    .retry_limiter_start = true,  // the next cuInit tries again
+};
 
 // ---------------------------------------------------------------------------------------------------------
 // dlsym and cuGetProcAddress: the CUDA runtime reaches the driver through them, not through the linker.

@@ -60,13 +60,8 @@ struct RealNvml {
 extern RealCuda g_cu;
 extern RealNvml g_nvml;
 
-// What the hook does in this process.
-enum class Mode : int {
-  kUninitialized = 0,
-  kPassThrough = 1,  // no limits configured: every call goes straight to the driver
-  kLimited = 2,      // limits apply
-  kFailClosed = 3,   // limits were configured but cannot be read: GPU use is refused
-};
+// What the hook does in this process (hook/common/session.h).
+using hook::Mode;
 
 // One CUDA device ordinal of this process.
 struct HookDevice {
@@ -82,30 +77,35 @@ struct HookDevice {
   uint64_t graph_pool_bytes = 0;         // charged for the device's graph memory pool (pools.cc)
 };
 
+// What libtessera-cuda.so adds to the session (entry.cc).
+extern const hook::Library kCudaLibrary;
+
 struct HookState {
-  std::atomic<int> mode{0};
   std::atomic<int> device_count{0};  // CUDA devices set up (after cuInit)
   HookDevice devices[hook::kMaxDevices];
-  hook::Session session;  // limits, region, agent connection (hook/common/session.h, shared with OpenCL)
+  // The mode, limits, region, agent connection, fork handling and limiter thread (hook/common/session.h,
+  // shared with OpenCL). session.host_pid: this process in NVML's process lists (the agent says; else
+  // getpid).
+  hook::Session session{&kCudaLibrary};
   hook::KernelCostTable costs;
   hook::SampleRing samples;
-  std::atomic<int> capturing{0};         // streams being captured in this process
-  std::atomic<bool> need_attach{false};  // after fork(): claim a new slot before the next charge
-  uint64_t context_bytes_override = 0;   // TESSERA_CONTEXT_BYTES (0: measure)
+  std::atomic<int> capturing{0};        // streams being captured in this process
+  uint64_t context_bytes_override = 0;  // TESSERA_CONTEXT_BYTES (0: measure)
   bool context_bytes_set = false;
-  uint32_t host_pid = 0;                 // this process in NVML's process lists (the agent says; else getpid)
 };
 
 extern HookState g_state;
 
 // Resolves the real entry points and reads the limits, once. Returns the mode. Safe to call from any hook.
-Mode EnsureInit();
+inline Mode EnsureInit() {
+  return g_state.session.EnsureInit();
+}
 // After the real cuInit succeeded: set up devices (UUIDs, limits, region entries) and start the limiter
 // thread. Idempotent.
 void SetUpDevices();
 
 inline Mode CurrentMode() {
-  return static_cast<Mode>(g_state.mode.load(std::memory_order_acquire));
+  return g_state.session.mode();
 }
 
 // The calling thread's current device ordinal, or -1 (no context).
@@ -113,7 +113,9 @@ int CurrentDevice();
 // The hook device for an ordinal, or null when out of range / not set up.
 HookDevice* DeviceAt(int ordinal);
 // Claims this process's slot again after fork() when needed. False when the region refuses.
-bool EnsureAttached();
+inline bool EnsureAttached() {
+  return g_state.session.EnsureAttached();
+}
 
 // Reserve-then-commit: charges `bytes` on `ordinal`, runs `call`, and gives the charge back when it fails.
 // Over the limit: CUDA_ERROR_OUT_OF_MEMORY, and `call` is not made.
@@ -227,8 +229,6 @@ void GraphMemoryAfterLaunch(const GraphLaunchTicket& ticket, bool launched);
 // g_state.capturing is nonzero.
 bool StreamIsCapturing(CUstream stream, bool ptsz);
 
-// The limiter thread (started by SetUpDevices in limited mode).
-void StartLimiterThread();
 // Loads libnvidia-ml.so.1 and resolves what the hook needs from it, once. False when there is none.
 bool LoadRealNvml();
 // After fork(), in the child: forgets the parent's allocation records, pools and footprint (and their locks,

@@ -54,35 +54,61 @@ uint64_t RoundUp(uint64_t v, uint64_t to) {
   return (v + to - 1) / to * to;
 }
 
+// The block-compressed and packed formats cuda.h adds beyond ArrayFormatBytes's: at most 4 bytes per element
+// per channel.
 uint64_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 4;  // the block-compressed and packed formats: at most 4 bytes per element per channel
-  }
+  const unsigned bytes = ArrayFormatBytes(f);
+  return bytes != 0 ? bytes : 4;
 }
 
-// An array's footprint: rows padded to 512 bytes, the whole to 64 KiB pages (the driver's tiled layouts are
-// not visible through the API; this errs on the side of charging more).
+uint64_t NextPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// An upper bound of what the driver takes for one level of an array, w x h x d elements of `element` bytes.
+// cuda.h fixes the elements (format size x channels, CUDA_ARRAY_DESCRIPTOR) but not the layout; NVIDIA GPUs
+// store arrays block-linear (as NVIDIA's open GPU documentation and Tegra manuals describe it): rows of
+// 64-byte GOBs 8 rows high, stacked in blocks of 1-16 GOBs high and 1-32 slices deep, the driver choosing the
+// block so that it does not exceed the extent rounded up to a power of two. So a level is at most its row
+// rounded up to 64 bytes, times its height rounded up to 8 x min(16, next power of two of its GOB rows),
+// times its depth (a 3D array's; not layers) rounded up to min(32, its next power of two); each level is then
+// rounded up to a 64 KiB page, so the levels' placement in the array cannot add to it. What a driver takes
+// beyond this bound shows in NVML's figure for the process, which the footprint true-up charges
+// (footprint.cc).
+uint64_t ArrayLevelBound(uint64_t w, uint64_t h, uint64_t d, bool tiled_depth, uint64_t element) {
+  const uint64_t row = RoundUp(w * element, 64);
+  const uint64_t gobs = (h + 7) / 8;
+  const uint64_t rows = RoundUp(h, 8 * (gobs >= 16 ? 16 : NextPow2(gobs)));
+  const uint64_t slices = tiled_depth ? RoundUp(d, d >= 32 ? 32 : NextPow2(d)) : d;
+  return RoundUp(row * rows * slices, 65536);
+}
+
 uint64_t ArrayBytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format format, unsigned channels) {
-  const uint64_t row = RoundUp((w == 0 ? 1 : w) * FormatBytes(format) * (channels == 0 ? 1 : channels), 512);
-  return RoundUp(row * (h == 0 ? 1 : h) * (d == 0 ? 1 : d), 65536);
+  return ArrayLevelBound(w == 0 ? 1 : w, h == 0 ? 1 : h, d == 0 ? 1 : d, /*tiled_depth=*/true,
+                         FormatBytes(format) * (channels == 0 ? 1 : channels));
 }
 
-uint64_t Array3DBytes(const CUDA_ARRAY3D_DESCRIPTOR& a) {
-  uint64_t depth = a.Depth;
-  if ((a.Flags & CUDA_ARRAY3D_CUBEMAP) != 0) depth = depth == 0 ? 6 : depth;
-  return ArrayBytes(a.Width, a.Height, depth, a.Format, a.NumChannels);
+// A 3D, layered or cubemap array with `levels` mipmap levels (1: a plain array): the sum of its levels'
+// bounds, level i being level 0 halved i times (at least 1) in each dimension but the layers (the CUDA
+// programming guide's mipmaps). Levels beyond 1 + log2 of the largest extent are charged as 1x1 levels (the
+// driver clamps them: charging them errs on the side of more).
+uint64_t Array3DBytes(const CUDA_ARRAY3D_DESCRIPTOR& a, unsigned levels = 1) {
+  const bool layered = (a.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+  uint64_t depth = a.Depth == 0 ? 1 : a.Depth;
+  if ((a.Flags & CUDA_ARRAY3D_CUBEMAP) != 0 && a.Depth == 0) depth = 6;
+  uint64_t w = a.Width == 0 ? 1 : a.Width;
+  uint64_t h = a.Height == 0 ? 1 : a.Height;
+  const uint64_t element = FormatBytes(a.Format) * (a.NumChannels == 0 ? 1 : a.NumChannels);
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < (levels == 0 ? 1 : levels); ++i) {
+    bytes += ArrayLevelBound(w, h, depth, !layered, element);
+    w = w > 1 ? w / 2 : 1;
+    h = h > 1 ? h / 2 : 1;
+    if (!layered) depth = depth > 1 ? depth / 2 : 1;
+  }
+  return bytes;
 }
 
 void ReleaseContextMemory(uint64_t ctx) {
@@ -617,16 +643,7 @@ extern "C" CUresult tessera_cuMipmappedArrayCreate(CUmipmappedArray* handle, con
   if (mode != Mode::kLimited || handle == nullptr || desc == nullptr) {
     return g_cu.real_cuMipmappedArrayCreate(handle, desc, levels);
   }
-  uint64_t bytes = 0;
-  CUDA_ARRAY3D_DESCRIPTOR level = *desc;
-  for (unsigned i = 0; i < (levels == 0 ? 1 : levels); ++i) {
-    bytes += Array3DBytes(level);
-    level.Width = level.Width > 1 ? level.Width / 2 : 1;
-    level.Height = level.Height > 1 ? level.Height / 2 : level.Height;
-    if ((desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) == 0) {
-      level.Depth = level.Depth > 1 ? level.Depth / 2 : level.Depth;
-    }
-  }
+  const uint64_t bytes = Array3DBytes(*desc, levels);
   return ChargedHandle(bytes, AllocKind::kMipmapped, [&](uint64_t* key) {
     const CUresult r = g_cu.real_cuMipmappedArrayCreate(handle, desc, levels);
     *key = reinterpret_cast<uint64_t>(*handle);

@@ -136,7 +136,7 @@ ProcessUse ProcessUsedBytes(int ordinal, uint64_t* out) {
   unsigned n = kMaxListed;
   if (!DeviceProcessList(ordinal, infos, &n)) return ProcessUse::kUnavailable;
   for (unsigned i = 0; i < n; ++i) {
-    if (infos[i].pid != g_state.host_pid) continue;
+    if (infos[i].pid != g_state.session.host_pid) continue;
     if (infos[i].usedGpuMemory == TESSERA_NVML_VALUE_NOT_AVAILABLE) return ProcessUse::kUnavailable;
     *out = infos[i].usedGpuMemory;
     return ProcessUse::kKnown;

@@ -1,5 +1,6 @@
-// libtessera-opencl.so: initialization, the real entry points (from the ICD loader), device enumeration, the
-// limiter thread, fork handling and clGetExtensionFunctionAddress(ForPlatform). docs/opencl.md explains it.
+// libtessera-opencl.so: what it adds to its session (hook/common/session.h: start, fork, charging, the
+// limiter loop): the real entry points (from the ICD loader), device enumeration, the limiter thread's OpenCL
+// steps and clGetExtensionFunctionAddress(ForPlatform). docs/opencl.md explains it.
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,10 +26,6 @@ using hook::LogLevel;
 using hook::LogLine;
 
 void* g_libopencl = nullptr;
-pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
-pthread_mutex_t g_devices_mutex = PTHREAD_MUTEX_INITIALIZER;
-__thread int t_in_init __attribute__((tls_model("initial-exec"))) = 0;
-std::atomic<bool> g_thread_started{false};
 
 // The hooked names and our wrappers, for clGetExtensionFunctionAddress(ForPlatform).
 struct HookEntry {
@@ -41,11 +38,15 @@ const HookEntry kClHooks[] = {
 };
 #undef TS_CL_HOOK
 
-bool LoadRealOpenCl() {
-  if (g_libopencl != nullptr) return true;
+// Library::load_runtime: the ICD loader's entry points, under the session's init lock.
+void LoadRealOpenCl() {
+  if (g_libopencl != nullptr) return;
   const char* path = getenv("TESSERA_REAL_LIBOPENCL");
   void* h = dlopen(path != nullptr && path[0] != 0 ? path : "libOpenCL.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == nullptr) return false;
+  if (h == nullptr) {
+    LogLine(LogLevel::kDebug, "no libOpenCL.so.1 (%s); OpenCL calls fail as without a runtime", dlerror());
+    return;
+  }
 #define TS_CL_HOOK(sym, version) g_cl.sym = reinterpret_cast<decltype(g_cl.sym)>(dlsym(h, #sym));
 #include "hook/opencl/opencl_hooks.def"
 #undef TS_CL_HOOK
@@ -53,16 +54,6 @@ bool LoadRealOpenCl() {
 #include "hook/opencl/opencl_real.def"
 #undef TS_CL_REAL
   g_libopencl = h;
-  return true;
-}
-
-const char* EnvLookup(const char* name) {
-  return getenv(name);
-}
-
-void FormatUuid(const unsigned char* b, char* out, size_t cap) {
-  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 bool HasExtension(cl_device_id id, const char* name) {
@@ -77,7 +68,7 @@ bool HasExtension(cl_device_id id, const char* name) {
   return false;
 }
 
-// Applies the session's limits to the devices and to the shared region. Under g_devices_mutex.
+// Applies the session's limits to the devices and to the shared region. Under the session's devices_mutex().
 void ApplyLimitsLocked() {
   const uint64_t now = hook::MonotonicNs();
   const int n = g_state.device_count.load();
@@ -98,8 +89,8 @@ void ApplyLimitsLocked() {
 // Device `i` of `count` enumerated: names a device that has no UUID, and gives it its region entry. A device
 // without a UUID whose place in the list has a limits line naming a UUID no enumerated device carries is that
 // GPU (a vendor's GPU without cl_khr_device_uuid: the agent's line for it names the node's UUID and its place
-// in the container's list): it takes the UUID, so its quota in the region is the one the agent keeps. Otherwise
-// it is "opencl-<i>". Under g_init_mutex.
+// in the container's list): it takes the UUID, so its quota in the region is the one the agent keeps.
+// Otherwise it is "opencl-<i>". Under the session's init lock.
 void NameAndAttachLocked(int i, int count) {
   HookDevice& d = g_state.devices[i];
   const hook::DeviceLimits* l = hook::FindDeviceLimits(g_state.session.limits, d.named ? d.uuid : nullptr, i);
@@ -136,7 +127,8 @@ void NameAndAttachLocked(int i, int count) {
   }
 }
 
-// Enumerates every device of every platform; gives each its region entry. Under g_init_mutex.
+// Library::start_limited: enumerates every device of every platform; gives each its region entry. Under the
+// session's init lock.
 void SetUpDevicesLocked() {
   if (g_cl.clGetPlatformIDs == nullptr || g_cl.clGetDeviceIDs == nullptr || g_cl.clGetDeviceInfo == nullptr)
     return;
@@ -159,107 +151,27 @@ void SetUpDevicesLocked() {
       unsigned char uuid[CL_UUID_SIZE_KHR];
       if (HasExtension(d.id, "cl_khr_device_uuid") &&
           g_cl.clGetDeviceInfo(d.id, CL_DEVICE_UUID_KHR, sizeof(uuid), uuid, nullptr) == CL_SUCCESS) {
-        FormatUuid(uuid, d.uuid, sizeof(d.uuid));
+        hook::FormatGpuUuid(uuid, d.uuid, sizeof(d.uuid));
         d.named = true;
       }
       ++count;
     }
   }
   for (int i = 0; i < count; ++i) NameAndAttachLocked(i, count);
-  pthread_mutex_lock(&g_devices_mutex);
+  pthread_mutex_lock(g_state.session.devices_mutex());
   g_state.device_count.store(count, std::memory_order_release);
   ApplyLimitsLocked();
-  pthread_mutex_unlock(&g_devices_mutex);
+  pthread_mutex_unlock(g_state.session.devices_mutex());
 }
 
-Mode InitLocked() {
-  hook::SetLogLevelFromEnvironment();
-  if (!LoadRealOpenCl()) {
-    LogLine(LogLevel::kDebug, "no libOpenCL.so.1 (%s); OpenCL calls fail as without a runtime", dlerror());
-  }
-  Error error;
-  const hook::SessionMode m =
-      hook::StartSession("opencl", TESSERA_VERSION, &EnvLookup, &g_state.session, &error);
-  if (m == hook::SessionMode::kFailClosed) {
-    hook::WriteStderrLine("OpenCL device use refused: %s", error.text);
-    return Mode::kFailClosed;
-  }
-  if (m == hook::SessionMode::kPassThrough) {
-    LogLine(LogLevel::kDebug, "no limits configured; passing through");
-    return Mode::kPassThrough;
-  }
-  SetUpDevicesLocked();
-  return Mode::kLimited;
-}
-
-void AtForkPrepare() {
-  pthread_mutex_lock(&g_init_mutex);
-}
-void AtForkParent() {
-  pthread_mutex_unlock(&g_init_mutex);
-}
-void AtForkChild() {
-  pthread_mutex_init(&g_init_mutex, nullptr);
-  pthread_mutex_init(&g_devices_mutex, nullptr);
-  // The limiter thread and the parent's slot stay with the parent; OpenCL objects do not survive fork().
-  g_thread_started.store(false);
-  hook::SessionForgetInChild(&g_state.session);
-  g_state.need_attach.store(true);
+// Library::forget_in_child: OpenCL objects do not survive fork().
+void ForgetInChild() {
   ResetMemTableInChild();
-  hook::ForgetThreadTabInChild();
 }
 
-__attribute__((constructor)) void OnLoad() {
-  // Nothing heavy here: the library may be preloaded into every process of a container.
-  pthread_atfork(&AtForkPrepare, &AtForkParent, &AtForkChild);
-}
-
-__attribute__((destructor)) void OnUnload() {
-  if (CurrentMode() == Mode::kLimited && !g_state.need_attach.load()) {
-    hook::TokenBucket::Settle(hook::ThreadTab());  // what the exiting thread launched and still owes
-    g_state.session.region.Detach();
-  }
-}
-
-bool EnsureAttached() {
-  if (!g_state.need_attach.load(std::memory_order_acquire)) return true;
-  pthread_mutex_lock(&g_init_mutex);
-  bool ok = true;
-  if (g_state.need_attach.load()) {
-    Error error;
-    ok = g_state.session.region.Attach(&error);
-    if (!ok) {
-      hook::WriteStderrLine("%s", error.text);
-    } else {
-      g_state.need_attach.store(false);
-      hook::SessionForkedChildAttached(&g_state.session, false);
-    }
-  }
-  pthread_mutex_unlock(&g_init_mutex);
-  return ok;
-}
+TESSERA_HOOK_SESSION_LIFETIME(g_state.session)
 
 }  // namespace
-
-Mode EnsureInit() {
-  const Mode m = CurrentMode();
-  if (m != Mode::kUninitialized) {
-    if (m == Mode::kLimited && !g_thread_started.load(std::memory_order_relaxed)) StartLimiterThread();
-    return m;
-  }
-  if (t_in_init != 0) return Mode::kPassThrough;  // a call made by the initialization itself
-  pthread_mutex_lock(&g_init_mutex);
-  Mode result = CurrentMode();
-  if (result == Mode::kUninitialized) {
-    t_in_init = 1;
-    result = InitLocked();
-    t_in_init = 0;
-    g_state.mode.store(static_cast<int>(result), std::memory_order_release);
-  }
-  pthread_mutex_unlock(&g_init_mutex);
-  if (result == Mode::kLimited) StartLimiterThread();
-  return result;
-}
 
 HookDevice* FindDevice(cl_device_id id) {
   if (id == nullptr) return nullptr;
@@ -306,25 +218,15 @@ HookDevice* QueueDevice(cl_command_queue queue, bool* profiling) {
 cl_int ChargeBefore(HookDevice* d, uint64_t bytes) {
   if (d == nullptr || d->region_index < 0) return CL_SUCCESS;  // not accounted
   if (!d->has_limits) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  if (!EnsureAttached()) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  hook::SharedRegion& region = g_state.session.region;
-  if (region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) return CL_SUCCESS;
-  // Before saying no: processes of this container that died may still hold charges.
-  if (region.ReclaimDeadSlots() > 0 && region.TryCharge(d->region_index, bytes) == hook::ChargeResult::kOk) {
-    return CL_SUCCESS;
-  }
-  d->shared->oom_count.fetch_add(1, std::memory_order_relaxed);
-  LogLine(LogLevel::kInfo, "refused %llu bytes on %s: %llu of %llu in use by the container",
-          static_cast<unsigned long long>(bytes), d->uuid,
-          static_cast<unsigned long long>(region.Used(d->region_index)),
-          static_cast<unsigned long long>(region.Limit(d->region_index)));
-  return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  if (!g_state.session.EnsureAttached()) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  return g_state.session.Charge(d->region_index, bytes, d->uuid) == hook::ChargeResult::kOk
+             ? CL_SUCCESS
+             : CL_MEM_OBJECT_ALLOCATION_FAILURE;
 }
 
 void Uncharge(HookDevice* d, uint64_t bytes) {
   if (d == nullptr || d->region_index < 0 || bytes == 0) return;
-  if (g_state.need_attach.load(std::memory_order_relaxed)) return;  // a forked child holds nothing
-  g_state.session.region.Uncharge(d->region_index, bytes);
+  g_state.session.Uncharge(d->region_index, bytes, d->uuid);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -357,18 +259,12 @@ uint64_t g_last_step[hook::kMaxDevices] = {0};
 
 // Every millisecond: read the measured launches, refill the budgets, step the elastic controllers.
 bool EveryMs(uint64_t now) {
-  hook::AdvanceTabEpoch();  // the launching threads settle their tabs at their next launch
   g_state.samples.Drain(&DrainSample);
   bool busy = g_state.samples.InFlight() > 0;
   const int n = g_state.device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     HookDevice& d = g_state.devices[i];
-    if (d.shared == nullptr) continue;
-    hook::TokenBucket::Refill(&d.shared->bucket, now);
-    busy = busy || !hook::TokenBucket::Unlimited(&d.shared->bucket);
-    hook::ControllerState* c = &d.shared->controller;
-    const uint64_t last = c->last_step_ns.load(std::memory_order_relaxed);
-    if (last == 0 || now - last >= hook::ElasticController::kStepNs) {
+    if (d.shared != nullptr && hook::RefillDevice(d.shared, now, &busy)) {
       const int32_t util = DeviceUtilization(d, &g_last_measured[i], &g_last_alone[i],
                                              g_last_step[i] == 0 ? 0 : now - g_last_step[i]);
       g_last_step[i] = now;
@@ -376,30 +272,28 @@ bool EveryMs(uint64_t now) {
       // above cannot tell a kernel slowed by another tenant from one given more work through its arguments
       // (a kind is a kernel and its work sizes), nor from the program's own threads on a CPU device.
       const bool elastic = d.limits.policy == hook::ComputePolicy::kElastic;
-      hook::ElasticController::Step(c, &d.shared->bucket, now, elastic ? util : -1,
+      hook::ElasticController::Step(&d.shared->controller, &d.shared->bucket, now, elastic ? util : -1,
                                     elastic && d.limits.tenants == 1);
     }
   }
   return busy;
 }
 
-void* LimiterThread(void*) {
-  hook::LimiterLoop loop;
-  loop.session = &g_state.session;
-  loop.devices_mutex = &g_devices_mutex;
-  loop.each_ms = &EveryMs;
-  loop.limits_changed = &ApplyLimitsLocked;
-  hook::RunLimiterLoop(loop);
-}
-
 }  // namespace
 
-void StartLimiterThread() {
-  if (g_thread_started.exchange(true)) return;
-  if (!hook::StartBackgroundThread(&LimiterThread, "tessera-limit")) {
-    hook::WriteStderrLine("cannot start the limiter thread: compute limits are enforced without it");
-  }
-}
+const hook::Library kOpenClLibrary = {
+    .name = "opencl",
+    .version = TESSERA_VERSION,
+    .refused = "OpenCL device use refused",
+    .load_runtime = &LoadRealOpenCl,
+    .start_limited = &SetUpDevicesLocked,
+    .forget_in_child = &ForgetInChild,
+    .in_limiter_thread = nullptr,
+    .each_ms = &EveryMs,
+    .limits_changed = &ApplyLimitsLocked,
+    .each_quarter = nullptr,
+    .retry_limiter_start = false,  // EnsureInit would try at every call
+};
 
 }  // namespace tessera::opencl_hook
 

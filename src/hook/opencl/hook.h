@@ -41,12 +41,8 @@ struct RealCl {
 };
 extern RealCl g_cl;
 
-enum class Mode : int {
-  kUninitialized = 0,
-  kPassThrough = 1,  // no limits configured: every call goes straight to the runtime
-  kLimited = 2,      // limits apply
-  kFailClosed = 3,   // limits were configured but cannot be read: device use is refused
-};
+// What the hook does in this process (hook/common/session.h).
+using hook::Mode;
 
 // One OpenCL device of the process (all platforms, all device types, in enumeration order: the "index" of
 // the limits file).
@@ -66,21 +62,29 @@ struct HookDevice {
   std::atomic<uint64_t> alone_ns{0};
 };
 
+// What libtessera-opencl.so adds to the session (entry.cc).
+extern const hook::Library kOpenClLibrary;
+
 struct HookState {
-  std::atomic<int> mode{0};
   std::atomic<int> device_count{0};
   HookDevice devices[hook::kMaxDevices];
-  hook::Session session;
+  // The mode, limits, region, agent connection, fork handling and limiter thread (hook/common/session.h,
+  // shared with CUDA).
+  hook::Session session{&kOpenClLibrary};
   hook::KernelCostTable costs;
   hook::SampleRing samples;
-  std::atomic<bool> need_attach{false};  // after fork(): claim a new slot before the next charge
 };
 extern HookState g_state;
 
-// Resolves the real entry points, reads the limits and enumerates the devices, once. Safe from any hook.
-Mode EnsureInit();
+// Resolves the real entry points, reads the limits and enumerates the devices, once; starts the limiter
+// thread in limited mode (again in a forked child). Safe from any hook.
+inline Mode EnsureInit() {
+  const Mode m = g_state.session.EnsureInit();
+  if (m == Mode::kLimited && !g_state.session.limiter_started()) g_state.session.StartLimiterThread();
+  return m;
+}
 inline Mode CurrentMode() {
-  return static_cast<Mode>(g_state.mode.load(std::memory_order_acquire));
+  return g_state.session.mode();
 }
 
 // The hook device of a device handle (a sub-device maps to its root device); null when unknown.
@@ -111,8 +115,6 @@ bool TakeMem(uint64_t key, MemRecord* out);
 // After fork(), in the child: forgets the parent's records.
 void ResetMemTableInChild();
 
-// The limiter thread (started when the devices are set up in limited mode).
-void StartLimiterThread();
 // Completes one sampled launch (limiter thread): false while it is still running.
 bool DrainSample(const hook::SampleRing::Sample& s);
 
