@@ -25,6 +25,7 @@
 #include "kubelet/pod_resources_client.h"
 #include "node/agent.h"
 #include "node/dra_driver.h"
+#include "node/dra_fallback.h"
 #include "node/kube_node_api.h"
 #include "node/node_api.h"
 
@@ -47,6 +48,8 @@ struct Options {
   std::string kubelet_registry_dir = kubelet::kKubeletPluginsRegistryDir;
   std::string cdi_dir = node::kCdiDir;
   int slots_per_gpu = 10;
+  int dra_fallback_after = 60;  // seconds; 0: off
+  std::string scheduler_lease = "tessera-system/tessera-scheduler";
   bool device_nodes = false;
   bool verbose = false;
 };
@@ -133,6 +136,20 @@ int Run(const Options& o) {
   node::NodeAgent agent(config, api.get(), device_plugin_inventory, pod_resources->get());
   if (absl::Status s = agent.Start(); !s.ok()) return Fail(Message(s));
 
+  // Lifts the DRA placement gate of pods tessera-scheduler left waiting while it stays unavailable
+  // (docs/dra.md).
+  std::unique_ptr<node::DraFallback> fallback;
+  if (kube != nullptr && o.dra_fallback_after > 0) {
+    node::DraFallbackConfig fc;
+    fc.node_name = o.node_name;
+    fc.fallback_after = std::chrono::seconds(o.dra_fallback_after);
+    fc.scheduler_lease = o.scheduler_lease;
+    absl::StatusOr<std::unique_ptr<node::DraFallback>> made = node::DraFallback::Create(fc, *kube);
+    if (!made.ok()) return Fail(StrCat("--scheduler-lease: ", Message(made.status())));
+    fallback = *std::move(made);
+    fallback->Start();
+  }
+
   std::unique_ptr<node::DraDriver> dra;
   std::unique_ptr<kubelet::DraPlugin> dra_plugin;
   if (!dra_gpus.empty()) {
@@ -179,7 +196,8 @@ int Run(const Options& o) {
   http::GuardedHttpServer http{
       http::HttpLimits{.request_timeout = std::chrono::seconds(10), .threads = 8, .max_connections = 256}};
   http.Get("/metrics", http.Guard([&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : ""),
+    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : "") +
+                        (fallback ? fallback->MetricsText() : ""),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/healthz", http.Guard([&](const httplib::Request&, httplib::Response& res) {
@@ -206,6 +224,7 @@ int Run(const Options& o) {
   (*plugin)->Stop();
   if (dra_plugin) dra_plugin->Stop();
   if (dra) dra->Stop();
+  if (fallback) fallback->Stop();
   agent.Stop();
   return 0;
 }
@@ -246,6 +265,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--slots-per-gpu", o.slots_per_gpu, "tessera.dev/gpu devices advertised per physical GPU")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option(
+         "--dra-fallback-after", o.dra_fallback_after,
+         "Seconds a pod gated for DRA placement by tessera-scheduler waits, with tessera-scheduler's Lease "
+         "unrenewed as long, before this agent hands it to kube-scheduler's allocator (0: off; docs/dra.md)")
+      ->check(CLI::Range(0, 604800))
+      ->capture_default_str();
+  app.add_option("--scheduler-lease", o.scheduler_lease,
+                 "NAMESPACE/NAME of tessera-scheduler's Lease (its --leader-elect-namespace and "
+                 "--leader-elect-lease)")
       ->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "HOST:PORT of /metrics and /healthz (empty: off)")
       ->capture_default_str();

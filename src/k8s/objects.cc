@@ -130,6 +130,12 @@ absl::StatusOr<std::chrono::system_clock::time_point> ParseTime(std::string_view
     return bad();
   }
   if (mon < 1 || mon > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 60) return bad();
+  // A system_clock time point counts nanoseconds in 64 bits: 1677-09-21 to 2262-04-11. Outside those years the
+  // conversion below would overflow (a forged annotation such as 0001-01-01T00:00:00Z).
+  if (year < 1678 || year > 2261) {
+    return absl::InvalidArgumentError(
+        StrCat("'", text, "': the year is outside 1678-2261, which a timestamp here can hold"));
+  }
   size_t i = 19;
   int64_t micros = 0;
   if (i < text.size() && text[i] == '.') {
