@@ -65,7 +65,9 @@ class Family {
   Family(std::string_view name, std::string_view help, std::string_view type)
       : name_(name), help_(help), type_(type) {}
 
-  void Add(std::string_view label_set, std::string_view value) { AppendSample(&samples_, name_, label_set, value); }
+  void Add(std::string_view label_set, std::string_view value) {
+    AppendSample(&samples_, name_, label_set, value);
+  }
   template <typename T>
   void Add(std::initializer_list<Label> labels, T value) {
     AppendSample(&samples_, name_, labels, value);

@@ -89,8 +89,8 @@ class CondVar {
   std::condition_variable cv_;
 };
 
-// Sleeps for `d`, or less when `stop` is requested (at once, even if it was before the call). False when stopped.
-// Guards nothing: the lock inside is the condition variable's own, private to the call.
+// Sleeps for `d`, or less when `stop` is requested (at once, even if it was before the call). False when
+// stopped. Guards nothing: the lock inside is the condition variable's own, private to the call.
 inline bool SleepFor(std::chrono::milliseconds d, const std::stop_token& stop) {
   if (!stop.stop_possible()) {
     std::this_thread::sleep_for(d);

@@ -61,7 +61,7 @@ class NvmlGpuSource : public GpuSource {
 
   std::unique_ptr<NvmlLibrary> nvml_;
   const GpuSourceOptions options_;
-  mutable Mutex mu_;  // the devices and the event set
+  mutable Mutex mu_;                                      // the devices and the event set
   std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);      // by index; filled by Read()
   nvmlEventSet_t events_ ABSL_GUARDED_BY(mu_) = nullptr;  // created at the first wait
   bool events_unavailable_ ABSL_GUARDED_BY(mu_) = false;

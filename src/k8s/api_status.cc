@@ -16,8 +16,8 @@ constexpr char kPayloadUrl[] = "type.tessera.dev/k8s.ApiError";
 
 // Every HTTP code the API server answers with a Status, with the reason it gives (metav1.StatusReason in
 // k8s.io/apimachinery/pkg/apis/meta/v1/types.go, v0.37.2), how a caller should react (the absl code) and what
-// it can do. The first row of a code gives that code's reason when a reply names none; a later row of the same
-// code is another reason the server uses with it. 410: kube-apiserver's every 410 is Expired
+// it can do. The first row of a code gives that code's reason when a reply names none; a later row of the
+// same code is another reason the server uses with it. 410: kube-apiserver's every 410 is Expired
 // (errors.NewResourceExpired in k8s.io/apiserver's storage/cacher and storage/etcd3: a watch or list from a
 // compacted resourceVersion, an expired continue token); metav1.StatusReasonGone is the generic 410, which
 // client-go's errors.IsGone also accepts; both mean "list again".
@@ -29,14 +29,16 @@ struct HttpReason {
 };
 
 constexpr std::string_view kCredentialsHint =
-    "the server did not accept the credentials: check the token (or token file) and client certificate of the "
+    "the server did not accept the credentials: check the token (or token file) and client certificate of "
+    "the "
     "client's configuration";
 constexpr std::string_view kRbacHint =
     "the identity lacks permission for this verb on this resource: grant it with RBAC (a Role or ClusterRole "
     "and a binding)";
 constexpr std::string_view kConflictHint =
     "the object changed since it was read, or a precondition failed: read it again and retry";
-constexpr std::string_view kGoneHint = "the resourceVersion or continue token is older than the server keeps: list again";
+constexpr std::string_view kGoneHint =
+    "the resourceVersion or continue token is older than the server keeps: list again";
 constexpr std::string_view kOverloadHint = "the server is overloaded: retry later";
 constexpr std::string_view kServerHint = "the server failed: retry later";
 

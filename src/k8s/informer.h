@@ -111,7 +111,7 @@ class Informer {
   const InformerOptions options_;
   const InformerHandlers handlers_;
 
-  mutable Mutex mu_;  // the store and what is known about it
+  mutable Mutex mu_;           // the store and what is known about it
   mutable CondVar synced_cv_;  // signalled when synced_ or stopped_ is set
   std::unordered_map<std::string, std::shared_ptr<const Json>> store_ ABSL_GUARDED_BY(mu_);
   std::string resource_version_ ABSL_GUARDED_BY(mu_);

@@ -83,15 +83,17 @@ std::string NodeAgent::MetricsText() const {
   for (const formats::InventoryGpu& g : inventory_.gpus) gpu_of[g.info.uuid.value()] = &g;
   std::map<std::string, GpuSum> per_gpu;
   Families families;
-  Family& ctr_memory_used = families.Add("tessera_container_memory_used_bytes",
-                                         "GPU memory a container holds on a GPU (its shared region).", "gauge");
-  Family& ctr_memory_limit =
-      families.Add("tessera_container_memory_limit_bytes", "GPU memory limit of a container on a GPU.", "gauge");
+  Family& ctr_memory_used =
+      families.Add("tessera_container_memory_used_bytes",
+                   "GPU memory a container holds on a GPU (its shared region).", "gauge");
+  Family& ctr_memory_limit = families.Add("tessera_container_memory_limit_bytes",
+                                          "GPU memory limit of a container on a GPU.", "gauge");
   Family& ctr_cores_used = families.Add(
       "tessera_container_cores_used_percent",
       "Compute a container used on a GPU over the hook's last step, percent of the GPU.", "gauge");
-  Family& ctr_cores_limit = families.Add("tessera_container_cores_limit_percent",
-                                         "Compute share of a container on a GPU, percent of the GPU.", "gauge");
+  Family& ctr_cores_limit =
+      families.Add("tessera_container_cores_limit_percent",
+                   "Compute share of a container on a GPU, percent of the GPU.", "gauge");
   Family& ctr_processes = families.Add("tessera_container_processes",
                                        "Processes of a container registered with the agent.", "gauge");
   for (const auto& [key, t] : tenants_) {
@@ -132,8 +134,9 @@ std::string NodeAgent::MetricsText() const {
       sum.cores_limit += cores_limit;
       sum.tenants += 1;
     }
-    ctr_processes.Add({{"Hostname", node}, {"namespace", r.ns}, {"pod", r.pod_name}, {"container", r.container}},
-                      procs_of[key]);
+    ctr_processes.Add(
+        {{"Hostname", node}, {"namespace", r.ns}, {"pod", r.pod_name}, {"container", r.container}},
+        procs_of[key]);
   }
   Family& gpu_health = families.Add("tessera_gpu_health", "1 when the GPU is healthy, 0 when not.", "gauge");
   Family& gpu_memory_total = families.Add("tessera_gpu_memory_total_bytes", "Memory of the GPU.", "gauge");
@@ -141,8 +144,9 @@ std::string NodeAgent::MetricsText() const {
                                          "GPU memory held by all Tessera containers on the GPU.", "gauge");
   Family& gpu_memory_limit = families.Add("tessera_gpu_memory_limit_bytes",
                                           "Sum of the memory limits of the containers on the GPU.", "gauge");
-  Family& gpu_cores_used = families.Add("tessera_gpu_cores_used_percent",
-                                        "Compute used by all Tessera containers on the GPU, percent.", "gauge");
+  Family& gpu_cores_used =
+      families.Add("tessera_gpu_cores_used_percent",
+                   "Compute used by all Tessera containers on the GPU, percent.", "gauge");
   Family& gpu_cores_limit = families.Add("tessera_gpu_cores_limit_percent",
                                          "Sum of the compute shares given on the GPU, percent.", "gauge");
   Family& gpu_tenants = families.Add("tessera_gpu_tenants", "Containers sharing the GPU.", "gauge");

@@ -66,9 +66,9 @@ class DraDriver : public kubelet::DraBackend {
   const DraDriverConfig config_;
   k8s::KubeApi* const api_;
   NodeAgent* const agent_;
-  // Prepare and Unprepare of one claim never overlap (the kubelet may unprepare a claim whose prepare it gave up
-  // waiting for): each holds the lock its claim UID hashes to for the whole call.
-  // They guard no field: the API calls and files of one claim. Taken before mu_.
+  // Prepare and Unprepare of one claim never overlap (the kubelet may unprepare a claim whose prepare it gave
+  // up waiting for): each holds the lock its claim UID hashes to for the whole call. They guard no field: the
+  // API calls and files of one claim. Taken before mu_.
   Mutex& ClaimLock(const std::string& uid);
   std::array<Mutex, 64> claim_locks_;
 

@@ -19,17 +19,26 @@
 namespace tessera::k8s {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeCluster;
+using ::testing::HasSubstr;
 using testing::MakePod;
 
 TEST(ApiStatusTest, EachCodeHasTheApiServersReason) {
-  const std::pair<int, std::string_view> reasons[] = {
-      {400, "BadRequest"},          {401, "Unauthorized"},     {403, "Forbidden"},
-      {404, "NotFound"},            {405, "MethodNotAllowed"}, {406, "NotAcceptable"},
-      {409, "Conflict"},            {410, "Expired"},          {413, "RequestEntityTooLarge"},
-      {415, "UnsupportedMediaType"}, {422, "Invalid"},         {429, "TooManyRequests"},
-      {500, "InternalError"},       {503, "ServiceUnavailable"}, {504, "Timeout"}};
+  const std::pair<int, std::string_view> reasons[] = {{400, "BadRequest"},
+                                                      {401, "Unauthorized"},
+                                                      {403, "Forbidden"},
+                                                      {404, "NotFound"},
+                                                      {405, "MethodNotAllowed"},
+                                                      {406, "NotAcceptable"},
+                                                      {409, "Conflict"},
+                                                      {410, "Expired"},
+                                                      {413, "RequestEntityTooLarge"},
+                                                      {415, "UnsupportedMediaType"},
+                                                      {422, "Invalid"},
+                                                      {429, "TooManyRequests"},
+                                                      {500, "InternalError"},
+                                                      {503, "ServiceUnavailable"},
+                                                      {504, "Timeout"}};
   for (const auto& [code, reason] : reasons) EXPECT_EQ(ReasonForHttp(code), reason) << code;
   // No reason for a code the API server does not give one (metav1.StatusReasonUnknown is "").
   EXPECT_EQ(ReasonForHttp(418), "");
@@ -38,9 +47,11 @@ TEST(ApiStatusTest, EachCodeHasTheApiServersReason) {
 
 TEST(ApiStatusTest, GoneAndExpiredBothMeanListAgain) {
   for (std::string_view reason : {"Expired", "Gone"}) {
-    absl::Status s = StatusFromStatusObject(
-        {{"kind", "Status"}, {"code", 410}, {"reason", std::string(reason)}, {"message", "too old resource version: 5 (9)"}},
-        "WATCH /api/v1/pods");
+    absl::Status s = StatusFromStatusObject({{"kind", "Status"},
+                                             {"code", 410},
+                                             {"reason", std::string(reason)},
+                                             {"message", "too old resource version: 5 (9)"}},
+                                            "WATCH /api/v1/pods");
     EXPECT_TRUE(IsGone(s)) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("list again"));
     ASSERT_TRUE(GetApiError(s).has_value());
@@ -55,7 +66,8 @@ TEST(ApiStatusTest, AReplyThatNamesNoReasonTakesTheTables) {
   EXPECT_THAT(std::string(gone.message()), HasSubstr("HTTP 410 Expired"));
 
   // 409 is AlreadyExists or Conflict by the reason given, Conflict when none is.
-  EXPECT_TRUE(absl::IsAlreadyExists(StatusFromStatusObject({{"code", 409}, {"reason", "AlreadyExists"}}, "POST")));
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(StatusFromStatusObject({{"code", 409}, {"reason", "AlreadyExists"}}, "POST")));
   EXPECT_TRUE(IsConflict(StatusFromStatusObject({{"code", 409}, {"reason", "Conflict"}}, "PUT")));
   EXPECT_TRUE(IsConflict(StatusFromHttp(409, "", "PUT")));
 

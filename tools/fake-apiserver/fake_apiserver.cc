@@ -230,7 +230,8 @@ namespace {
 
 absl::Status ToStatus(const Outcome& o) {
   if (o.ok()) return absl::OkStatus();
-  return absl::Status(k8s::CodeForHttp(o.code, o.reason), StrCat("HTTP ", o.code, " ", o.reason, ": ", o.message));
+  return absl::Status(k8s::CodeForHttp(o.code, o.reason),
+                      StrCat("HTTP ", o.code, " ", o.reason, ": ", o.message));
 }
 
 }  // namespace
