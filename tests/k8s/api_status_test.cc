@@ -11,8 +11,11 @@
 // "list again".
 #include "k8s/api_status.h"
 
+#include <curl/curl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "k8s/k8s_test_util.h"
 
@@ -22,6 +25,22 @@ namespace {
 using testing::FakeCluster;
 using ::testing::HasSubstr;
 using testing::MakePod;
+
+// The body of a plain GET, as the server wrote it (the client would fill in a missing reason).
+std::string RawBody(const std::string& url) {
+  std::string body;
+  CURL* e = curl_easy_init();
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(
+      e, CURLOPT_WRITEFUNCTION, +[](char* p, size_t size, size_t n, void* out) {
+        static_cast<std::string*>(out)->append(p, size * n);
+        return size * n;
+      });
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+  curl_easy_perform(e);
+  curl_easy_cleanup(e);
+  return body;
+}
 
 TEST(ApiStatusTest, EachCodeHasTheApiServersReason) {
   const std::pair<int, std::string_view> reasons[] = {{400, "BadRequest"},
@@ -82,6 +101,11 @@ TEST(ApiStatusTest, TheFakeApiServerWritesTheSameReasons) {
   ASSERT_TRUE(c.server->Create("pods", "default", MakePod("a")).ok());
   for (int code : {403, 406, 410, 413, 422}) {
     SCOPED_TRACE(code);
+    c.server->FailRequests({.verb = "get", .status = code, .count = 1});
+    const Json written =
+        Json::parse(RawBody(c.server->url() + "/api/v1/namespaces/default/pods/a"), nullptr, false);
+    ASSERT_TRUE(written.is_object()) << code;
+    EXPECT_EQ(written.value("reason", ""), ReasonForHttp(code));
     c.server->FailRequests({.verb = "get", .status = code, .count = 1});
     absl::Status s = c.api->Get(kPods, "default", "a").status();
     ASSERT_TRUE(GetApiError(s).has_value()) << s;
