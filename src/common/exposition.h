@@ -13,6 +13,7 @@
 #define TESSERA_COMMON_EXPOSITION_H_
 
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -48,6 +49,49 @@ void AppendSample(std::string* out, std::string_view name, std::initializer_list
 // name; empty is allowed: the family is declared with no series).
 void AppendFamily(std::string* out, std::string_view name, std::string_view help, std::string_view type,
                   std::string_view samples);
+
+// A family whose name, help and type are said once, with the samples added through it. Families keeps a set
+// of them in the order they were added and writes them in that order, so no list of names, help texts and
+// sample buffers is kept in step by index:
+//
+//   Families families;
+//   Family& used = families.Add("tessera_gpu_memory_used_bytes", "GPU memory held on the GPU.", "gauge");
+//   used.Add(labels, FormatValue(bytes));                 // once per series
+//   families.AppendTo(&out);
+//
+// name, help and type are viewed, not copied: pass string literals.
+class Family {
+ public:
+  Family(std::string_view name, std::string_view help, std::string_view type)
+      : name_(name), help_(help), type_(type) {}
+
+  void Add(std::string_view label_set, std::string_view value) {
+    AppendSample(&samples_, name_, label_set, value);
+  }
+  template <typename T>
+  void Add(std::initializer_list<Label> labels, T value) {
+    AppendSample(&samples_, name_, labels, value);
+  }
+  void AppendTo(std::string* out) const { AppendFamily(out, name_, help_, type_, samples_); }
+
+ private:
+  std::string_view name_, help_, type_;
+  std::string samples_;
+};
+
+class Families {
+ public:
+  // The reference stays valid as long as the set.
+  Family& Add(std::string_view name, std::string_view help, std::string_view type) {
+    return families_.emplace_back(name, help, type);
+  }
+  void AppendTo(std::string* out) const {
+    for (const Family& f : families_) f.AppendTo(out);
+  }
+
+ private:
+  std::deque<Family> families_;
+};
 
 // tessera_build_info{version="<project version>",revision="<git commit the build was configured at, or
 // unknown>"} 1

@@ -6,6 +6,7 @@
 //   void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 //   { MutexLock lock(&mu_); tenants_.erase(key); }
 //   cv_.WaitFor(&mu_, std::chrono::seconds(1));          // a CondVar, signalled by whoever changes the state
+//   if (!SleepFor(backoff, stop)) return;                // a std::jthread's pause that its stop ends at once
 //
 // Why not absl::Mutex: Debian's abseil is built without ThreadSanitizer, so TSan (the "tsan" preset) cannot
 // see its synchronization and reports races on everything it guards. std::mutex is pthread's, which TSan
@@ -16,6 +17,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <stop_token>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 
@@ -71,12 +74,34 @@ class CondVar {
     lock.release();
     return signalled;
   }
+  // False when `until` passed. A wait on a condition with a deadline:
+  //   while (!done_) if (!cv_.WaitUntil(&mu_, deadline)) break;
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    const bool signalled = cv_.wait_until(lock, until) == std::cv_status::no_timeout;
+    lock.release();
+    return signalled;
+  }
   void Signal() { cv_.notify_one(); }
   void SignalAll() { cv_.notify_all(); }
 
  private:
   std::condition_variable cv_;
 };
+
+// Sleeps for `d`, or less when `stop` is requested (at once, even if it was before the call). False when
+// stopped. Guards nothing: the lock inside is the condition variable's own, private to the call.
+inline bool SleepFor(std::chrono::milliseconds d, const std::stop_token& stop) {
+  if (!stop.stop_possible()) {
+    std::this_thread::sleep_for(d);
+    return true;
+  }
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, stop, d, [] { return false; });
+  return !stop.stop_requested();
+}
 
 }  // namespace tessera
 

@@ -20,7 +20,7 @@ HealthMonitor::~HealthMonitor() {
 }
 
 std::map<core::GpuUuid, HealthUpdate> HealthMonitor::Current() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return current_;
 }
 
@@ -38,7 +38,7 @@ void HealthMonitor::Run() {
     last_error.clear();
     for (const HealthUpdate& u : *updates) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         auto it = current_.find(u.uuid);
         if (it == current_.end() || it->second.health == u.health) continue;
         it->second = u;

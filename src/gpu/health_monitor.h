@@ -17,9 +17,9 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "gpu/gpu_source.h"
 
 namespace tessera::gpu {
@@ -36,16 +36,16 @@ class HealthMonitor {
   HealthMonitor& operator=(const HealthMonitor&) = delete;
 
   // The last reported health of every GPU of the initial inventory.
-  std::map<core::GpuUuid, HealthUpdate> Current() const;
+  std::map<core::GpuUuid, HealthUpdate> Current() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);  // the listener runs without the lock
 
   GpuSource* const source_;
   const Listener listener_;
   const std::chrono::milliseconds wait_slice_;
-  mutable std::mutex mu_;
-  std::map<core::GpuUuid, HealthUpdate> current_;
+  mutable Mutex mu_;  // the last reported health
+  std::map<core::GpuUuid, HealthUpdate> current_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -76,7 +76,7 @@ NvmlGpuSource::~NvmlGpuSource() {
 
 absl::StatusOr<GpuInventory> NvmlGpuSource::Read() {
   const NvmlApi& api = nvml_->api();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto fail = [&](std::string_view call, nvmlReturn_t r, int index) {
     return absl::UnavailableError(StrCat(call, index >= 0 ? StrCat(" for GPU ", index) : "",
                                          " failed: ", nvml_->ErrorString(r),
@@ -263,7 +263,7 @@ absl::Status NvmlGpuSource::EnsureEventSet() {
 
 std::vector<HealthUpdate> NvmlGpuSource::RunChecks() {
   const NvmlApi& api = nvml_->api();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<HealthUpdate> out;
   for (Device& d : devices_) {
     nvmlMemory_t memory{};
@@ -285,7 +285,7 @@ absl::StatusOr<std::vector<HealthUpdate>> NvmlGpuSource::WaitForHealthEvents(std
   absl::Status setup;
   nvmlEventSet_t events = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     setup = EnsureEventSet();
     events = events_;
   }
@@ -297,7 +297,7 @@ absl::StatusOr<std::vector<HealthUpdate>> NvmlGpuSource::WaitForHealthEvents(std
     if (r == NVML_SUCCESS && (data.eventType & nvmlEventTypeXidCriticalError) != 0) {
       const unsigned long long xid = data.eventData;
       if (options_.ignored_xids.count(xid) == 0) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         for (Device& d : devices_) {
           if (data.device != nullptr && d.handle != data.device) continue;
           d.xid_failed = true;

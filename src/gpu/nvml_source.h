@@ -22,11 +22,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "gpu/gpu_source.h"
 #include "gpu/nvml_library.h"
 
@@ -38,8 +38,10 @@ class NvmlGpuSource : public GpuSource {
   ~NvmlGpuSource() override;
 
   std::string Name() const override { return "nvml"; }
-  absl::StatusOr<formats::GpuInventory> Read() override;
-  absl::StatusOr<std::vector<HealthUpdate>> WaitForHealthEvents(std::chrono::milliseconds timeout) override;
+  absl::StatusOr<formats::GpuInventory> Read() override ABSL_LOCKS_EXCLUDED(mu_);
+  // The NVML wait runs without the lock.
+  absl::StatusOr<std::vector<HealthUpdate>> WaitForHealthEvents(std::chrono::milliseconds timeout) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Device {
@@ -53,17 +55,17 @@ class NvmlGpuSource : public GpuSource {
 
   NvmlGpuSource(std::unique_ptr<NvmlLibrary> nvml, GpuSourceOptions options)
       : nvml_(std::move(nvml)), options_(std::move(options)) {}
-  absl::Status EnsureEventSet();      // under mu_
+  absl::Status EnsureEventSet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   HealthUpdate HealthOf(const Device& d) const;
-  std::vector<HealthUpdate> RunChecks();
+  std::vector<HealthUpdate> RunChecks() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<NvmlLibrary> nvml_;
   const GpuSourceOptions options_;
-  mutable std::mutex mu_;
-  std::vector<Device> devices_;       // by index; filled by Read()
-  nvmlEventSet_t events_ = nullptr;   // created at the first wait
-  bool events_unavailable_ = false;
-  std::chrono::steady_clock::time_point next_check_{};
+  mutable Mutex mu_;                                      // the devices and the event set
+  std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);      // by index; filled by Read()
+  nvmlEventSet_t events_ ABSL_GUARDED_BY(mu_) = nullptr;  // created at the first wait
+  bool events_unavailable_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point next_check_{};  // the waiting thread's only
 };
 
 }  // namespace tessera::gpu

@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/types/optional.h"
+#include "common/quote.h"
 #include "core/strings.h"
 #include "formats/bounded_json.h"
 
@@ -13,69 +14,75 @@ namespace {
 
 constexpr char kPayloadUrl[] = "type.tessera.dev/k8s.ApiError";
 
-std::string_view DefaultReason(int code) {
-  switch (code) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 405:
-      return "MethodNotAllowed";
-    case 406:
-      return "NotAcceptable";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Gone";
-    case 413:
-      return "RequestEntityTooLarge";
-    case 415:
-      return "UnsupportedMediaType";
-    case 422:
-      return "Invalid";
-    case 429:
-      return "TooManyRequests";
-    case 500:
-      return "InternalError";
-    case 503:
-      return "ServiceUnavailable";
-    case 504:
-      return "Timeout";
-    default:
-      return "Unknown";
+// Every HTTP code the API server answers with a Status, with the reason it gives (metav1.StatusReason in
+// k8s.io/apimachinery/pkg/apis/meta/v1/types.go, v0.37.2), how a caller should react (the absl code) and what
+// it can do. The first row of a code gives that code's reason when a reply names none; a later row of the
+// same code is another reason the server uses with it. 410: kube-apiserver's every 410 is Expired
+// (errors.NewResourceExpired in k8s.io/apiserver's storage/cacher and storage/etcd3: a watch or list from a
+// compacted resourceVersion, an expired continue token); metav1.StatusReasonGone is the generic 410, which
+// client-go's errors.IsGone also accepts; both mean "list again".
+struct HttpReason {
+  int http_code;
+  std::string_view reason;
+  absl::StatusCode code;
+  std::string_view hint;
+};
+
+constexpr std::string_view kCredentialsHint =
+    "the server did not accept the credentials: check the token (or token file) and client certificate of "
+    "the "
+    "client's configuration";
+constexpr std::string_view kRbacHint =
+    "the identity lacks permission for this verb on this resource: grant it with RBAC (a Role or ClusterRole "
+    "and a binding)";
+constexpr std::string_view kConflictHint =
+    "the object changed since it was read, or a precondition failed: read it again and retry";
+constexpr std::string_view kGoneHint =
+    "the resourceVersion or continue token is older than the server keeps: list again";
+constexpr std::string_view kOverloadHint = "the server is overloaded: retry later";
+constexpr std::string_view kServerHint = "the server failed: retry later";
+
+constexpr HttpReason kHttpReasons[] = {
+    {400, "BadRequest", absl::StatusCode::kInvalidArgument, ""},
+    {401, "Unauthorized", absl::StatusCode::kUnauthenticated, kCredentialsHint},
+    {403, "Forbidden", absl::StatusCode::kPermissionDenied, kRbacHint},
+    {404, "NotFound", absl::StatusCode::kNotFound, ""},
+    {405, "MethodNotAllowed", absl::StatusCode::kUnimplemented, ""},
+    {406, "NotAcceptable", absl::StatusCode::kUnimplemented, ""},
+    {409, "Conflict", absl::StatusCode::kAborted, kConflictHint},
+    {409, "AlreadyExists", absl::StatusCode::kAlreadyExists, ""},
+    {410, "Expired", absl::StatusCode::kOutOfRange, kGoneHint},
+    {410, "Gone", absl::StatusCode::kOutOfRange, kGoneHint},
+    {413, "RequestEntityTooLarge", absl::StatusCode::kInvalidArgument, ""},
+    {415, "UnsupportedMediaType", absl::StatusCode::kInvalidArgument, ""},
+    {422, "Invalid", absl::StatusCode::kInvalidArgument, ""},
+    {429, "TooManyRequests", absl::StatusCode::kUnavailable, kOverloadHint},
+    {500, "InternalError", absl::StatusCode::kUnavailable, kServerHint},
+    {503, "ServiceUnavailable", absl::StatusCode::kUnavailable, kServerHint},
+    {504, "Timeout", absl::StatusCode::kUnavailable, kServerHint},
+};
+
+// The row of (code, reason), else the code's first row; null for a code the table lacks.
+const HttpReason* Find(int http_code, std::string_view reason) {
+  const HttpReason* first = nullptr;
+  for (const HttpReason& r : kHttpReasons) {
+    if (r.http_code != http_code) continue;
+    if (r.reason == reason) return &r;
+    if (first == nullptr) first = &r;
   }
+  return first;
 }
 
 // What a caller can do about an error of this kind.
-std::string_view Hint(int code, std::string_view reason) {
-  switch (code) {
-    case 401:
-      return "the server did not accept the credentials: check the token (or token file) and client "
-             "certificate "
-             "of the client's configuration";
-    case 403:
-      return "the identity lacks permission for this verb on this resource: grant it with RBAC (a Role or "
-             "ClusterRole and a binding)";
-    case 409:
-      if (reason == "AlreadyExists") return "";
-      return "the object changed since it was read, or a precondition failed: read it again and retry";
-    case 410:
-      return "the resourceVersion or continue token is older than the server keeps: list again";
-    case 429:
-      return "the server is overloaded: retry later";
-    default:
-      if (code >= 500) return "the server failed: retry later";
-      return "";
-  }
+std::string_view Hint(int http_code, std::string_view reason) {
+  if (const HttpReason* r = Find(http_code, reason)) return r->hint;
+  return http_code >= 500 ? kServerHint : "";
 }
 
 absl::Status Make(int http_code, std::string reason, std::string_view detail, std::string_view what,
                   std::optional<std::chrono::seconds> retry_after) {
-  if (reason.empty()) reason = std::string(DefaultReason(http_code));
+  if (reason.empty()) reason = std::string(ReasonForHttp(http_code));
+  if (reason.empty()) reason = "Unknown";
   std::string msg = StrCat(what, ": HTTP ", http_code, " ", reason);
   if (!detail.empty()) StrAppend(&msg, ": ", detail);
   std::string_view hint = Hint(http_code, reason);
@@ -86,43 +93,17 @@ absl::Status Make(int http_code, std::string reason, std::string_view detail, st
   return s;
 }
 
-std::string Quote(std::string_view body) {
-  constexpr size_t kMax = 200;
-  std::string out;
-  for (char c : body.substr(0, kMax)) out.push_back(c == '\n' || c == '\r' ? ' ' : c);
-  if (body.size() > kMax) out += "...";
-  return out;
-}
-
 }  // namespace
+
+std::string_view ReasonForHttp(int http_code) {
+  const HttpReason* r = Find(http_code, "");
+  return r != nullptr ? r->reason : "";
+}
 
 absl::StatusCode CodeForHttp(int http_code, std::string_view reason) {
   if (http_code >= 200 && http_code < 300) return absl::StatusCode::kOk;
-  switch (http_code) {
-    case 400:
-    case 413:
-    case 415:
-    case 422:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 403:
-      return absl::StatusCode::kPermissionDenied;
-    case 404:
-      return absl::StatusCode::kNotFound;
-    case 405:
-    case 406:
-      return absl::StatusCode::kUnimplemented;
-    case 409:
-      return reason == "AlreadyExists" ? absl::StatusCode::kAlreadyExists : absl::StatusCode::kAborted;
-    case 410:
-      return absl::StatusCode::kOutOfRange;
-    case 429:
-      return absl::StatusCode::kUnavailable;
-    default:
-      if (http_code >= 500) return absl::StatusCode::kUnavailable;
-      return absl::StatusCode::kUnknown;
-  }
+  if (const HttpReason* r = Find(http_code, reason)) return r->code;
+  return http_code >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kUnknown;
 }
 
 absl::Status StatusFromStatusObject(const nlohmann::json& status, std::string_view what) {

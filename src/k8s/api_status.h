@@ -12,7 +12,7 @@
 //   | 404 NotFound            | kNotFound            |                                                   |
 //   | 409 AlreadyExists       | kAlreadyExists       |                                                   |
 //   | 409 Conflict            | kAborted             | read again and retry (optimistic concurrency)     |
-//   | 410 Gone / Expired      | kOutOfRange          | list again (IsGone): the resourceVersion is too old|
+//   | 410 Expired (or Gone)   | kOutOfRange          | list again (IsGone): the resourceVersion is too old|
 //   | 429, 5xx                | kUnavailable         | retry later (the client honours Retry-After)      |
 //   | transport, TLS trouble  | kUnavailable / kFailedPrecondition (TLS verification: fix the CA)        |
 //
@@ -49,6 +49,13 @@ absl::Status StatusFromHttp(int http_code, std::string_view body, std::string_vi
 // The status of a Status object (a watch ERROR event carries one).
 absl::Status StatusFromStatusObject(const nlohmann::json& status, std::string_view what);
 
+// The reason kube-apiserver gives `http_code` (metav1.StatusReason): "NotFound" for 404, "Conflict" for 409,
+// "Expired" for 410 (what it sends for a resourceVersion or continue token older than its history; a Status
+// may also say "Gone", metav1's generic 410, which reads the same), "" for a code it has no reason for
+// (metav1.StatusReasonUnknown). The client names an error by it when a reply gives none, and the fake API
+// server (tools/fake-apiserver) writes it into the Status of an injected failure: one table for both.
+std::string_view ReasonForHttp(int http_code);
+
 // The absl code for an HTTP code and a Status reason.
 absl::StatusCode CodeForHttp(int http_code, std::string_view reason);
 
@@ -59,7 +66,7 @@ std::optional<ApiError> GetApiError(const absl::Status& status);
 inline bool IsConflict(const absl::Status& s) {
   return s.code() == absl::StatusCode::kAborted;
 }
-// 410 Gone / Expired: the resourceVersion (or continue token) is older than the server's history.
+// 410 Expired (or Gone): the resourceVersion (or continue token) is older than the server's history.
 inline bool IsGone(const absl::Status& s) {
   return s.code() == absl::StatusCode::kOutOfRange;
 }

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,6 +17,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/quote.h"
 #include "core/strings.h"
 #include "formats/bounded_json.h"
 #include "k8s/api_status.h"
@@ -35,9 +36,12 @@ std::once_flag curl_init_once;
 class TokenSource {
  public:
   TokenSource(std::string token, std::string file, std::chrono::seconds reload)
-      : token_(std::move(token)), file_(std::move(file)), reload_(reload) {
+      : fixed_(file.empty() ? token : std::string()),
+        file_(std::move(file)),
+        reload_(reload),
+        token_(std::move(token)) {
     if (!file_.empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ReloadLocked(Clock::now());
     }
   }
@@ -45,9 +49,9 @@ class TokenSource {
   bool from_file() const { return !file_.empty(); }
   const std::string& file() const { return file_; }
 
-  std::string Current() {
-    if (file_.empty()) return token_;
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string Current() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (file_.empty()) return fixed_;
+    MutexLock lock(&mu_);
     auto now = Clock::now();
     if (now - last_read_ >= reload_) {
       ReloadLocked(now);
@@ -60,20 +64,20 @@ class TokenSource {
   }
 
   // After a 401 with `rejected`: reads the file again. True when the token is now different.
-  bool Refresh(const std::string& rejected) {
+  bool Refresh(const std::string& rejected) ABSL_LOCKS_EXCLUDED(mu_) {
     if (file_.empty()) return false;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ReloadLocked(Clock::now());
     return token_ != rejected;
   }
 
  private:
-  bool Changed(const struct stat& st) const {
+  bool Changed(const struct stat& st) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return st.st_ino != ino_ || st.st_size != size_ || st.st_mtim.tv_sec != mtime_.tv_sec ||
            st.st_mtim.tv_nsec != mtime_.tv_nsec;
   }
 
-  void ReloadLocked(Clock::time_point now) {
+  void ReloadLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     last_read_ = now;
     last_stat_ = now;
     std::FILE* f = std::fopen(file_.c_str(), "rb");
@@ -100,15 +104,16 @@ class TokenSource {
     token_ = std::string(t);
   }
 
-  std::mutex mu_;
-  std::string token_;
+  const std::string fixed_;  // the token when there is no file
   const std::string file_;
   const std::chrono::seconds reload_;
-  Clock::time_point last_read_{};
-  Clock::time_point last_stat_{};
-  ino_t ino_ = 0;
-  off_t size_ = 0;
-  struct timespec mtime_ {};
+  Mutex mu_;  // the token read from the file (the given one until a read succeeds), when and what was read
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_read_ ABSL_GUARDED_BY(mu_){};
+  Clock::time_point last_stat_ ABSL_GUARDED_BY(mu_){};
+  ino_t ino_ ABSL_GUARDED_BY(mu_) = 0;
+  off_t size_ ABSL_GUARDED_BY(mu_) = 0;
+  struct timespec mtime_ ABSL_GUARDED_BY(mu_) {};
 };
 
 struct HandlePair {
@@ -175,14 +180,6 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     t->content_type = std::string(value);
   }
   return len;
-}
-
-std::string Quote(std::string_view s) {
-  constexpr size_t kMax = 160;
-  std::string out;
-  for (char c : s.substr(0, kMax)) out.push_back(c == '\n' || c == '\r' ? ' ' : c);
-  if (s.size() > kMax) out += "...";
-  return out;
 }
 
 // Splits a watch stream into lines and turns each into a WatchEvent.
@@ -536,20 +533,9 @@ class CurlKubeApi final : public KubeApi {
     }
   }
 
-  static bool SleepFor(std::chrono::milliseconds d, const std::stop_token& stop) {
-    if (!stop.stop_possible()) {
-      std::this_thread::sleep_for(d);
-      return true;
-    }
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock<std::mutex> lock(mu);
-    return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
-  }
-
   HandlePair Acquire(bool fresh) {
     if (!fresh) {
-      std::lock_guard<std::mutex> lock(pool_mu_);
+      MutexLock lock(&pool_mu_);
       if (!idle_.empty()) {
         HandlePair h = idle_.back();
         idle_.pop_back();
@@ -561,7 +547,7 @@ class CurlKubeApi final : public KubeApi {
 
   void Release(HandlePair h, bool fresh) {
     if (!fresh) {
-      std::lock_guard<std::mutex> lock(pool_mu_);
+      MutexLock lock(&pool_mu_);
       if (idle_.size() < config_.max_idle_connections) {
         idle_.push_back(h);
         return;
@@ -741,8 +727,8 @@ class CurlKubeApi final : public KubeApi {
 
   ClientConfig config_;
   TokenSource tokens_;
-  std::mutex pool_mu_;
-  std::vector<HandlePair> idle_;  // guarded by pool_mu_
+  Mutex pool_mu_;  // the idle connections
+  std::vector<HandlePair> idle_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 }  // namespace

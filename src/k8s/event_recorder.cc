@@ -13,49 +13,53 @@ EventRecorder::EventRecorder(KubeApi& api, EventRecorderOptions options)
 
 EventRecorder::~EventRecorder() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 void EventRecorder::Record(const ObjectReference& object, std::string_view type, std::string_view reason,
                            std::string message) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (queue_.size() >= options_.queue_limit) {
       ++stats_.dropped;
       return;
     }
     queue_.push_back(Item{object, std::string(type), std::string(reason), std::move(message)});
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void EventRecorder::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  MutexLock lock(&mu_);
+  while (!queue_.empty() || busy_) cv_.Wait(&mu_);
 }
 
 EventRecorderStats EventRecorder::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 void EventRecorder::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stopping, and everything was sent
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
+    Item item;
+    {
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // stopping, and everything was sent
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
     Send(item);
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    {
+      MutexLock lock(&mu_);
+      busy_ = false;
+    }
+    cv_.SignalAll();
   }
 }
 
@@ -71,13 +75,13 @@ void EventRecorder::Send(const Item& item) {
     absl::StatusOr<Json> r = api_.Patch(kEvents, s.ns, s.name, PatchType::kMerge, patch);
     if (r.ok()) {
       ++s.count;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.aggregated;
       return;
     }
     if (!absl::IsNotFound(r.status())) {
       log::Warn("could not update an event", {{"event", s.name}, {"error", Message(r.status())}});
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.failed;
       return;
     }
@@ -96,13 +100,13 @@ void EventRecorder::Send(const Item& item) {
     log::Warn(
         "could not create an event",
         {{"object", ObjectKey(o.ns, o.name)}, {"reason", item.reason}, {"error", Message(created.status())}});
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.failed;
     return;
   }
   if (sent_.size() >= options_.cache_limit) sent_.clear();
   sent_[key] = Sent{Namespace(*created), Name(*created), 1, now};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++stats_.created;
 }
 

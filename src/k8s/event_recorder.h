@@ -14,15 +14,14 @@
 #define TESSERA_K8S_EVENT_RECORDER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "k8s/clock.h"
 #include "k8s/kube_api.h"
 
@@ -55,10 +54,10 @@ class EventRecorder {
 
   // type: "Normal" or "Warning".
   void Record(const ObjectReference& object, std::string_view type, std::string_view reason,
-              std::string message);
+              std::string message) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until every event recorded so far has been sent (or failed).
-  void Flush();
-  EventRecorderStats stats() const;
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  EventRecorderStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Item {
@@ -70,19 +69,19 @@ class EventRecorder {
     int32_t count = 0;
     std::chrono::system_clock::time_point first;
   };
-  void Run();
-  void Send(const Item& item);
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Send(const Item& item) ABSL_LOCKS_EXCLUDED(mu_);  // the network call runs without the lock
 
   KubeApi& api_;
   const EventRecorderOptions options_;
   const Clock& clock_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;                      // guarded by mu_
-  bool busy_ = false;                           // guarded by mu_: an item is being sent
-  bool stopping_ = false;                       // guarded by mu_
-  EventRecorderStats stats_;                    // guarded by mu_
+  mutable Mutex mu_;  // the queue and the counters
+  CondVar cv_;        // signalled when the queue, busy_ or stopping_ changes
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // an item is being sent
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  EventRecorderStats stats_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, Sent> sent_;  // worker thread only
 
   std::thread thread_;

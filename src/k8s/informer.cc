@@ -24,30 +24,33 @@ void Informer::Stop() {
     thread_.request_stop();
     thread_.join();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stopped_ = true;
-  cv_.notify_all();
+  synced_cv_.SignalAll();
 }
 
 bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [this] { return synced_ || stopped_; });
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (!synced_ && !stopped_) {
+    if (!synced_cv_.WaitUntil(&mu_, until)) break;
+  }
   return synced_;
 }
 
 bool Informer::HasSynced() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return synced_;
 }
 
 std::shared_ptr<const Json> Informer::Get(std::string_view key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = store_.find(std::string(key));
   return it == store_.end() ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<const Json>> Informer::Items() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::shared_ptr<const Json>> out;
   out.reserve(store_.size());
   for (const auto& [k, v] : store_) out.push_back(v);
@@ -55,29 +58,23 @@ std::vector<std::shared_ptr<const Json>> Informer::Items() const {
 }
 
 size_t Informer::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return store_.size();
 }
 
 std::string Informer::resource_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return resource_version_;
 }
 
 InformerStats Informer::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 absl::Status Informer::last_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_error_;
-}
-
-bool Informer::Wait(const std::stop_token& stop, std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, stop, d, [] { return false; });
-  return !stop.stop_requested();
 }
 
 absl::Status Informer::Relist(const std::stop_token& stop) {
@@ -101,7 +98,7 @@ absl::Status Informer::Relist(const std::stop_token& stop) {
   }
   std::unordered_map<std::string, std::shared_ptr<const Json>> old;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     old.swap(store_);
     store_ = fresh;
     resource_version_ = list->resource_version;
@@ -122,16 +119,16 @@ absl::Status Informer::Relist(const std::stop_token& stop) {
     if (handlers_.on_delete) handlers_.on_delete(*obj, /*final_state_unknown=*/true);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stats_.synthesized_deletes += vanished;
     last_error_ = absl::OkStatus();
   }
   // The handler first, then "synced": whoever WaitForSync() wakes finds what on_synced did done.
   if (handlers_.on_synced) handlers_.on_synced();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     synced_ = true;
-    cv_.notify_all();
+    synced_cv_.SignalAll();
   }
   return absl::OkStatus();
 }
@@ -139,7 +136,7 @@ absl::Status Informer::Relist(const std::stop_token& stop) {
 void Informer::Apply(WatchEvent&& event) {
   std::string rv = ResourceVersion(event.object);
   if (event.type == WatchEvent::Type::kBookmark) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!rv.empty()) resource_version_ = rv;
     ++stats_.bookmarks;
     return;
@@ -149,7 +146,7 @@ void Informer::Apply(WatchEvent&& event) {
   auto obj = std::make_shared<const Json>(std::move(event.object));
   std::shared_ptr<const Json> old;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.events;
     if (!rv.empty()) resource_version_ = rv;
     auto it = store_.find(key);
@@ -186,13 +183,13 @@ void Informer::Run(std::stop_token stop) {
       if (!s.ok()) {
         auto wait = backoff.Next();
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           ++stats_.errors;
           last_error_ = s;
         }
         log::Warn("informer: list failed; retrying",
                   {{"resource", what}, {"error", Message(s)}, {"retry_ms", StrCat(wait.count())}});
-        if (!Wait(stop, wait)) break;
+        if (!SleepFor(wait, stop)) break;
         continue;
       }
       need_list = false;
@@ -208,7 +205,7 @@ void Informer::Run(std::stop_token stop) {
     if (t > 0) wo.timeout_seconds = t + static_cast<int64_t>(rng() % static_cast<uint64_t>(t));
     wo.stop = stop;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.watches;
     }
     watch_events_ = 0;
@@ -217,7 +214,7 @@ void Informer::Run(std::stop_token stop) {
     if (stop.stop_requested()) break;
     if (IsGone(s)) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ++stats_.gone;
       }
       log::Info("informer: resourceVersion too old; listing again",
@@ -232,7 +229,7 @@ void Informer::Run(std::stop_token stop) {
     }
     auto wait = backoff.Next();
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.errors;
       last_error_ = s;
     }
@@ -240,7 +237,7 @@ void Informer::Run(std::stop_token stop) {
               {{"resource", what},
                {"error", s.ok() ? std::string("closed at once") : Message(s)},
                {"retry_ms", StrCat(wait.count())}});
-    if (!Wait(stop, wait)) break;
+    if (!SleepFor(wait, stop)) break;
   }
 }
 

@@ -23,11 +23,9 @@
 #define TESSERA_K8S_INFORMER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -36,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "k8s/backoff.h"
 #include "k8s/kube_api.h"
 
@@ -88,38 +87,38 @@ class Informer {
   void Stop();
 
   // Waits until the first list has been applied (true), or the timeout or Stop (false).
-  bool WaitForSync(std::chrono::milliseconds timeout) const;
-  bool HasSynced() const;
+  bool WaitForSync(std::chrono::milliseconds timeout) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasSynced() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The object of a key ("namespace/name", or "name" for cluster-scoped objects); null when absent.
-  std::shared_ptr<const Json> Get(std::string_view key) const;
-  std::vector<std::shared_ptr<const Json>> Items() const;
-  size_t size() const;
+  std::shared_ptr<const Json> Get(std::string_view key) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::shared_ptr<const Json>> Items() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
   // The last resourceVersion seen (a list's, an event's or a bookmark's).
-  std::string resource_version() const;
-  InformerStats stats() const;
+  std::string resource_version() const ABSL_LOCKS_EXCLUDED(mu_);
+  InformerStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The last list or watch error (OK when none since the last success).
-  absl::Status last_error() const;
+  absl::Status last_error() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run(std::stop_token stop);
-  absl::Status Relist(const std::stop_token& stop);
-  void Apply(WatchEvent&& event);
-  bool Wait(const std::stop_token& stop, std::chrono::milliseconds d);
+  // Handlers run without the lock (they may call Get and Items).
+  void Run(std::stop_token stop) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Relist(const std::stop_token& stop) ABSL_LOCKS_EXCLUDED(mu_);
+  void Apply(WatchEvent&& event) ABSL_LOCKS_EXCLUDED(mu_);
 
   KubeApi& api_;
   const ResourceType type_;
   const InformerOptions options_;
   const InformerHandlers handlers_;
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable_any cv_;
-  std::unordered_map<std::string, std::shared_ptr<const Json>> store_;  // guarded by mu_
-  std::string resource_version_;                                        // guarded by mu_
-  bool synced_ = false;                                                 // guarded by mu_
-  bool stopped_ = false;                                                // guarded by mu_
-  InformerStats stats_;                                                 // guarded by mu_
-  absl::Status last_error_;                                             // guarded by mu_
+  mutable Mutex mu_;           // the store and what is known about it
+  mutable CondVar synced_cv_;  // signalled when synced_ or stopped_ is set
+  std::unordered_map<std::string, std::shared_ptr<const Json>> store_ ABSL_GUARDED_BY(mu_);
+  std::string resource_version_ ABSL_GUARDED_BY(mu_);
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  InformerStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   int64_t watch_events_ = 0;  // events of the current watch; informer thread only
 
   std::jthread thread_;

@@ -1,6 +1,5 @@
 #include "k8s/leader_election.h"
 
-#include <condition_variable>
 #include <random>
 
 #include "common/log.h"
@@ -62,7 +61,7 @@ void LeaderElector::Stop() {
   }
   bool leading;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     leading = leading_;
   }
   if (leading && config_.release_on_stop) {
@@ -73,19 +72,19 @@ void LeaderElector::Stop() {
 }
 
 bool LeaderElector::IsLeader() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return leading_ && clock_.Now() < renewed_at_ + config_.renew_deadline;
 }
 
 std::string LeaderElector::leader() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return leader_;
 }
 
 void LeaderElector::SetLeading(bool leading) {
   bool changed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     changed = leading_ != leading;
     leading_ = leading;
   }
@@ -105,7 +104,7 @@ void LeaderElector::Observe(const Json& spec) {
   std::string holder = spec.value("holderIdentity", "");
   bool new_leader;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (spec != observed_spec_) {
       observed_spec_ = spec;
       observed_at_ = clock_.Now();
@@ -126,7 +125,7 @@ Json LeaderElector::Spec(const std::string& holder, int64_t duration_seconds, co
 }
 
 absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
-  std::lock_guard<std::mutex> round(round_mu_);
+  MutexLock round(&round_mu_);
   auto now = clock_.Now();
   std::string now_text = FormatTime(now, TimeFormat::kMicro);
   int64_t duration = CeilSeconds(config_.lease_duration);
@@ -142,7 +141,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     if (!created.ok()) return created.status();
     Observe((*created)["spec"]);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       renewed_at_ = now;
     }
     SetLeading(true);
@@ -154,7 +153,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   std::string holder = spec.value("holderIdentity", "");
   bool expired;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     expired = observed_at_ + config_.lease_duration <= now;
   }
   if (!holder.empty() && holder != config_.identity && !expired) {
@@ -175,7 +174,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   if (!written.ok()) return written.status();
   Observe((*written)["spec"]);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     renewed_at_ = now;
   }
   SetLeading(true);
@@ -183,7 +182,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
 }
 
 absl::Status LeaderElector::Release() {
-  std::lock_guard<std::mutex> round(round_mu_);
+  MutexLock round(&round_mu_);
   absl::StatusOr<Json> lease = api_.Get(kLeases, config_.lease_namespace, config_.lease_name);
   if (!lease.ok()) return lease.status();
   Json spec = lease->contains("spec") ? (*lease)["spec"] : Json::object();
@@ -203,8 +202,6 @@ absl::Status LeaderElector::Release() {
 }
 
 void LeaderElector::Run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(1.0, 1.2);
   while (!stop.stop_requested()) {
@@ -216,7 +213,7 @@ void LeaderElector::Run(std::stop_token stop) {
     bool leading;
     std::chrono::system_clock::time_point renewed;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       leading = leading_;
       renewed = renewed_at_;
     }
@@ -227,12 +224,11 @@ void LeaderElector::Run(std::stop_token stop) {
     if (!leading) {
       wait = std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(wait.count()) * jitter(rng)));
     }
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, stop, wait, [] { return false; });
+    SleepFor(wait, stop);
   }
   bool leading;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     leading = leading_;
   }
   if (leading && config_.release_on_stop) {

@@ -26,11 +26,11 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "k8s/clock.h"
 #include "k8s/kube_api.h"
 
@@ -65,22 +65,23 @@ class LeaderElector {
   void Stop();
 
   // True while this candidate holds the Lease and renewed it less than renew_deadline ago.
-  bool IsLeader() const;
+  bool IsLeader() const ABSL_LOCKS_EXCLUDED(mu_);
   // The holder last observed ("" when none).
-  std::string leader() const;
+  std::string leader() const ABSL_LOCKS_EXCLUDED(mu_);
   const LeaderElectionConfig& config() const { return config_; }
 
   // One round: reads the Lease, then takes or renews it when allowed. True when this candidate leads after
   // it.
-  absl::StatusOr<bool> TryAcquireOrRenew();
+  absl::StatusOr<bool> TryAcquireOrRenew() ABSL_LOCKS_EXCLUDED(round_mu_, mu_);
   // Gives the Lease up when this candidate holds it.
-  absl::Status Release();
+  absl::Status Release() ABSL_LOCKS_EXCLUDED(round_mu_, mu_);
 
  private:
   LeaderElector(KubeApi& api, LeaderElectionConfig config);
-  void Run(std::stop_token stop);
-  void SetLeading(bool leading);
-  void Observe(const Json& spec);
+  void Run(std::stop_token stop) ABSL_LOCKS_EXCLUDED(round_mu_, mu_);
+  // Callbacks run without mu_.
+  void SetLeading(bool leading) ABSL_LOCKS_EXCLUDED(mu_);
+  void Observe(const Json& spec) ABSL_LOCKS_EXCLUDED(mu_);
   Json Spec(const std::string& holder, int64_t duration_seconds, const std::string& acquire,
             int64_t transitions, std::chrono::system_clock::time_point now) const;
 
@@ -88,14 +89,15 @@ class LeaderElector {
   const LeaderElectionConfig config_;
   const Clock& clock_;
 
-  std::mutex round_mu_;  // one round (or release) at a time
+  // One round (or release) at a time; held across the API calls and callbacks of a round. Guards no field.
+  Mutex round_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
-  mutable std::mutex mu_;
-  bool leading_ = false;                               // guarded by mu_
-  std::chrono::system_clock::time_point renewed_at_;   // guarded by mu_
-  Json observed_spec_;                                 // guarded by mu_
-  std::chrono::system_clock::time_point observed_at_;  // guarded by mu_
-  std::string leader_;                                 // guarded by mu_
+  mutable Mutex mu_;  // what this candidate knows of the Lease
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::system_clock::time_point renewed_at_ ABSL_GUARDED_BY(mu_);
+  Json observed_spec_ ABSL_GUARDED_BY(mu_);
+  std::chrono::system_clock::time_point observed_at_ ABSL_GUARDED_BY(mu_);
+  std::string leader_ ABSL_GUARDED_BY(mu_);
 
   std::jthread thread_;
 };

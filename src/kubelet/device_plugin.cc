@@ -68,7 +68,7 @@ class DevicePlugin::Service final : public ::v1beta1::DevicePlugin::Service {
     while (true) {
       ::v1beta1::ListAndWatchResponse response;
       {
-        std::lock_guard<std::mutex> lock(p_->mu_);
+        MutexLock lock(&p_->mu_);
         sent = p_->version_;
         for (const DeviceSlot& s : p_->slots_) {
           ::v1beta1::Device* d = response.add_devices();
@@ -78,10 +78,10 @@ class DevicePlugin::Service final : public ::v1beta1::DevicePlugin::Service {
         }
       }
       if (!writer->Write(response)) return grpc::Status::OK;  // the kubelet went away
-      std::unique_lock<std::mutex> lock(p_->mu_);
+      MutexLock lock(&p_->mu_);
       // Woken by every change; the timeout only notices a cancelled stream (gRPC cannot notify a condition).
       while (p_->version_ == sent && !stopping && !ctx->IsCancelled()) {
-        p_->cv_.wait_for(lock, std::chrono::milliseconds(100));
+        p_->cv_.WaitFor(&p_->mu_, std::chrono::milliseconds(100));
       }
       if (stopping || ctx->IsCancelled()) return grpc::Status::OK;
     }
@@ -92,7 +92,7 @@ class DevicePlugin::Service final : public ::v1beta1::DevicePlugin::Service {
     for (const ::v1beta1::ContainerPreferredAllocationRequest& c : request->container_requests()) {
       std::vector<DeviceSlot> available;
       {
-        std::lock_guard<std::mutex> lock(p_->mu_);
+        MutexLock lock(&p_->mu_);
         for (const std::string& id : c.available_deviceids()) {
           auto it = p_->slot_index_.find(id);
           if (it != p_->slot_index_.end()) available.push_back(p_->slots_[it->second]);
@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<DevicePlugin>> DevicePlugin::Create(DevicePluginC
                                              sizeof(sockaddr_un::sun_path) - 1, "); use a shorter directory"));
   }
   std::unique_ptr<DevicePlugin> plugin(new DevicePlugin(std::move(config), backend));
-  std::lock_guard<std::mutex> lock(plugin->mu_);
+  MutexLock lock(&plugin->mu_);
   absl::Status s = plugin->BuildSlots(std::move(gpus));
   if (!s.ok()) return s;
   return plugin;
@@ -242,23 +242,23 @@ std::string DevicePlugin::socket_path() const {
 }
 
 std::vector<DeviceSlot> DevicePlugin::Devices() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return slots_;
 }
 
 DevicePluginStats DevicePlugin::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   return stats_;
 }
 
 void DevicePlugin::CountAllocation(bool ok) {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   ++(ok ? stats_.allocations : stats_.allocation_errors);
 }
 
 bool DevicePlugin::SetGpuHealth(const core::GpuUuid& uuid, bool healthy) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     bool found = false;
     bool changed = false;
     for (PluginGpu& g : gpus_) {
@@ -274,7 +274,7 @@ bool DevicePlugin::SetGpuHealth(const core::GpuUuid& uuid, bool healthy) {
     }
     ++version_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   log::Info("GPU health changed in the device plugin",
             {{"gpu", uuid.value()}, {"health", healthy ? kHealthy : kUnhealthy}});
   return true;
@@ -282,12 +282,12 @@ bool DevicePlugin::SetGpuHealth(const core::GpuUuid& uuid, bool healthy) {
 
 absl::Status DevicePlugin::SetGpus(std::vector<PluginGpu> gpus) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     absl::Status s = BuildSlots(std::move(gpus));
     if (!s.ok()) return s;
     ++version_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -296,7 +296,7 @@ absl::StatusOr<std::vector<DeviceSlot>> DevicePlugin::Resolve(const std::vector<
   out.reserve(ids.size());
   std::vector<std::string> unknown;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const std::string& id : ids) {
       auto it = slot_index_.find(id);
       if (it == slot_index_.end()) {
@@ -337,7 +337,7 @@ absl::Status DevicePlugin::StartServer() {
   }
   if (stat(path.c_str(), &st) == 0) socket_inode_ = st.st_ino;
   server_ = std::move(server);
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   ++stats_.server_starts;
   return absl::OkStatus();
 }
@@ -346,9 +346,9 @@ void DevicePlugin::StopServer() {
   if (server_ == nullptr) return;
   server_->service->stopping = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);  // no stream may miss the wake-up between its check and its wait
+    MutexLock lock(&mu_);  // no stream may miss the wake-up between its check and its wait
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   server_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server_->server->Wait();
   server_.reset();
@@ -377,7 +377,7 @@ absl::Status DevicePlugin::Register() {
   ctx.set_deadline(std::chrono::system_clock::now() + config_.register_timeout);
   ::v1beta1::Empty response;
   grpc::Status s = stub->Register(&ctx, request, &response);
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   if (!s.ok()) {
     ++stats_.register_failures;
     stats_.last_register_error =
@@ -400,7 +400,7 @@ absl::Status DevicePlugin::Start() {
                                                 "into the tessera-node pod"));
   }
   {
-    std::lock_guard<std::mutex> lock(server_mu_);
+    MutexLock lock(&server_mu_);
     absl::Status s = StartServer();
     if (!s.ok()) return s;
   }
@@ -413,7 +413,7 @@ absl::Status DevicePlugin::Start() {
     if (inotify_fd_ >= 0) close(inotify_fd_);
     if (stop_fd_ >= 0) close(stop_fd_);
     inotify_fd_ = stop_fd_ = -1;
-    std::lock_guard<std::mutex> lock(server_mu_);
+    MutexLock lock(&server_mu_);
     StopServer();
     return absl::UnavailableError(StrCat("cannot watch ", config_.plugin_dir, " for kubelet restarts: ", err,
                                          "; raise fs.inotify.max_user_instances / max_user_watches"));
@@ -434,7 +434,7 @@ void DevicePlugin::Stop() {
   close(inotify_fd_);
   close(stop_fd_);
   inotify_fd_ = stop_fd_ = -1;
-  std::lock_guard<std::mutex> lock(server_mu_);
+  MutexLock lock(&server_mu_);
   StopServer();
   registered_ = false;
 }
@@ -486,7 +486,7 @@ void DevicePlugin::WatchLoop() {
     }
     if (own_deleted || !server_up || !OwnSocketIntact()) {
       if (Clock::now() >= next_attempt || own_deleted) {
-        std::lock_guard<std::mutex> lock(server_mu_);
+        MutexLock lock(&server_mu_);
         StopServer();
         absl::Status s = StartServer();
         server_up = s.ok();

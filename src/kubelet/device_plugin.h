@@ -25,15 +25,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "core/ids.h"
 #include "core/topology.h"
 #include "formats/inventory.h"
@@ -93,54 +92,55 @@ class DevicePlugin {
 
   // Creates plugin_dir if needed, removes a stale socket, starts serving and the watcher (which registers).
   // Returns once the socket accepts connections. Errors: the directory or socket cannot be created.
-  absl::Status Start();
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(server_mu_);
   // Stops the watcher and the server and removes the socket. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(server_mu_);
 
   // Marks every slot of the GPU Healthy or Unhealthy; ListAndWatch streams get the new list. Unknown UUIDs
   // are ignored (returns false).
-  bool SetGpuHealth(const core::GpuUuid& uuid, bool healthy);
+  bool SetGpuHealth(const core::GpuUuid& uuid, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces the GPU list (e.g. after the inventory was read again); streams get the new list.
-  absl::Status SetGpus(std::vector<PluginGpu> gpus);
+  absl::Status SetGpus(std::vector<PluginGpu> gpus) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The devices as ListAndWatch sends them now.
-  std::vector<DeviceSlot> Devices() const;
+  std::vector<DeviceSlot> Devices() const ABSL_LOCKS_EXCLUDED(mu_);
   // The full path of the plugin's socket.
   std::string socket_path() const;
   // Whether the last registration attempt succeeded (and no kubelet restart was seen since).
   bool registered() const { return registered_.load(); }
-  DevicePluginStats stats() const;
+  DevicePluginStats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
 
  private:
   class Service;
   struct Server;
 
   DevicePlugin(DevicePluginConfig config, AllocationBackend* backend);
-  absl::Status BuildSlots(std::vector<PluginGpu> gpus);  // under mu_
-  absl::Status StartServer();                              // under server_mu_
-  void StopServer();                                       // under server_mu_
-  absl::Status Register();
-  void WatchLoop();
+  absl::Status BuildSlots(std::vector<PluginGpu> gpus) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartServer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(server_mu_);
+  void StopServer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(server_mu_);
+  absl::Status Register() ABSL_LOCKS_EXCLUDED(stats_mu_);
+  void WatchLoop() ABSL_LOCKS_EXCLUDED(server_mu_);
   bool OwnSocketIntact() const;
-  void CountAllocation(bool ok);
+  void CountAllocation(bool ok) ABSL_LOCKS_EXCLUDED(stats_mu_);
   // Resolves kubelet device IDs; unknown IDs are an error naming them.
-  absl::StatusOr<std::vector<DeviceSlot>> Resolve(const std::vector<std::string>& ids) const;
+  absl::StatusOr<std::vector<DeviceSlot>> Resolve(const std::vector<std::string>& ids) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const DevicePluginConfig config_;
   AllocationBackend* const backend_;
 
-  // Devices: guarded by mu_; waiters on cv_ are ListAndWatch streams.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<PluginGpu> gpus_;
-  std::vector<DeviceSlot> slots_;
-  std::unordered_map<std::string, size_t> slot_index_;  // device ID -> slots_ position
-  uint64_t version_ = 1;
-
-  // The gRPC server: guarded by server_mu_.
-  std::mutex server_mu_;
-  std::unique_ptr<Server> server_;
+  // The gRPC server; taken before mu_ and stats_mu_ (a restart counts itself and wakes the streams).
+  Mutex server_mu_ ABSL_ACQUIRED_BEFORE(mu_, stats_mu_);
+  std::unique_ptr<Server> server_ ABSL_GUARDED_BY(server_mu_);
   std::atomic<unsigned long> socket_inode_{0};  // of the socket file we bound (0: none)
+
+  // The devices; cv_'s waiters are ListAndWatch streams, signalled at every change of version_.
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<PluginGpu> gpus_ ABSL_GUARDED_BY(mu_);
+  std::vector<DeviceSlot> slots_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, size_t> slot_index_ ABSL_GUARDED_BY(mu_);  // device ID -> slots_ position
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
 
   std::atomic<bool> registered_{false};
   std::atomic<bool> running_{false};
@@ -148,8 +148,8 @@ class DevicePlugin {
   int stop_fd_ = -1;  // eventfd that wakes the watcher
   std::thread watcher_;
 
-  mutable std::mutex stats_mu_;
-  DevicePluginStats stats_;
+  mutable Mutex stats_mu_;  // the counters
+  DevicePluginStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace tessera::kubelet

@@ -59,7 +59,7 @@ class DraPlugin::DraService final : public drapb::DRAPlugin::Service {
     for (const drapb::Claim& c : request->claims()) {
       drapb::NodePrepareResourceResponse& out = (*response->mutable_claims())[c.uid()];
       absl::StatusOr<std::vector<DraPreparedDevice>> devices = p_->backend_->Prepare({c.namespace_(), c.uid(), c.name()});
-      std::lock_guard<std::mutex> lock(p_->mu_);
+      MutexLock lock(&p_->mu_);
       if (!devices.ok()) {
         ++p_->stats_.prepare_errors;
         out.set_error(Message(devices.status()));
@@ -85,7 +85,7 @@ class DraPlugin::DraService final : public drapb::DRAPlugin::Service {
     for (const drapb::Claim& c : request->claims()) {
       drapb::NodeUnprepareResourceResponse& out = (*response->mutable_claims())[c.uid()];
       absl::Status s = p_->backend_->Unprepare({c.namespace_(), c.uid(), c.name()});
-      std::lock_guard<std::mutex> lock(p_->mu_);
+      MutexLock lock(&p_->mu_);
       if (!s.ok()) {
         ++p_->stats_.unprepare_errors;
         out.set_error(Message(s));
@@ -115,7 +115,7 @@ class DraPlugin::RegistrationService final : public ::pluginregistration::Regist
 
   grpc::Status NotifyRegistrationStatus(grpc::ServerContext*, const ::pluginregistration::RegistrationStatus* status,
                                         ::pluginregistration::RegistrationStatusResponse*) override {
-    std::lock_guard<std::mutex> lock(p_->mu_);
+    MutexLock lock(&p_->mu_);
     if (status->plugin_registered()) {
       ++p_->stats_.registrations;
       p_->stats_.last_registration_error.clear();
@@ -156,12 +156,12 @@ std::string DraPlugin::service_socket() const { return ServicePath(config_); }
 std::string DraPlugin::registration_socket() const { return RegistrationPath(config_); }
 
 bool DraPlugin::registered() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_.registrations > 0 && stats_.last_registration_error.empty();
 }
 
 DraPluginStats DraPlugin::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -214,7 +214,7 @@ absl::Status DraPlugin::StartServer() {
     return absl::UnavailableError(StrCat("cannot serve the DRA plugin's registration on ", registration,
                                          "; check that tessera-node may write to ", config_.registry_dir));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   service_inode_ = InodeOf(service);
   registration_inode_ = InodeOf(registration);
   server_ = std::move(server);
@@ -225,7 +225,7 @@ absl::Status DraPlugin::StartServer() {
 void DraPlugin::StopServer() {
   std::unique_ptr<Server> server;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     server = std::move(server_);
   }
   if (!server) return;
@@ -234,13 +234,13 @@ void DraPlugin::StopServer() {
   server->dra_server->Shutdown();
   const std::string registration = RegistrationPath(config_);
   const std::string service = ServicePath(config_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (InodeOf(registration) == registration_inode_) unlink(registration.c_str());
   if (InodeOf(service) == service_inode_) unlink(service.c_str());
 }
 
 bool DraPlugin::SocketsIntact() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return InodeOf(RegistrationPath(config_)) == registration_inode_ && registration_inode_ != 0 &&
          InodeOf(ServicePath(config_)) == service_inode_ && service_inode_ != 0;
 }
@@ -255,11 +255,12 @@ absl::Status DraPlugin::Start() {
 }
 
 void DraPlugin::Watch() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, config_.watch_period);
-    if (stopping_) break;
-    lock.unlock();
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (!stopping_) cv_.WaitFor(&mu_, config_.watch_period);
+      if (stopping_) return;
+    }
     if (!SocketsIntact()) {
       log::Warn("a DRA plugin socket disappeared; serving it again", {{"driver", config_.driver}});
       StopServer();
@@ -267,17 +268,16 @@ void DraPlugin::Watch() {
         log::Error("cannot serve the DRA plugin again; will retry", {{"error", Message(s)}});
       }
     }
-    lock.lock();
   }
 }
 
 void DraPlugin::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (watcher_.joinable()) watcher_.join();
   StopServer();
 }

@@ -25,14 +25,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace tessera::kubelet {
 
@@ -91,13 +90,13 @@ class DraPlugin {
   DraPlugin(const DraPlugin&) = delete;
   DraPlugin& operator=(const DraPlugin&) = delete;
 
-  absl::Status Start();
-  void Stop();
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool registered() const;
+  bool registered() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string service_socket() const;
   std::string registration_socket() const;
-  DraPluginStats stats() const;
+  DraPluginStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Prometheus text: tessera_dra_registered and the prepare/unprepare counters (docs/metrics.md).
   std::string MetricsText() const;
 
@@ -106,21 +105,22 @@ class DraPlugin {
   class RegistrationService;
   struct Server;
   DraPlugin(DraPluginConfig config, DraBackend* backend);
-  absl::Status StartServer();
-  void StopServer();
-  bool SocketsIntact() const;
-  void Watch();
+  // The servers start and stop without the lock (gRPC calls in flight take it to count themselves).
+  absl::Status StartServer() ABSL_LOCKS_EXCLUDED(mu_);
+  void StopServer() ABSL_LOCKS_EXCLUDED(mu_);
+  bool SocketsIntact() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DraPluginConfig config_;
   DraBackend* const backend_;
 
-  mutable std::mutex mu_;
-  std::unique_ptr<Server> server_;  // guarded by mu_
-  unsigned long service_inode_ = 0;
-  unsigned long registration_inode_ = 0;
-  DraPluginStats stats_;
-  bool stopping_ = false;
-  std::condition_variable cv_;
+  mutable Mutex mu_;  // the servers, their sockets' inodes, the counters and stopping_
+  std::unique_ptr<Server> server_ ABSL_GUARDED_BY(mu_);
+  unsigned long service_inode_ ABSL_GUARDED_BY(mu_) = 0;
+  unsigned long registration_inode_ ABSL_GUARDED_BY(mu_) = 0;
+  DraPluginStats stats_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar cv_;  // signalled when stopping_ is set
   std::thread watcher_;
 };
 

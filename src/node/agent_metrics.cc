@@ -13,7 +13,8 @@ namespace tessera::node {
 namespace {
 
 using exposition::AppendFamily;
-using exposition::AppendSample;
+using exposition::Families;
+using exposition::Family;
 using exposition::FormatValue;
 using exposition::LabelSet;
 
@@ -81,7 +82,20 @@ std::string NodeAgent::MetricsText() const {
   std::map<std::string, const formats::InventoryGpu*> gpu_of;
   for (const formats::InventoryGpu& g : inventory_.gpus) gpu_of[g.info.uuid.value()] = &g;
   std::map<std::string, GpuSum> per_gpu;
-  std::string ctr_lines[5];
+  Families families;
+  Family& ctr_memory_used =
+      families.Add("tessera_container_memory_used_bytes",
+                   "GPU memory a container holds on a GPU (its shared region).", "gauge");
+  Family& ctr_memory_limit = families.Add("tessera_container_memory_limit_bytes",
+                                          "GPU memory limit of a container on a GPU.", "gauge");
+  Family& ctr_cores_used = families.Add(
+      "tessera_container_cores_used_percent",
+      "Compute a container used on a GPU over the hook's last step, percent of the GPU.", "gauge");
+  Family& ctr_cores_limit =
+      families.Add("tessera_container_cores_limit_percent",
+                   "Compute share of a container on a GPU, percent of the GPU.", "gauge");
+  Family& ctr_processes = families.Add("tessera_container_processes",
+                                       "Processes of a container registered with the agent.", "gauge");
   for (const auto& [key, t] : tenants_) {
     const ContainerRecord& r = t.record;
     for (const core::VGpuAssignment& v : r.vgpus) {
@@ -109,10 +123,10 @@ std::string NodeAgent::MetricsText() const {
         }
       }
       const double cores_limit = v.cores.value() / 10.0;
-      AppendSample(&ctr_lines[0], "tessera_container_memory_used_bytes", labels, FormatValue(used));
-      AppendSample(&ctr_lines[1], "tessera_container_memory_limit_bytes", labels, FormatValue(limit));
-      AppendSample(&ctr_lines[2], "tessera_container_cores_used_percent", labels, FormatValue(cores_used));
-      AppendSample(&ctr_lines[3], "tessera_container_cores_limit_percent", labels, FormatValue(cores_limit));
+      ctr_memory_used.Add(labels, FormatValue(used));
+      ctr_memory_limit.Add(labels, FormatValue(limit));
+      ctr_cores_used.Add(labels, FormatValue(cores_used));
+      ctr_cores_limit.Add(labels, FormatValue(cores_limit));
       GpuSum& sum = per_gpu[v.uuid.value()];
       sum.mem_used = SaturatingAdd(sum.mem_used, used);
       sum.mem_limit = SaturatingAdd(sum.mem_limit, limit);
@@ -120,49 +134,39 @@ std::string NodeAgent::MetricsText() const {
       sum.cores_limit += cores_limit;
       sum.tenants += 1;
     }
-    AppendSample(&ctr_lines[4], "tessera_container_processes",
-                 {{"Hostname", node}, {"namespace", r.ns}, {"pod", r.pod_name}, {"container", r.container}},
-                 procs_of[key]);
+    ctr_processes.Add(
+        {{"Hostname", node}, {"namespace", r.ns}, {"pod", r.pod_name}, {"container", r.container}},
+        procs_of[key]);
   }
-  const char* ctr_help[5][2] = {
-      {"tessera_container_memory_used_bytes", "GPU memory a container holds on a GPU (its shared region)."},
-      {"tessera_container_memory_limit_bytes", "GPU memory limit of a container on a GPU."},
-      {"tessera_container_cores_used_percent",
-       "Compute a container used on a GPU over the hook's last step, percent of the GPU."},
-      {"tessera_container_cores_limit_percent", "Compute share of a container on a GPU, percent of the GPU."},
-      {"tessera_container_processes", "Processes of a container registered with the agent."}};
-  for (int i = 0; i < 5; ++i) AppendFamily(&out, ctr_help[i][0], ctr_help[i][1], "gauge", ctr_lines[i]);
-  constexpr int kGpuFamilies = 7;
-  const char* gpu_help[kGpuFamilies][2] = {
-      {"tessera_gpu_health", "1 when the GPU is healthy, 0 when not."},
-      {"tessera_gpu_memory_total_bytes", "Memory of the GPU."},
-      {"tessera_gpu_memory_used_bytes", "GPU memory held by all Tessera containers on the GPU."},
-      {"tessera_gpu_memory_limit_bytes", "Sum of the memory limits of the containers on the GPU."},
-      {"tessera_gpu_cores_used_percent", "Compute used by all Tessera containers on the GPU, percent."},
-      {"tessera_gpu_cores_limit_percent", "Sum of the compute shares given on the GPU, percent."},
-      {"tessera_gpu_tenants", "Containers sharing the GPU."}};
-  std::string gpu_lines[kGpuFamilies];
+  Family& gpu_health = families.Add("tessera_gpu_health", "1 when the GPU is healthy, 0 when not.", "gauge");
+  Family& gpu_memory_total = families.Add("tessera_gpu_memory_total_bytes", "Memory of the GPU.", "gauge");
+  Family& gpu_memory_used = families.Add("tessera_gpu_memory_used_bytes",
+                                         "GPU memory held by all Tessera containers on the GPU.", "gauge");
+  Family& gpu_memory_limit = families.Add("tessera_gpu_memory_limit_bytes",
+                                          "Sum of the memory limits of the containers on the GPU.", "gauge");
+  Family& gpu_cores_used =
+      families.Add("tessera_gpu_cores_used_percent",
+                   "Compute used by all Tessera containers on the GPU, percent.", "gauge");
+  Family& gpu_cores_limit = families.Add("tessera_gpu_cores_limit_percent",
+                                         "Sum of the compute shares given on the GPU, percent.", "gauge");
+  Family& gpu_tenants = families.Add("tessera_gpu_tenants", "Containers sharing the GPU.", "gauge");
   for (const formats::InventoryGpu& g : inventory_.gpus) {
     auto it = per_gpu.find(g.info.uuid.value());
     const GpuSum s = it != per_gpu.end() ? it->second : GpuSum{};
     const std::string index = StrCat(g.info.index);
     const std::string labels = LabelSet(
         {{"gpu", index}, {"UUID", g.info.uuid.value()}, {"Hostname", node}, {"model", g.info.model}});
-    const std::string values[kGpuFamilies] = {FormatValue(g.info.health == core::GpuHealth::kHealthy ? 1 : 0),
-                                              FormatValue(static_cast<uint64_t>(g.info.memory.value()) << 20),
-                                              FormatValue(s.mem_used),
-                                              FormatValue(s.mem_limit),
-                                              FormatValue(s.cores_used),
-                                              FormatValue(s.cores_limit),
-                                              FormatValue(s.tenants)};
-    for (int i = 0; i < kGpuFamilies; ++i) AppendSample(&gpu_lines[i], gpu_help[i][0], labels, values[i]);
+    gpu_health.Add(labels, FormatValue(g.info.health == core::GpuHealth::kHealthy ? 1 : 0));
+    gpu_memory_total.Add(labels, FormatValue(static_cast<uint64_t>(g.info.memory.value()) << 20));
+    gpu_memory_used.Add(labels, FormatValue(s.mem_used));
+    gpu_memory_limit.Add(labels, FormatValue(s.mem_limit));
+    gpu_cores_used.Add(labels, FormatValue(s.cores_used));
+    gpu_cores_limit.Add(labels, FormatValue(s.cores_limit));
+    gpu_tenants.Add(labels, FormatValue(s.tenants));
   }
-  for (int i = 0; i < kGpuFamilies; ++i)
-    AppendFamily(&out, gpu_help[i][0], gpu_help[i][1], "gauge", gpu_lines[i]);
-  std::string node_tenants;
-  AppendSample(&node_tenants, "tessera_node_tenants", {{"Hostname", node}}, tenants_.size());
-  AppendFamily(&out, "tessera_node_tenants", "Containers with a Tessera allocation on this node.", "gauge",
-               node_tenants);
+  families.Add("tessera_node_tenants", "Containers with a Tessera allocation on this node.", "gauge")
+      .Add({{"Hostname", node}}, tenants_.size());
+  families.AppendTo(&out);
   struct Counter {
     const char* name;
     const char* help;

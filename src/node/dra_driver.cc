@@ -19,13 +19,13 @@ DraDriver::DraDriver(DraDriverConfig config, k8s::KubeApi* api, NodeAgent* agent
 
 DraDriver::~DraDriver() { Stop(); }
 
-std::mutex& DraDriver::ClaimLock(const std::string& uid) {
+Mutex& DraDriver::ClaimLock(const std::string& uid) {
   return claim_locks_[std::hash<std::string>{}(uid) % claim_locks_.size()];
 }
 
 absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const kubelet::DraClaim& ref) {
   if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
-  std::lock_guard<std::mutex> claim_lock(ClaimLock(ref.uid));
+  MutexLock claim_lock(&ClaimLock(ref.uid));
   absl::StatusOr<Json> claim = api_->Get(k8s::kResourceClaims, ref.ns, ref.name);
   if (!claim.ok()) {
     return absl::UnavailableError(StrCat("cannot read claim ", ref.ns, "/", ref.name, " from the API server: ",
@@ -33,7 +33,7 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
   }
   formats::GpuInventory inventory;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     inventory = inventory_;
   }
   absl::StatusOr<ClaimOnNode> on_node = ReadClaim(*claim, ref, config_, inventory);
@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> DraDriver::Prepare(const
 
 absl::Status DraDriver::Unprepare(const kubelet::DraClaim& ref) {
   if (!SafePathName(ref.uid)) return absl::InvalidArgumentError(StrCat("claim UID \"", ref.uid, "\" is not a UID"));
-  std::lock_guard<std::mutex> claim_lock(ClaimLock(ref.uid));
+  MutexLock claim_lock(&ClaimLock(ref.uid));
   if (absl::Status s = agent_->UnprepareClaim(ref.uid); !s.ok()) return s;
   std::error_code ec;
   fs::remove(CdiSpecPath(config_, ref.uid), ec);
@@ -68,7 +68,7 @@ absl::Status DraDriver::Unprepare(const kubelet::DraClaim& ref) {
 absl::Status DraDriver::PublishSlice() {
   formats::GpuInventory inventory;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     inventory = inventory_;
   }
   std::string node_uid;
@@ -110,35 +110,40 @@ void DraDriver::Start() {
 }
 
 void DraDriver::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    lock.unlock();
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
     if (absl::Status s = PublishSlice(); !s.ok()) {
       log::Warn("cannot publish the node's ResourceSlice; will retry", {{"error", Message(s)}});
     }
-    lock.lock();
-    cv_.wait_for(lock, config_.resync, [this] { return stopping_ || publish_now_; });
+    const auto until = std::chrono::steady_clock::now() + config_.resync;
+    MutexLock lock(&mu_);
+    while (!stopping_ && !publish_now_) {
+      if (!cv_.WaitUntil(&mu_, until)) break;
+    }
     publish_now_ = false;
   }
 }
 
 void DraDriver::SetGpuHealth(const core::GpuUuid& uuid, bool healthy) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (formats::InventoryGpu& g : inventory_.gpus) {
       if (g.info.uuid == uuid) g.info.health = healthy ? core::GpuHealth::kHealthy : core::GpuHealth::kUnhealthy;
     }
     publish_now_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void DraDriver::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -24,14 +24,13 @@
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "formats/inventory.h"
 #include "k8s/kube_api.h"
 #include "kubelet/dra_plugin.h"
@@ -48,34 +47,36 @@ class DraDriver : public kubelet::DraBackend {
   DraDriver(const DraDriver&) = delete;
   DraDriver& operator=(const DraDriver&) = delete;
 
-  absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> Prepare(const kubelet::DraClaim& claim) override;
+  absl::StatusOr<std::vector<kubelet::DraPreparedDevice>> Prepare(const kubelet::DraClaim& claim) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Unprepare(const kubelet::DraClaim& claim) override;
 
   // Creates the node's slice, or updates it when it differs (a new pool generation). Also run every `resync`
   // by Start's thread: the kubelet deletes a driver's slices when its plugin has been gone a while.
-  absl::Status PublishSlice();
+  absl::Status PublishSlice() ABSL_LOCKS_EXCLUDED(mu_);
   void Start();
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // GPU health (the HealthMonitor): an unhealthy GPU is published with a NoSchedule taint, so no new claim gets
   // it; claims already prepared keep it. The slice is updated at once.
-  void SetGpuHealth(const core::GpuUuid& uuid, bool healthy);
+  void SetGpuHealth(const core::GpuUuid& uuid, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DraDriverConfig config_;
   k8s::KubeApi* const api_;
   NodeAgent* const agent_;
-  // Prepare and Unprepare of one claim never overlap (the kubelet may unprepare a claim whose prepare it gave up
-  // waiting for): each holds the lock its claim UID hashes to for the whole call.
-  std::mutex& ClaimLock(const std::string& uid);
-  std::array<std::mutex, 64> claim_locks_;
+  // Prepare and Unprepare of one claim never overlap (the kubelet may unprepare a claim whose prepare it gave
+  // up waiting for): each holds the lock its claim UID hashes to for the whole call. They guard no field: the
+  // API calls and files of one claim. Taken before mu_.
+  Mutex& ClaimLock(const std::string& uid);
+  std::array<Mutex, 64> claim_locks_;
 
-  std::mutex mu_;
-  formats::GpuInventory inventory_;  // guarded by mu_ (health changes)
-  bool stopping_ = false;
-  bool publish_now_ = false;
-  std::condition_variable cv_;
+  Mutex mu_;  // the inventory (health changes) and the publishing loop's state
+  formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool publish_now_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar cv_;  // signalled when stopping_ or publish_now_ is set
   std::thread thread_;
 };
 

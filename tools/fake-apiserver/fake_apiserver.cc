@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "core/strings.h"
+#include "k8s/api_status.h"
 
 namespace tessera::fake {
 
@@ -89,39 +90,6 @@ std::string StatusBody(int code, std::string_view reason, std::string_view messa
     s.erase("reason");
   }
   return s.dump();
-}
-
-std::string_view ReasonFor(int code) {
-  switch (code) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 405:
-      return "MethodNotAllowed";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Expired";
-    case 415:
-      return "UnsupportedMediaType";
-    case 422:
-      return "Invalid";
-    case 429:
-      return "TooManyRequests";
-    case 500:
-      return "InternalError";
-    case 503:
-      return "ServiceUnavailable";
-    case 504:
-      return "Timeout";
-    default:
-      return "";
-  }
 }
 
 // The parts of a resource URL.
@@ -262,17 +230,8 @@ namespace {
 
 absl::Status ToStatus(const Outcome& o) {
   if (o.ok()) return absl::OkStatus();
-  std::string msg = StrCat("HTTP ", o.code, " ", o.reason, ": ", o.message);
-  switch (o.code) {
-    case 404:
-      return absl::NotFoundError(msg);
-    case 409:
-      return o.reason == "AlreadyExists" ? absl::AlreadyExistsError(msg) : absl::AbortedError(msg);
-    case 410:
-      return absl::OutOfRangeError(msg);
-    default:
-      return absl::InvalidArgumentError(msg);
-  }
+  return absl::Status(k8s::CodeForHttp(o.code, o.reason),
+                      StrCat("HTTP ", o.code, " ", o.reason, ": ", o.message));
 }
 
 }  // namespace
@@ -588,7 +547,7 @@ void FakeApiServer::Handle(const httplib::Request& req, httplib::Response& res) 
       if (f.retry_after_seconds) res.set_header("Retry-After", std::to_string(*f.retry_after_seconds));
       std::string body = f.body;
       if (body.empty()) {
-        std::string reason = f.reason.empty() ? std::string(ReasonFor(f.status)) : f.reason;
+        std::string reason = f.reason.empty() ? std::string(k8s::ReasonForHttp(f.status)) : f.reason;
         Json details = nullptr;
         if (f.retry_after_seconds) details = Json{{"retryAfterSeconds", *f.retry_after_seconds}};
         body = StatusBody(f.status, reason, f.message, details);

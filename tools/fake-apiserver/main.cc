@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", key_file, "The key of --tls-cert (PEM)")->check(CLI::ExistingFile);
   app.add_option("--client-ca", client_ca_file, "Accept client certificates signed by this CA (PEM)")
       ->check(CLI::ExistingFile);
-  app.add_option("--history", options.store.history_limit, "Watch events kept per resource (older: 410 Gone)")
+  app.add_option("--history", options.store.history_limit,
+                 "Watch events kept per resource (older: 410 Expired)")
       ->capture_default_str();
   app.add_option("--bookmark-interval-ms", bookmark_ms, "How often watches that allow bookmarks get one")
       ->capture_default_str();
