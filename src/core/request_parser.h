@@ -104,8 +104,8 @@ std::optional<ComputePolicy> ComputePolicyAnnotation(std::string_view value);
 // Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no
 // containers.
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options = {});
-// The same with the pod's aliyun.com/gpu-count label as GpushareCountLabel(pod) read it: the admission webhook
-// reads it once, for the translation and for the check of the translated pod.
+// The same with the pod's aliyun.com/gpu-count label as GpushareCountLabel(pod) read it: the admission
+// webhook reads it once, for the translation and for the check of the translated pod.
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options,
                                            const absl::StatusOr<std::optional<int64_t>>& gpushare_count);
 
@@ -128,9 +128,9 @@ struct Translation {
   ResourceList resources;
   // The system whose names the container used.
   ResourceFamily family = ResourceFamily::kNone;
-  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's share
-  // too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole pod, as
-  // ParsePodRequest does).
+  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's
+  // share too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole
+  // pod, as ParsePodRequest does).
   bool elastic = false;
   // HAMi's task priority resource (0 high, anything else low), removed from the resources.
   std::optional<Priority> priority;

@@ -10,7 +10,8 @@ json PercentOf(core::MilliGpu cores) {
 }
 
 json VGpuJson(const core::VGpuAssignment& v, VGpuFormat format) {
-  json out = {{kVGpuUuid, v.uuid.value()}, {kVGpuMilliCores, v.cores.value()}, {kVGpuMemoryMiB, v.memory.value()}};
+  json out = {
+      {kVGpuUuid, v.uuid.value()}, {kVGpuMilliCores, v.cores.value()}, {kVGpuMemoryMiB, v.memory.value()}};
   switch (format) {
     case VGpuFormat::kAssignment:
       // milliCores is the share (the ledger's unit); cores, the same in percent, is for readers of version 1

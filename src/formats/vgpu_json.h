@@ -18,8 +18,8 @@ namespace tessera::formats {
 
 inline constexpr char kVGpuUuid[] = "uuid";
 inline constexpr char kVGpuIndex[] = "index";
-inline constexpr char kVGpuCores[] = "cores";                  // percent, up to one decimal (annotation only)
-inline constexpr char kVGpuMilliCores[] = "milliCores";        // thousandths of one GPU: what counts
+inline constexpr char kVGpuCores[] = "cores";            // percent, up to one decimal (annotation only)
+inline constexpr char kVGpuMilliCores[] = "milliCores";  // thousandths of one GPU: what counts
 inline constexpr char kVGpuMemoryMiB[] = "memoryMiB";
 inline constexpr char kVGpuRequestedCores[] = "requestedCores";  // percent (annotation only)
 inline constexpr char kVGpuRequestedMilliCores[] = "requestedMilliCores";

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -66,7 +66,8 @@ std::string RecordFileName(const ContainerRecord& r) {
 
 std::string SerializeRecord(const ContainerRecord& r) {
   json vgpus = json::array();
-  for (const core::VGpuAssignment& v : r.vgpus) vgpus.push_back(formats::VGpuJson(v, formats::VGpuFormat::kRecord));
+  for (const core::VGpuAssignment& v : r.vgpus)
+    vgpus.push_back(formats::VGpuJson(v, formats::VGpuFormat::kRecord));
   json j = {{"version", 1},
                   {"podUID", r.pod_uid},
                   {"namespace", r.ns},

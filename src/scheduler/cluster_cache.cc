@@ -42,7 +42,8 @@ void ClusterCache::ReplaceQuotas(
   quota_.Replace(quotas);
 }
 
-FilterVerdicts ClusterCache::FilterAt(const core::PodRequest& request, std::span<const std::string_view> nodes) {
+FilterVerdicts ClusterCache::FilterAt(const core::PodRequest& request,
+                                      std::span<const std::string_view> nodes) {
   return filter_.FilterAt(request, nodes);
 }
 
@@ -55,24 +56,34 @@ absl::StatusOr<Reservation> ClusterCache::Reserve(const core::PodRequest& reques
   return reserve_.Reserve(request, node);
 }
 
-void ClusterCache::Confirm(const PodUid& uid) { reserve_.Confirm(uid); }
+void ClusterCache::Confirm(const PodUid& uid) {
+  reserve_.Confirm(uid);
+}
 
-void ClusterCache::Unreserve(const PodUid& uid) { reserve_.Unreserve(uid); }
+void ClusterCache::Unreserve(const PodUid& uid) {
+  reserve_.Unreserve(uid);
+}
 
 int ClusterCache::ExpireReservations(std::chrono::steady_clock::duration age) {
   return reserve_.ExpireReservations(age);
 }
 
-std::vector<PodEntry> ClusterCache::TakeChangedShares() { return reserve_.TakeChangedShares(); }
+std::vector<PodEntry> ClusterCache::TakeChangedShares() {
+  return reserve_.TakeChangedShares();
+}
 
 std::set<std::string> ClusterCache::FitsAfterEvicting(
     const core::PodRequest& request, const std::map<std::string, std::vector<std::string>>& victims) {
   return preempt_.FitsAfterEvicting(request, victims);
 }
 
-void ClusterCache::WaitForWarming() const { warmer_.WaitForWarming(); }
+void ClusterCache::WaitForWarming() const {
+  warmer_.WaitForWarming();
+}
 
-uint64_t ClusterCache::warmed_evaluations() const { return warmer_.warmed_evaluations(); }
+uint64_t ClusterCache::warmed_evaluations() const {
+  return warmer_.warmed_evaluations();
+}
 
 uint64_t ClusterCache::policy_builds() const {
   LedgerLock lock(&ledger_);

@@ -22,8 +22,8 @@
 //
 // Thread-safety: thread-safe. One mutex, the ledger's, guards the state; filter and prioritize over 5,000
 // nodes hold it for about a millisecond, a reservation for microseconds; no API call is ever made under it. A
-// background thread (CacheOptions::warm_shapes) takes it for a few node evaluations at a time, after the verbs
-// waiting for it.
+// background thread (CacheOptions::warm_shapes) takes it for a few node evaluations at a time, after the
+// verbs waiting for it.
 #ifndef TESSERA_SCHEDULER_CLUSTER_CACHE_H_
 #define TESSERA_SCHEDULER_CLUSTER_CACHE_H_
 

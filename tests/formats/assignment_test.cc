@@ -1,6 +1,5 @@
 // The tessera.dev/assignment annotation (docs/protocols.md).
 #include "formats/assignment.h"
-#include "formats/vgpu_json.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,6 +7,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "formats/vgpu_json.h"
 
 namespace tessera::formats {
 namespace {
@@ -141,9 +142,10 @@ TEST(VGpuJsonTest, TheAnnotationAndTheRecordWriteOneShareAlike) {
   const core::VGpuAssignment whole{-1, core::GpuUuid("GPU-aa"), core::MilliGpu(1000), core::MiB(16384)};
   EXPECT_EQ(VGpuJson(whole, VGpuFormat::kAssignment),
             nlohmann::json::parse(R"({"uuid":"GPU-aa","cores":100,"milliCores":1000,"memoryMiB":16384})"));
-  EXPECT_EQ(VGpuJson(whole, VGpuFormat::kRecord),
-            nlohmann::json::parse(
-                R"({"uuid":"GPU-aa","index":-1,"milliCores":1000,"memoryMiB":16384,"requestedMilliCores":0})"));
+  EXPECT_EQ(
+      VGpuJson(whole, VGpuFormat::kRecord),
+      nlohmann::json::parse(
+          R"({"uuid":"GPU-aa","index":-1,"milliCores":1000,"memoryMiB":16384,"requestedMilliCores":0})"));
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ TEST(GpuTopologyTest, LinksGiveTheMatrixAlone) {
 
 TEST(GpuTopologyTest, ErrorsNameTheLineAndWhatToWrite) {
   EXPECT_THAT(Error("links: [[X]]\ntopology: x\n", 1), HasSubstr("give either topology"));
-  EXPECT_THAT(Error("links:\n  - [X, PIX]\n  - [PIX, Y]\n", 2), HasSubstr("line 3: unknown link level \"Y\""));
+  EXPECT_THAT(Error("links:\n  - [X, PIX]\n  - [PIX, Y]\n", 2),
+              HasSubstr("line 3: unknown link level \"Y\""));
   EXPECT_THAT(Error("links: X\n", 1), HasSubstr("links must be a list of rows"));
   EXPECT_THAT(Error("links: [X]\n", 1), HasSubstr("each row of links must be a list"));
   EXPECT_THAT(Error("links: [[X, PIX], [PIX, X]]\n", 3), HasSubstr("links is 2x2 but the node has 3 GPUs"));

@@ -7,7 +7,8 @@
 
 namespace tessera::scheduler {
 
-FilterVerdicts FilterPoint::FilterAt(const core::PodRequest& request, std::span<const std::string_view> nodes) {
+FilterVerdicts FilterPoint::FilterAt(const core::PodRequest& request,
+                                     std::span<const std::string_view> nodes) {
   LedgerLock lock(&ledger_);
   ledger_.NoteWorkloadLocked(request);
   ledger_.MaybeRebuildPolicyLocked();
@@ -26,7 +27,8 @@ FilterVerdicts FilterPoint::FilterAt(const core::PodRequest& request, std::span<
       continue;
     }
     any_known = true;
-    const core::NodeFit& fit = ledger_.placer->EvaluateCached(ledger_.cluster, *node, compiled, ledger_.rng, &ledger_.evaluations, scratch);
+    const core::NodeFit& fit = ledger_.placer->EvaluateCached(ledger_.cluster, *node, compiled, ledger_.rng,
+                                                              &ledger_.evaluations, scratch);
     if (fit.fits()) {
       out.fits.push_back(k);
       continue;

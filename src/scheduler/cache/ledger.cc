@@ -113,7 +113,8 @@ void CacheLedger::ReleaseLocked(const PodUid& uid) {
 void CacheLedger::FollowShareLocked(const PodUid& tenant) {
   auto it = pods.find(tenant);
   if (it == pods.end()) return;
-  if (const core::Placement* p = cluster.FindPlacement(tenant)) it->second.placement.containers = p->containers;
+  if (const core::Placement* p = cluster.FindPlacement(tenant))
+    it->second.placement.containers = p->containers;
   it->second.unwritten = true;
   changed.insert(tenant);
 }

@@ -109,7 +109,7 @@ class CacheLedger {
   uint64_t policy_generation ABSL_GUARDED_BY(mu) = 0;  // counts rebuilds
   std::unordered_map<core::PodUid, PodEntry> pods ABSL_GUARDED_BY(mu);
   std::map<std::string, PodEntry> orphans ABSL_GUARDED_BY(mu);  // uid -> a pod whose node or GPUs are gone
-  std::set<core::PodUid> changed ABSL_GUARDED_BY(mu);  // pods whose shares changed under them
+  std::set<core::PodUid> changed ABSL_GUARDED_BY(mu);           // pods whose shares changed under them
 
  private:
   const CacheOptions options_;
@@ -129,8 +129,7 @@ class CacheLedger {
 // the caller among those waiting for the lock while it waits.
 class ABSL_SCOPED_LOCKABLE LedgerLock {
  public:
-  explicit LedgerLock(const CacheLedger* ledger) ABSL_EXCLUSIVE_LOCK_FUNCTION(ledger->mu)
-      : mu_(&ledger->mu) {
+  explicit LedgerLock(const CacheLedger* ledger) ABSL_EXCLUSIVE_LOCK_FUNCTION(ledger->mu) : mu_(&ledger->mu) {
     ledger->waiting.fetch_add(1, std::memory_order_relaxed);
     mu_->Lock();
     ledger->waiting.fetch_sub(1, std::memory_order_relaxed);

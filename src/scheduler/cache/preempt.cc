@@ -11,7 +11,8 @@ std::set<std::string> PreemptPoint::FitsAfterEvicting(
   LedgerLock lock(&ledger_);
   // On a copy, with a policy of its own: the live policy's caches are keyed by the live nodes.
   core::Cluster copy = ledger_.cluster;
-  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(ledger_.policy_name, ledger_.context);
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy =
+      core::MakePolicy(ledger_.policy_name, ledger_.context);
   if (!policy.ok()) return {};
   const core::Placer placer(**policy, ledger_.options().placement);
   for (const auto& [node, uids] : victims) {

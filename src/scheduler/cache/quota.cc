@@ -7,7 +7,8 @@ void QuotaPoint::Set(const core::Namespace& ns, std::string_view model, core::Mi
   ledger_.cluster.SetQuota(ns, model, limit);
 }
 
-void QuotaPoint::Replace(const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas) {
+void QuotaPoint::Replace(
+    const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas) {
   LedgerLock lock(&ledger_);
   ledger_.cluster.ClearQuotas();
   for (const auto& [ns, model, limit] : quotas) ledger_.cluster.SetQuota(ns, model, limit);

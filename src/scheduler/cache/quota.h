@@ -14,8 +14,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/units.h"
 #include "core/ids.h"
+#include "core/units.h"
 #include "scheduler/cache/ledger.h"
 
 namespace tessera::scheduler {

@@ -39,9 +39,8 @@ void ShapeWarmer::NoteShapeLocked([[maybe_unused]] const CacheLedger& ledger, co
                             [&](const Shape& k) { return k.fingerprint == fingerprint; });
   if (shape == shapes_.end()) {
     if (shapes_.size() >= most) {  // forget the one seen longest ago
-      shapes_.erase(std::min_element(shapes_.begin(), shapes_.end(), [](const auto& a, const auto& b) {
-        return a.last_seen < b.last_seen;
-      }));
+      shapes_.erase(std::min_element(shapes_.begin(), shapes_.end(),
+                                     [](const auto& a, const auto& b) { return a.last_seen < b.last_seen; }));
     }
     shapes_.push_back({fingerprint, request, shape_clock_, 0});
   } else if (shape->last_seen != shape_clock_) {
@@ -76,7 +75,8 @@ void ShapeWarmer::Loop() {
     std::vector<std::pair<double, const core::PodRequest*>> order;
     for (const Shape& k : shapes_) {
       const auto age = static_cast<double>(shape_clock_ - k.last_seen);
-      if (k.gap == 0 || age > static_cast<double>(std::max<size_t>(ledger_.options().rebuild_after, 1))) continue;
+      if (k.gap == 0 || age > static_cast<double>(std::max<size_t>(ledger_.options().rebuild_after, 1)))
+        continue;
       order.emplace_back(k.gap - age, &k.request);
     }
     std::stable_sort(order.begin(), order.end(),
@@ -97,8 +97,8 @@ void ShapeWarmer::Loop() {
         const core::CompiledRequest compiled(ledger_.cluster, shapes[k]);
         const int end = std::min(next + kNodesPerHold, ledger_.cluster.node_count());
         for (; next < end; ++next) {
-          ledger_.placer->EvaluateCached(ledger_.cluster, ledger_.cluster.nodes()[static_cast<size_t>(next)], compiled, rng_,
-                                   &ledger_.evaluations, scratch);
+          ledger_.placer->EvaluateCached(ledger_.cluster, ledger_.cluster.nodes()[static_cast<size_t>(next)],
+                                         compiled, rng_, &ledger_.evaluations, scratch);
           ++warmed_;
         }
         // Whoever waits for the lock goes first: warming is for them. (Not a yield each time: on a loaded

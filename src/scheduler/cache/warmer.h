@@ -32,8 +32,8 @@ class ShapeWarmer {
   ShapeWarmer& operator=(const ShapeWarmer&) = delete;
 
   // Notes the pod's shape among those to warm, and wakes the thread when the answers the ledger keeps were
-  // invalidated (a rebuilt policy, another state_key) since it last warmed. `ledger` is the warmer's own, named
-  // by the caller so that the analysis checks the caller holds its lock.
+  // invalidated (a rebuilt policy, another state_key) since it last warmed. `ledger` is the warmer's own,
+  // named by the caller so that the analysis checks the caller holds its lock.
   void NoteShapeLocked(const CacheLedger& ledger, const core::PodRequest& request, uint64_t fingerprint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ledger.mu);
   // For tests: waits until the thread has nothing left to do for what it has been asked so far.
@@ -54,7 +54,8 @@ class ShapeWarmer {
     double gap = 0;            // pods between two of its pods, a moving average; 0: seen once
   };
   std::vector<Shape> shapes_ ABSL_GUARDED_BY(ledger_.mu);
-  uint64_t shape_clock_ ABSL_GUARDED_BY(ledger_.mu) = 0;  // pods seen (filter and prioritize of one count once)
+  uint64_t shape_clock_ ABSL_GUARDED_BY(ledger_.mu) =
+      0;  // pods seen (filter and prioritize of one count once)
   core::PodUid last_shape_pod_ ABSL_GUARDED_BY(ledger_.mu);
   // The policy and state_key the thread was last woken for; whether it has work.
   uint64_t warm_generation_ ABSL_GUARDED_BY(ledger_.mu) = ~uint64_t{0};
