@@ -562,6 +562,11 @@ std::optional<ComputePolicy> ComputePolicyAnnotation(std::string_view value) {
 }
 
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options) {
+  return ParsePodRequest(pod, options, GpushareCountLabel(pod));
+}
+
+absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options,
+                                           const absl::StatusOr<std::optional<int64_t>>& gpushare_count) {
   PodRequest req;
   req.ns = Namespace(pod.ns.empty() ? "default" : pod.ns);
   req.name = pod.name;
@@ -584,7 +589,6 @@ absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOption
     }
   }
   for (const ContainerSpec& c : pod.containers) holders.push_back(&c);
-  absl::StatusOr<std::optional<int64_t>> gpushare_count = GpushareCountLabel(pod);
   if (!gpushare_count.ok()) return gpushare_count.status();
   std::optional<Field> hami_priority;  // the first container's, which every other must agree with
   bool no_core_limit = false;
@@ -719,6 +723,7 @@ absl::StatusOr<std::optional<Translation>> TranslateToTessera(const ResourceList
   if (ask->memory_percent) t.resources[kResourceMemoryPercent] = StrCat(ask->memory_percent->value);
   t.elastic = ask->no_core_limit && !vgpus->empty() && options.hami_no_core_limit == NoCoreLimit::kElastic;
   if (ask->priority) t.priority = ask->priority->value == 0 ? Priority::kHigh : Priority::kLow;
+  t.family = ask->family;
   return std::optional<Translation>(std::move(t));
 }
 

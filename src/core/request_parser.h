@@ -104,6 +104,10 @@ std::optional<ComputePolicy> ComputePolicyAnnotation(std::string_view value);
 // Parses and validates a pod's GPU request. A pod that asks for no GPU parses to a request with no
 // containers.
 absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options = {});
+// The same with the pod's aliyun.com/gpu-count label as GpushareCountLabel(pod) read it: the admission
+// webhook reads it once, for the translation and for the check of the translated pod.
+absl::StatusOr<PodRequest> ParsePodRequest(const PodSpec& pod, const ParseOptions& options,
+                                           const absl::StatusOr<std::optional<int64_t>>& gpushare_count);
 
 // The number of vGPUs a container's GPU resources (in Tessera's names, as after TranslateToTessera) expand to,
 // when they do not state tessera.dev/gpu themselves: the value the admission webhook adds. nullopt when the
@@ -122,8 +126,11 @@ const char* ToString(ResourceFamily f);
 // the pod's annotations must (the webhook adds them).
 struct Translation {
   ResourceList resources;
-  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's share
-  // too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole pod).
+  // The system whose names the container used.
+  ResourceFamily family = ResourceFamily::kNone;
+  // HAMi or Volcano without a core limit, under NoCoreLimit::kElastic: the pod is elastic (gpu-manager's
+  // share too, unless the pod has tencent.com/vcuda-core-limit: the admission webhook decides from the whole
+  // pod, as ParsePodRequest does).
   bool elastic = false;
   // HAMi's task priority resource (0 high, anything else low), removed from the resources.
   std::optional<Priority> priority;

@@ -7,6 +7,7 @@
 #include "core/gpu_mask.h"
 #include "core/strings.h"
 #include "formats/bounded_json.h"
+#include "formats/vgpu_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::formats {
@@ -21,12 +22,6 @@ constexpr int64_t kMaxMemoryMiB = int64_t{1}
 
 absl::Status Bad(std::string_view what) {
   return absl::InvalidArgumentError(StrCat("annotation ", kAnnotationAssignment, ": ", what));
-}
-
-// Percent with one decimal, from thousandths of a GPU.
-json Percent(core::MilliGpu cores) {
-  if (cores.value() % 10 == 0) return cores.value() / 10;
-  return static_cast<double>(cores.value()) / 10.0;
 }
 
 // A share of a vGPU: `milli_key` (thousandths of a GPU, the ledger's unit: what counts) and/or `percent_key`
@@ -72,20 +67,7 @@ std::string FormatAssignment(const core::Placement& placement) {
   json containers = json::array();
   for (const core::ContainerAssignment& c : placement.containers) {
     json vgpus = json::array();
-    for (const core::VGpuAssignment& v : c.vgpus) {
-      // milliCores is the share (the ledger's unit); cores, the same in percent, is for readers of version 1
-      // that predate it.
-      json vgpu = {{"uuid", v.uuid.value()},
-                   {"cores", Percent(v.cores)},
-                   {"milliCores", v.cores.value()},
-                   {"memoryMiB", v.memory.value()}};
-      if (v.gpu_index >= 0) vgpu["index"] = v.gpu_index;  // the UUID is what counts; the index is a hint
-      if (v.requested > v.cores) {
-        vgpu["requestedCores"] = Percent(v.requested);
-        vgpu["requestedMilliCores"] = v.requested.value();
-      }
-      vgpus.push_back(std::move(vgpu));
-    }
+    for (const core::VGpuAssignment& v : c.vgpus) vgpus.push_back(VGpuJson(v, VGpuFormat::kAssignment));
     json container = {{"name", c.name}, {"vgpus", std::move(vgpus)}};
     if (c.numa_node >= 0) container["numaNode"] = c.numa_node;
     if (!c.cpus.empty()) container["cpus"] = c.cpus;
@@ -148,7 +130,7 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
       const std::string at = StrCat(where, ".vgpus[", k, "]");
       if (!v.is_object()) return Bad(StrCat(at, " is not an object"));
       core::VGpuAssignment g;
-      auto uuid = v.find("uuid");
+      auto uuid = v.find(kVGpuUuid);
       if (uuid == v.end() || !uuid->is_string() || uuid->get<std::string>().empty()) {
         return Bad(StrCat(at, " has no \"uuid\""));
       }
@@ -156,17 +138,17 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
       if (!uuids.insert(g.uuid.value()).second) {
         return Bad(StrCat(at, ": GPU ", g.uuid.value(), " appears twice in one container"));
       }
-      auto index = v.find("index");
+      auto index = v.find(kVGpuIndex);
       if (index != v.end()) {
         const std::optional<int64_t> n = JsonIntIn(*index, 0, core::kMaxGpusPerNode - 1);
         if (!n) return Bad(StrCat(at, ".index must be a GPU index, 0 to ", core::kMaxGpusPerNode - 1));
         g.gpu_index = static_cast<int>(*n);
       }
-      absl::StatusOr<core::MilliGpu> cores = Share(v, "cores", "milliCores", at, /*required=*/true);
+      absl::StatusOr<core::MilliGpu> cores = Share(v, kVGpuCores, kVGpuMilliCores, at, /*required=*/true);
       if (!cores.ok()) return cores.status();
       g.cores = *cores;
       absl::StatusOr<core::MilliGpu> requested =
-          Share(v, "requestedCores", "requestedMilliCores", at, /*required=*/false);
+          Share(v, kVGpuRequestedCores, kVGpuRequestedMilliCores, at, /*required=*/false);
       if (!requested.ok()) return requested.status();
       if (requested->value() != 0) {
         if (*requested < g.cores) {
@@ -174,7 +156,7 @@ absl::StatusOr<Assignment> ParseAssignment(std::string_view text) {
         }
         g.requested = *requested;
       }
-      auto memory = v.find("memoryMiB");
+      auto memory = v.find(kVGpuMemoryMiB);
       const std::optional<int64_t> mib =
           memory == v.end() ? std::nullopt : JsonIntIn(*memory, 0, kMaxMemoryMiB);
       if (!mib) return Bad(StrCat(at, " has no \"memoryMiB\" (a whole number of MiB, at most 2^40)"));

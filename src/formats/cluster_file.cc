@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "core/quantity.h"
 #include "core/strings.h"
+#include "formats/gpu_topology.h"
 #include "formats/yaml_fields.h"
 
 namespace tessera::formats {
@@ -17,12 +18,6 @@ using core::MiB;
 using core::NodeInfo;
 
 namespace {
-
-core::Link ParseLink(const YAML::Node& n) {
-  absl::StatusOr<core::Link> l = core::Link::Parse(Str(n, "a link"));
-  if (!l.ok()) Fail(n, std::string(l.status().message()));
-  return *l;
-}
 
 GpuInfo ParseGpu(const YAML::Node& n, const std::string& node, int index) {
   CheckKeys(n, {"uuid", "model", "memoryMiB", "numa", "healthy"}, "a GPU");
@@ -99,35 +94,15 @@ void ParseNode(const YAML::Node& n, std::vector<NodeInfo>& out, int64_t& gpus_to
                 "; a cluster file holds at most ", kMaxFileGpus, ": lower replicas or split the cluster"));
   }
   gpus_total += int64_t{count} * replicas;
-  if (n["topology"] && n["links"])
-    Fail(n, "give either topology (nvidia-smi topo -m text) or links, not both");
-  if (n["topology"]) {
-    absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(n["topology"], "topology"));
-    if (!topo.ok()) Fail(n["topology"], StrCat("topology: ", topo.status().message()));
-    if (topo->links.size() != count) {
-      Fail(n["topology"],
-           StrCat("topology describes ", topo->links.size(), " GPUs but the node has ", count));
-    }
-    base.links = topo->links;
-    for (int g = 0; g < count; ++g) {
-      GpuInfo& gpu = base.gpus[static_cast<size_t>(g)];
-      if (gpu.numa_node < 0) gpu.numa_node = topo->numa_node[static_cast<size_t>(g)];
-      if (gpu.numa_node >= 0 && !topo->cpu_affinity[static_cast<size_t>(g)].empty()) {
-        base.numa_cpus.emplace(gpu.numa_node, topo->cpu_affinity[static_cast<size_t>(g)]);
+  if (std::optional<GpuTopology> topo = ReadGpuTopology(n, count, "the node has")) {
+    base.links = std::move(topo->links);
+    for (size_t g = 0; g < topo->numa_node.size(); ++g) {
+      GpuInfo& gpu = base.gpus[g];
+      if (gpu.numa_node < 0) gpu.numa_node = topo->numa_node[g];
+      if (gpu.numa_node >= 0 && !topo->cpu_affinity[g].empty()) {
+        base.numa_cpus.emplace(gpu.numa_node, topo->cpu_affinity[g]);
       }
     }
-  } else if (n["links"]) {
-    std::vector<std::vector<std::string>> rows;
-    for (const YAML::Node& row : n["links"]) {
-      std::vector<std::string> r2;
-      for (const YAML::Node& cell : row) r2.push_back(core::Link(ParseLink(cell)).ToString());
-      rows.push_back(std::move(r2));
-    }
-    absl::StatusOr<core::LinkMatrix> m = core::LinkMatrix::FromRows(rows);
-    if (!m.ok()) Fail(n["links"], std::string(m.status().message()));
-    if (m->size() != count)
-      Fail(n["links"], StrCat("links is ", m->size(), "x", m->size(), " but the node has ", count, " GPUs"));
-    base.links = *m;
   }
   if (n["numaCpus"]) {
     if (!n["numaCpus"].IsMap())

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "core/gpu_mask.h"
 #include "core/strings.h"
+#include "formats/gpu_topology.h"
 #include "formats/yaml_fields.h"
 
 namespace tessera::gpu {
@@ -108,37 +109,13 @@ GpuInventory ParseDocument(const YAML::Node& doc, std::string_view node) {
     }
   }
   const int count = static_cast<int>(inv.gpus.size());
-  if (doc["topology"] && doc["links"])
-    Fail(doc, "give either topology (nvidia-smi topo -m text) or links, not both");
-  if (doc["topology"]) {
-    absl::StatusOr<core::TopoReport> topo = core::ParseNvidiaSmiTopo(Str(doc["topology"], "topology"));
-    if (!topo.ok()) Fail(doc["topology"], StrCat("topology: ", topo.status().message()));
-    if (topo->links.size() != count) {
-      Fail(doc["topology"],
-           StrCat("topology describes ", topo->links.size(), " GPUs but the file lists ", count));
+  if (std::optional<formats::GpuTopology> topo = formats::ReadGpuTopology(doc, count, "the file lists")) {
+    inv.links = std::move(topo->links);
+    for (size_t i = 0; i < topo->numa_node.size(); ++i) {
+      InventoryGpu& g = inv.gpus[i];
+      if (g.info.numa_node < 0) g.info.numa_node = topo->numa_node[i];
+      if (g.cpus.empty()) g.cpus = topo->cpu_affinity[i];
     }
-    inv.links = topo->links;
-    for (int i = 0; i < count; ++i) {
-      InventoryGpu& g = inv.gpus[static_cast<size_t>(i)];
-      if (g.info.numa_node < 0) g.info.numa_node = topo->numa_node[static_cast<size_t>(i)];
-      if (g.cpus.empty()) g.cpus = topo->cpu_affinity[static_cast<size_t>(i)];
-    }
-  } else if (doc["links"]) {
-    const YAML::Node& links = doc["links"];
-    if (!links.IsSequence()) Fail(links, "links must be a list of rows, e.g. [[X, PIX], [PIX, X]]");
-    std::vector<std::vector<std::string>> rows;
-    for (const YAML::Node& row : links) {
-      if (!row.IsSequence()) Fail(row, "each row of links must be a list of link levels, e.g. [X, PIX]");
-      std::vector<std::string> cells;
-      for (const YAML::Node& cell : row) cells.push_back(Str(cell, "a link level"));
-      rows.push_back(std::move(cells));
-    }
-    absl::StatusOr<core::LinkMatrix> m = core::LinkMatrix::FromRows(rows);
-    if (!m.ok()) Fail(links, std::string(m.status().message()));
-    if (m->size() != count) {
-      Fail(links, StrCat("links is ", m->size(), "x", m->size(), " but the file lists ", count, " GPUs"));
-    }
-    inv.links = *std::move(m);
   } else {
     inv.links = core::LinkMatrix(count);  // no topology given: every pair SYS, the safe assumption
   }

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "core/strings.h"
 #include "formats/bounded_json.h"
+#include "formats/vgpu_json.h"
 
 namespace tessera::node {
 
@@ -65,13 +66,8 @@ std::string RecordFileName(const ContainerRecord& r) {
 
 std::string SerializeRecord(const ContainerRecord& r) {
   json vgpus = json::array();
-  for (const core::VGpuAssignment& v : r.vgpus) {
-    vgpus.push_back({{"uuid", v.uuid.value()},
-                     {"index", v.gpu_index},
-                     {"milliCores", v.cores.value()},
-                     {"memoryMiB", v.memory.value()},
-                     {"requestedMilliCores", v.requested.value()}});
-  }
+  for (const core::VGpuAssignment& v : r.vgpus)
+    vgpus.push_back(formats::VGpuJson(v, formats::VGpuFormat::kRecord));
   json j = {{"version", 1},
                   {"podUID", r.pod_uid},
                   {"namespace", r.ns},
@@ -115,11 +111,11 @@ absl::StatusOr<ContainerRecord> ParseRecord(std::string_view text) {
     field = "vgpus";
     for (const json& v : j.at("vgpus")) {
       core::VGpuAssignment a;
-      a.uuid = core::GpuUuid(Get<std::string>(v, "uuid", &field));
-      a.gpu_index = Get<int>(v, "index", &field);
-      a.cores = core::MilliGpu(Get<int32_t>(v, "milliCores", &field));
-      a.memory = core::MiB(Get<int64_t>(v, "memoryMiB", &field));
-      a.requested = core::MilliGpu(Get<int32_t>(v, "requestedMilliCores", &field, 0));
+      a.uuid = core::GpuUuid(Get<std::string>(v, formats::kVGpuUuid, &field));
+      a.gpu_index = Get<int>(v, formats::kVGpuIndex, &field);
+      a.cores = core::MilliGpu(Get<int32_t>(v, formats::kVGpuMilliCores, &field));
+      a.memory = core::MiB(Get<int64_t>(v, formats::kVGpuMemoryMiB, &field));
+      a.requested = core::MilliGpu(Get<int32_t>(v, formats::kVGpuRequestedMilliCores, &field, 0));
       r.vgpus.push_back(a);
     }
     field = "gpuTenants";

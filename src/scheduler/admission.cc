@@ -178,6 +178,7 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   std::vector<std::string> warnings = core::MigrationWarnings(pod->spec);
   std::optional<core::Priority> priority;     // HAMi's task priority resource
   std::string priority_from;                  // the container it came from, for messages
+  bool elastic = false;                       // a translated request without a core limit (Translation)
   absl::StatusOr<std::optional<int64_t>> gpushare_count = core::GpushareCountLabel(pod->spec);
   if (!gpushare_count.ok()) return deny(Message(gpushare_count.status()));
   // Found, not copied: the spec is the sender's, and a copy walks it recursively.
@@ -202,6 +203,10 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
         if (!translated.ok()) return deny(StrCat("container ", parsed[i].name, ": ", Message(translated.status())));
         if (translated->has_value()) {
           core::Translation& t = **translated;
+          // As ParsePodRequest decides it: gpu-manager's share is elastic only without the pod's core limit.
+          elastic = elastic || (t.elastic && app &&
+                                !(t.family == core::ResourceFamily::kGpuManager &&
+                                  pod->spec.annotations.contains(core::kGpuManagerCoreLimit)));
           if (t.priority && app) {
             if (priority && *priority != *t.priority) {
               return deny(StrCat("containers ", priority_from, " and ", parsed[i].name, " give ",
@@ -253,10 +258,8 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   std::map<std::string, std::string> annotations;
   if (!gpu_added.empty()) annotations[core::kAnnotationGpuAdded] = StrJoin(gpu_added, ",");
   const auto& present = pod->spec.annotations;
-  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit): decided from
-  // the whole pod, as gpu-manager's limit is an annotation. An unparsed request is refused below.
-  absl::StatusOr<core::PodRequest> original = core::ParsePodRequest(pod->spec, options_.parse);
-  const bool elastic = original.ok() && original->compute_policy == core::ComputePolicy::kElastic;
+  // Elastic when the original request is (HAMi, Volcano and gpu-manager without a core limit), as the
+  // translations said. An unparsed request is refused below.
   if (elastic && !present.contains(core::kAnnotationComputePolicy)) {
     annotations[core::kAnnotationComputePolicy] = "elastic";
     warnings.push_back(StrCat("no core limit (", options_.parse.hami.cores, " left out or 0, or ",
@@ -275,7 +278,7 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   }
   for (const auto& [key, v] : annotations) patched.annotations[key] = v;
   if (judged) {
-    absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(patched, options_.parse);
+    absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(patched, options_.parse, gpushare_count);
     if (!request.ok()) {
       *decision = Decision::kDenied;
       return RefuseInvalid(*review, *pod, request.status());

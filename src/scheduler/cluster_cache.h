@@ -14,16 +14,19 @@
 // or the bind fails, so that no other decision can take the same share meanwhile; the state itself is always
 // rebuilt from the API (ObservePod), never kept only here.
 //
-// Thread-safety: thread-safe. One mutex guards the state; filter and prioritize over 5,000 nodes hold it for
-// about a millisecond, a reservation for microseconds; no API call is ever made under it. A background thread
-// (CacheOptions::warm_shapes) takes it for a few node evaluations at a time, after the verbs waiting for it.
+// It is split along the extender's extension points, as a scheduler plugin is (cache/): the ledger they
+// share (cache/ledger.h: the cluster, the pods' records and reservations, the policy and its workload), and
+// one class per point: filter (cache/filter.h), score (cache/score.h), reserve (cache/reserve.h), preempt
+// (cache/preempt.h), quota (cache/quota.h), and the warming thread (cache/warmer.h). ClusterCache keeps what
+// the API says (nodes, pods) and routes each verb to its point.
+//
+// Thread-safety: thread-safe. One mutex, the ledger's, guards the state; filter and prioritize over 5,000
+// nodes hold it for about a millisecond, a reservation for microseconds; no API call is ever made under it. A
+// background thread (CacheOptions::warm_shapes) takes it for a few node evaluations at a time, after the
+// verbs waiting for it.
 #ifndef TESSERA_SCHEDULER_CLUSTER_CACHE_H_
 #define TESSERA_SCHEDULER_CLUSTER_CACHE_H_
 
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,66 +34,24 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "core/cluster.h"
-#include "core/placement/evaluation_cache.h"
 #include "core/placement/fragmentation.h"
-#include "core/placement/placer.h"
-#include "core/random.h"
-#include "core/request_parser.h"
 #include "formats/pod_object.h"
-#include "k8s/clock.h"
+#include "scheduler/cache/filter.h"
+#include "scheduler/cache/ledger.h"
+#include "scheduler/cache/preempt.h"
+#include "scheduler/cache/quota.h"
+#include "scheduler/cache/reserve.h"
+#include "scheduler/cache/score.h"
+#include "scheduler/cache/warmer.h"
 
 namespace tessera::scheduler {
 
-struct CacheOptions {
-  std::string policy = "tessera";
-  core::PlacementOptions placement;
-  core::ParseOptions parse;
-  // Pods remembered as the workload whose typical pods the fragmentation-aware policies weigh.
-  size_t workload_window = 4096;
-  // The policy is rebuilt from the workload after this many new pods (and when GPU models appear).
-  size_t rebuild_after = 256;
-  uint64_t seed = 0;  // ties between equal nodes: 0 picks a seed from the clock
-  // Warming off the request path. A rebuilt policy (every `rebuild_after` pods), or a change in what it
-  // weighs from the whole cluster (Policy::state_key), invalidates every node's remembered answer, and the
-  // next pod of each shape would evaluate every node it names again (4 ms over 5,000 nodes for tessera,
-  // more while the policy's own per-node views are cold). A background thread evaluates every node for the
-  // last `warm_shapes` distinct pod shapes seen instead, a few nodes per hold of the lock, so that only the
-  // pod that triggered the change pays. The answers are the ones a request would compute (deterministic
-  // policies only; it draws from its own Rng). 0: no thread, no warming.
-  size_t warm_shapes = 16;
-  // Time (reservations' age) through the clock seam; null: the real clock. Must outlive the cache.
-  const k8s::Clock* clock = nullptr;
-};
-
-struct FilterOutcome {
-  std::vector<std::string> fits;
-  std::map<std::string, std::string> failed;        // node -> why, where preemption might help
-  std::map<std::string, std::string> unresolvable;  // node -> why, where nothing could help
-};
-
-// kube-scheduler's extender priority: 0 (worst) to 10 (best).
-struct HostScore {
-  std::string host;
-  int64_t score = 0;
-};
-inline constexpr int64_t kMaxExtenderPriority = 10;
-
-// The same answers by position in the list of names asked about, for the extender: it writes them from the
-// request's own text, so that no node name is copied per node (5,000 per request on a large cluster).
-struct FilterVerdicts {
-  std::vector<uint32_t> fits;                                  // positions, in the order asked
-  std::vector<std::pair<uint32_t, std::string>> failed;        // position, why: preemption might help
-  std::vector<std::pair<uint32_t, std::string>> unresolvable;  // position, why: nothing could help
-};
 // What the operators' page shows (page.h), copied under the lock in one go and serialized after it is
 // released.
 struct PageView {
@@ -105,31 +66,6 @@ struct PageView {
     bool reserved = false;  // decided here, bind not yet confirmed
   };
   std::unordered_map<std::string, Pod> pods;  // by pod UID: every pod holding or reserving GPUs
-};
-
-struct PositionScore {
-  uint32_t position;
-  int64_t score;
-};
-
-// A decision held while its bind is written to the API.
-struct Reservation {
-  core::Placement placement;
-  // Low-priority tenants whose share this pod's placement cut (SharedGPU compression): their new shares must
-  // reach their pods' assignments and their nodes' limits files.
-  std::vector<core::Compression> compressions;
-};
-
-// What the cache holds for one pod.
-struct PodEntry {
-  core::PodRequest request;
-  core::Placement placement;
-  bool reserved = false;  // decided by this scheduler, bind not yet confirmed by the API
-  std::chrono::steady_clock::time_point reserved_at;
-  // Its shares changed here (compressed, or given back) and the API has not shown that yet: until an observed
-  // assignment says the same, an observed one that differs predates the write (TakeChangedShares) and is not
-  // taken over the record.
-  bool unwritten = false;
 };
 
 class ClusterCache {
@@ -205,39 +141,14 @@ class ClusterCache {
   uint64_t warmed_evaluations() const;
 
  private:
-  struct State;
-  void WarmLoop();
-  // Notes the pod's shape among those to warm, and wakes the warming thread when the answers it keeps were
-  // invalidated (a rebuilt policy, another state_key) since it last warmed.
-  void NoteShapeLocked(const core::PodRequest& request, uint64_t fingerprint)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::chrono::steady_clock::time_point SteadyNow() const;
-  void RebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeRebuildPolicyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteWorkloadLocked(const core::PodRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ObserveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RecordLocked(const core::PodRequest& request, core::Placement placement)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseLocked(const core::PodUid& uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  CacheOptions options_;
-  mutable Mutex mu_;
-  std::unique_ptr<State> state_ ABSL_PT_GUARDED_BY(mu_);
-  mutable CondVar warm_cv_;              // wakes the warming thread (work due, or stop)
-  mutable CondVar warm_idle_cv_;         // the warming thread finished what was due
-  mutable std::atomic<int> waiting_{0};  // callers waiting for mu_: the warming thread lets them in first
-  std::thread warm_thread_;
+  CacheLedger ledger_;
+  ShapeWarmer warmer_;  // its thread starts once the ledger is built
+  FilterPoint filter_;
+  ScorePoint score_;
+  ReservePoint reserve_;
+  PreemptPoint preempt_;
+  QuotaPoint quota_;
 };
-
-// Scores policies' node scores into kube-scheduler's 0-10 range: the best node 10, the worst 0, linear
-// between (tiers first: a node of a better SharedGPU tier always scores above one of a worse tier).
-std::vector<HostScore> ScaleScores(std::span<const std::pair<std::string, core::NodeFit>> fits);
-// The same over (tier, score) pairs: the 0-10 score of each, in order.
-struct TierScore {
-  int tier = 0;
-  double score = 0;
-};
-std::vector<int64_t> ScaleTierScores(std::span<const TierScore> fits);
 
 }  // namespace tessera::scheduler
 

@@ -152,7 +152,7 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(*pod);
   if (!parsed.ok()) return parsed.status();
   args.pod = *std::move(parsed);
-  args.request = core::ParsePodRequest(args.pod.spec, parse_);
+  args.request = RequestOf(args.pod);
   if (args.args.has_names) {
     args.nodes = std::move(args.args.names);
   } else if (const json* list = Field(*doc, "Nodes")) {
@@ -182,9 +182,10 @@ absl::StatusOr<Extender::ParsedArgs> Extender::ParseArgs(std::string_view body) 
   return args;
 }
 
-size_t Extender::ApproxBytes(const std::string& uid, const core::PodRequest& r) {
-  size_t n = sizeof(core::PodRequest) + 2 * uid.size() + 128 + r.ns.value().size() + r.name.size() +
-             r.uid.value().size();
+size_t Extender::ApproxBytes(const Remembered& remembered) {
+  const core::PodRequest& r = remembered.request;
+  size_t n = sizeof(Remembered) + 2 * remembered.uid.size() + remembered.resource_version.size() + 128 +
+             r.ns.value().size() + r.name.size() + r.uid.value().size();
   for (const core::ContainerRequest& c : r.containers) {
     n += sizeof(c) + c.name.size() + c.vgpus.size() * sizeof(core::VGpuDemand);
   }
@@ -197,23 +198,37 @@ size_t Extender::ApproxBytes(const std::string& uid, const core::PodRequest& r) 
   return n;
 }
 
+absl::StatusOr<core::PodRequest> Extender::RequestOf(const formats::PodObject& pod) {
+  // An object the API server stored has a resourceVersion, and another one once anything in it changes; a pod
+  // without one (a test's, a hand-made body) is parsed every time.
+  if (!pod.resource_version.empty()) {
+    if (std::optional<core::PodRequest> known = Recall(pod.spec.uid, pod.resource_version)) return *known;
+  }
+  {
+    MutexLock lock(&mu_);
+    ++counters_.parsed;
+  }
+  return core::ParsePodRequest(pod.spec, parse_);
+}
+
 void Extender::Remember(const core::PodRequest& request, const formats::PodObject& pod) {
   const std::string& uid = pod.spec.uid;
   if (uid.empty()) return;
-  const size_t bytes = ApproxBytes(uid, request);
+  Remembered remembered{uid, pod.resource_version, request};
+  const size_t bytes = ApproxBytes(remembered);
   MutexLock lock(&mu_);
   if (auto it = recent_index_.find(uid); it != recent_index_.end()) {
-    recent_bytes_ -= ApproxBytes(uid, it->second->second);
+    recent_bytes_ -= ApproxBytes(*it->second);
     recent_.erase(it->second);
     recent_index_.erase(it);
   }
   if (bytes > options_.remembered_bytes) return;  // larger than the whole budget: bind reads it again
-  recent_.emplace_front(uid, request);
+  recent_.push_front(std::move(remembered));
   recent_index_[uid] = recent_.begin();
   recent_bytes_ += bytes;
   while (recent_.size() > options_.remembered_pods || recent_bytes_ > options_.remembered_bytes) {
-    recent_bytes_ -= ApproxBytes(recent_.back().first, recent_.back().second);
-    recent_index_.erase(recent_.back().first);
+    recent_bytes_ -= ApproxBytes(recent_.back());
+    recent_index_.erase(recent_.back().uid);
     recent_.pop_back();
   }
 }
@@ -223,11 +238,12 @@ size_t Extender::remembered_bytes() const {
   return recent_bytes_;
 }
 
-std::optional<core::PodRequest> Extender::Recall(const std::string& uid) {
+std::optional<core::PodRequest> Extender::Recall(const std::string& uid, std::string_view resource_version) {
   MutexLock lock(&mu_);
   auto it = recent_index_.find(uid);
   if (it == recent_index_.end()) return std::nullopt;
-  return it->second->second;
+  if (!resource_version.empty() && it->second->resource_version != resource_version) return std::nullopt;
+  return it->second->request;
 }
 
 void Extender::Count(uint64_t Counters::*verb, bool bad_request) {
@@ -383,7 +399,7 @@ Response Extender::Bind(std::string_view body) {
     if (!pod.ok()) return fail(Message(pod.status()));
     if (pod->spec.uid != target.uid)
       return fail("the pod was replaced (its UID changed); it will be rescheduled");
-    absl::StatusOr<core::PodRequest> parsed = core::ParsePodRequest(pod->spec, parse_);
+    absl::StatusOr<core::PodRequest> parsed = RequestOf(*pod);
     if (!parsed.ok()) return fail(Message(parsed.status()));
     request = *std::move(parsed);
   }

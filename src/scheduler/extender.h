@@ -89,7 +89,9 @@ struct PendingPod {
 inline constexpr size_t kPagePendingPods = 4096;
 
 struct ExtenderOptions {
-  // Pods remembered from filter and prioritize for their bind.
+  // Pods' requests remembered from filter and prioritize, by UID and resourceVersion: the pod's next verb at
+  // the same version (prioritize after filter, filter again while it waits) is not parsed again, and its bind
+  // (which carries only names) finds the request here.
   size_t remembered_pods = 4096;
   // Pending pods remembered for the page (the most recently filtered), and for how long after their last
   // filter: kube-scheduler tries an unschedulable pod again at least every 5 minutes, so one not filtered for
@@ -121,6 +123,9 @@ class Extender {
   // Counters, for metrics.
   struct Counters {
     uint64_t filter = 0, prioritize = 0, bind = 0, bind_failed = 0, preempt = 0, bad_request = 0;
+    // Pod requests parsed (core::ParsePodRequest); a verb that finds its pod remembered at the same
+    // resourceVersion parses nothing.
+    uint64_t parsed = 0;
   };
   Counters counters() const;
   // Pending GPU pods, most recently filtered first (PendingPod); none older than
@@ -133,10 +138,19 @@ class Extender {
  private:
   struct ParsedArgs;
   absl::StatusOr<ParsedArgs> ParseArgs(std::string_view body);
+  // A pod's request as this extender last parsed it.
+  struct Remembered {
+    std::string uid;
+    std::string resource_version;
+    core::PodRequest request;
+  };
+  // The pod's request: the remembered one when the pod is known at this resourceVersion, parsed otherwise.
+  absl::StatusOr<core::PodRequest> RequestOf(const formats::PodObject& pod);
   void Remember(const core::PodRequest& request, const formats::PodObject& pod);
   // What a remembered request costs in memory, roughly (its strings and vectors).
-  static size_t ApproxBytes(const std::string& uid, const core::PodRequest& request);
-  std::optional<core::PodRequest> Recall(const std::string& uid);
+  static size_t ApproxBytes(const Remembered& r);
+  // The request remembered for `uid`; with a `resource_version`, only when remembered at that version.
+  std::optional<core::PodRequest> Recall(const std::string& uid, std::string_view resource_version = {});
   void Count(uint64_t Counters::*verb, bool bad_request);
   void NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
                    size_t nodes_asked, const FilterVerdicts& verdicts);
@@ -151,11 +165,10 @@ class Extender {
   ExtenderOptions options_;
 
   mutable Mutex mu_;  // guards the members below; never held across a call to the cache or binder
-  // uid -> request, most recent first (bounded).
-  std::list<std::pair<std::string, core::PodRequest>> recent_ ABSL_GUARDED_BY(mu_);
+  // Requests, most recent first (bounded: ExtenderOptions::remembered_pods and remembered_bytes).
+  std::list<Remembered> recent_ ABSL_GUARDED_BY(mu_);
   size_t recent_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // ApproxBytes of everything in recent_
-  std::unordered_map<std::string, std::list<std::pair<std::string, core::PodRequest>>::iterator> recent_index_
-      ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::list<Remembered>::iterator> recent_index_ ABSL_GUARDED_BY(mu_);
   std::vector<PodEntry> unsynced_ ABSL_GUARDED_BY(mu_);
   // uid -> pending pod, most recently filtered first (bounded by ExtenderOptions::pending_pods).
   std::list<PendingPod> pending_ ABSL_GUARDED_BY(mu_);

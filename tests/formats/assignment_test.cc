@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "formats/vgpu_json.h"
+
 namespace tessera::formats {
 namespace {
 
@@ -114,6 +116,36 @@ TEST(AssignmentTest, RefusesWhatItCannotTrust) {
     EXPECT_THAT(std::string(a.status().message()), HasSubstr(expected)) << text;
     EXPECT_THAT(std::string(a.status().message()), HasSubstr("tessera.dev/assignment"));
   }
+}
+
+}  // namespace
+}  // namespace tessera::formats
+
+namespace tessera::formats {
+namespace {
+
+// One vGPU in the annotation's and the record's format (VGpuJson): the same share, memory, GPU and index in
+// each, in the fields docs/protocols.md and docs/node-agent.md give (the annotation's percent is exactly the
+// thousandths / 10, and its requested share is written only when compressed; the record's always).
+TEST(VGpuJsonTest, TheAnnotationAndTheRecordWriteOneShareAlike) {
+  const core::VGpuAssignment compressed{3, core::GpuUuid("GPU-dd"), core::MilliGpu(333), core::MiB(5461),
+                                        core::MilliGpu(500)};
+  const nlohmann::json a = VGpuJson(compressed, VGpuFormat::kAssignment);
+  const nlohmann::json r = VGpuJson(compressed, VGpuFormat::kRecord);
+  for (const char* key : {"uuid", "index", "milliCores", "memoryMiB", "requestedMilliCores"}) {
+    EXPECT_EQ(a.at(key), r.at(key)) << key;
+  }
+  EXPECT_EQ(a, nlohmann::json::parse(R"({"uuid":"GPU-dd","index":3,"cores":33.3,"milliCores":333,
+      "memoryMiB":5461,"requestedCores":50,"requestedMilliCores":500})"));
+  EXPECT_EQ(r, nlohmann::json::parse(R"({"uuid":"GPU-dd","index":3,"milliCores":333,"memoryMiB":5461,
+      "requestedMilliCores":500})"));
+  const core::VGpuAssignment whole{-1, core::GpuUuid("GPU-aa"), core::MilliGpu(1000), core::MiB(16384)};
+  EXPECT_EQ(VGpuJson(whole, VGpuFormat::kAssignment),
+            nlohmann::json::parse(R"({"uuid":"GPU-aa","cores":100,"milliCores":1000,"memoryMiB":16384})"));
+  EXPECT_EQ(
+      VGpuJson(whole, VGpuFormat::kRecord),
+      nlohmann::json::parse(
+          R"({"uuid":"GPU-aa","index":-1,"milliCores":1000,"memoryMiB":16384,"requestedMilliCores":0})"));
 }
 
 }  // namespace

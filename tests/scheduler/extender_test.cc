@@ -214,6 +214,35 @@ TEST_F(ExtenderTest, PrioritizeScoresWithinZeroToTenAndPrefersTheFragment) {
   EXPECT_LT(score["t4-b"], 10);
 }
 
+// A pod is parsed once per resourceVersion (the API server gives a stored object a new one whenever it
+// changes): prioritize after filter, and filter again while it waits, take the request filter parsed; a new
+// version is parsed again, and its bind places what the new version asks.
+TEST_F(ExtenderTest, APodIsParsedOncePerResourceVersion) {
+  json pod = Pod("p", "u1", Share(30, 1024));
+  pod["metadata"]["resourceVersion"] = "7";
+  Filter(pod, {"t4-a"});
+  EXPECT_EQ(extender_.counters().parsed, 1u);
+  Response r = extender_.Prioritize(json{{"Pod", pod}, {"NodeNames", {"t4-a", "t4-b"}}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Filter(pod, {"t4-a", "t4-b"});
+  EXPECT_EQ(extender_.counters().parsed, 1u);
+
+  pod["metadata"]["resourceVersion"] = "8";
+  pod["spec"]["containers"][0]["resources"]["limits"] = Share(60, 2048);
+  Filter(pod, {"t4-a"});
+  EXPECT_EQ(extender_.counters().parsed, 2u);
+  ASSERT_EQ(Bind("p", "u1", "t4-a")["Error"], "");
+  std::optional<PodEntry> entry = cache_.FindPod(core::PodUid("u1"));
+  ASSERT_TRUE(entry);
+  EXPECT_EQ(entry->placement.containers[0].vgpus[0].cores.value(), 600);
+
+  // Without a resourceVersion (not an object the API server stored) every verb parses.
+  json bare = Pod("q", "u2", Share(10, 512));
+  Filter(bare, {"t4-b"});
+  Filter(bare, {"t4-b"});
+  EXPECT_EQ(extender_.counters().parsed, 4u);
+}
+
 TEST_F(ExtenderTest, BindRecordsTheAssignmentAndHoldsTheShare) {
   Filter(Pod("p", "u1", Share(60, 2048)), {"t4-a"});
   EXPECT_EQ(Bind("p", "u1", "t4-a")["Error"], "");
