@@ -24,22 +24,6 @@ constexpr int64_t kMiB = 1024 * 1024;
 // Tessera's devices state compute as a percent (docs/dra.md, "What the node publishes").
 constexpr int64_t kCoresCapacity = 100;
 
-const Json& Field(const Json& j, const char* key) {
-  static const Json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-std::string Str(const Json& j, const char* key) {
-  const Json& v = Field(j, key);
-  return v.is_string() ? v.get<std::string>() : "";
-}
-const Json& Path(const Json& j, std::initializer_list<const char*> keys) {
-  const Json* at = &j;
-  for (const char* k : keys) at = &Field(*at, k);
-  return *at;
-}
-
 // A quantity in whole units (rounded up), or nullopt when it is not one.
 std::optional<int64_t> Units(const Json& q) {
   if (!q.is_string()) return std::nullopt;
@@ -323,6 +307,24 @@ struct Held {
 };
 
 }  // namespace
+
+const Json& Field(const Json& j, const char* key) {
+  static const Json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+std::string Str(const Json& j, const char* key) {
+  const Json& v = Field(j, key);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+const Json& Path(const Json& j, std::initializer_list<const char*> keys) {
+  const Json* at = &j;
+  for (const char* k : keys) at = &Field(*at, k);
+  return *at;
+}
 
 std::optional<int64_t> Capacity::Consumed(std::optional<int64_t> asked) const {
   if (!asked) return default_value ? *default_value : value;

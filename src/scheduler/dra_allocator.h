@@ -24,6 +24,7 @@
 #define TESSERA_SCHEDULER_DRA_ALLOCATOR_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
@@ -38,6 +39,12 @@
 namespace tessera::scheduler::dra {
 
 using Json = nlohmann::json;
+
+// Reading the API's objects without a copy: a member (null when absent or not an object), a member along a
+// path, a string member ("" when absent or not a string). Shared by the allocator and the DRA controller.
+const Json& Field(const Json& j, const char* key);
+const Json& Path(const Json& j, std::initializer_list<const char*> keys);
+std::string Str(const Json& j, const char* key);
 
 // A capacity of a device and its request policy (resource.k8s.io/v1 DeviceCapacity).
 struct Capacity {

@@ -22,16 +22,8 @@ constexpr size_t kMaxPodsPerRound = 200;
 // meanwhile is never seen).
 constexpr std::chrono::seconds kWrittenTtl{60};
 
-const Json& Field(const Json& j, const char* key) {
-  static const Json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-std::string Str(const Json& j, const char* key) {
-  const Json& v = Field(j, key);
-  return v.is_string() ? v.get<std::string>() : "";
-}
+using dra::Field;
+using dra::Str;
 
 // Is ours the pod's last gate? Claims are placed only then, as kube-scheduler places only ungated pods (a queue
 // such as Kueue gates a pod until it is admitted).
