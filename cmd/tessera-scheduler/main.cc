@@ -171,7 +171,8 @@ int Run(const Options& o) {
     backend->SetDra(dra.get());
   }
   scheduler::Admission admission({o.scheduler_name, cache_options.parse});
-  if (dra != nullptr) admission.SetDraGate([&dra](const nlohmann::json& pod) { return dra->ShouldGate(pod); });
+  if (dra != nullptr)
+    admission.SetDraGate([&dra](const nlohmann::json& pod) { return dra->ShouldGate(pod); });
   scheduler::ExtenderServer server(extender, &admission, cache);
   if (backend == nullptr) {
     server.AddPost("/standalone/release", [&](std::string_view body) {
@@ -326,9 +327,10 @@ int main(int argc, char** argv) {
       "--ui-listen", o.ui_listen,
       "HOST:PORT of the operators' page (implies --ui); loopback addresses only, as the page has no "
       "authentication of its own: reach it with kubectl port-forward");
-  app.add_flag("--dra-placement,!--no-dra-placement", o.dra_placement,
-               "Place the ResourceClaims of Tessera's device classes (the webhook's /mutate-dra gates their pods; "
-               "docs/dra.md, \"Placement by Tessera\")")
+  app.add_flag(
+         "--dra-placement,!--no-dra-placement", o.dra_placement,
+         "Place the ResourceClaims of Tessera's device classes (the webhook's /mutate-dra gates their pods; "
+         "docs/dra.md, \"Placement by Tessera\")")
       ->capture_default_str();
   app.add_option("--dra-classes", o.dra_classes,
                  "DeviceClasses whose claims Tessera places, comma-separated (deploy/dra/deviceclasses.yaml)")

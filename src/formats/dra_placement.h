@@ -1,12 +1,15 @@
-// The marks on a pod whose ResourceClaims tessera-scheduler places (docs/dra.md, "Placement by Tessera"), shared
-// by the webhook that sets them, tessera-scheduler that places the claims and lifts them, and tessera-node that
-// lifts them when tessera-scheduler stays unavailable (the fallback to kube-scheduler's own allocator).
+// The marks on a pod whose ResourceClaims tessera-scheduler places (docs/dra.md, "Placement by Tessera"),
+// shared by the webhook that sets them, tessera-scheduler that places the claims and lifts them, and
+// tessera-node that lifts them when tessera-scheduler stays unavailable (the fallback to kube-scheduler's own
+// allocator).
 //
-// - spec.schedulingGates gets {name: kDraPlacementGate}: kube-scheduler leaves the pod alone while it is there.
+// - spec.schedulingGates gets {name: kDraPlacementGate}: kube-scheduler leaves the pod alone while it is
+// there.
 // - label kDraPlacementLabel = "gated": so that the fallback watches the gated pods only (a label selector).
 // - annotation kDraGatedAtAnnotation: when the webhook gated it (RFC 3339, UTC, as formats::FormatHeartbeat
 //   writes it: "2026-11-22T08:14:03.120Z").
-// - annotation kDraWaitingAnnotation: set by tessera-scheduler while no node fits, saying why; gone once placed.
+// - annotation kDraWaitingAnnotation: set by tessera-scheduler while no node fits, saying why; gone once
+// placed.
 //
 // When the gate is lifted the label's value becomes "placed" (tessera-scheduler allocated the claims) or
 // "fallback" (tessera-node handed the pod to kube-scheduler), in the same write.

@@ -327,10 +327,12 @@ Response Admission::MutateDra(std::string_view body) const {
   } else {
     const json& pod = *review->object;
     const json* spec = pod.contains("spec") && pod["spec"].is_object() ? &pod["spec"] : nullptr;
-    const std::string scheduler = spec != nullptr && spec->contains("schedulerName") && (*spec)["schedulerName"].is_string()
-                                      ? (*spec)["schedulerName"].get<std::string>()
-                                      : "";
-    const bool ours = scheduler.empty() || scheduler == "default-scheduler" || scheduler == options_.scheduler_name;
+    const std::string scheduler =
+        spec != nullptr && spec->contains("schedulerName") && (*spec)["schedulerName"].is_string()
+            ? (*spec)["schedulerName"].get<std::string>()
+            : "";
+    const bool ours =
+        scheduler.empty() || scheduler == "default-scheduler" || scheduler == options_.scheduler_name;
     if (!ours || spec == nullptr || !dra_gate_(pod)) {
       r = Reply(*review, {{"allowed", true}});
     } else {
@@ -352,14 +354,17 @@ Response Admission::MutateDra(std::string_view body) const {
                            {"path", StrCat("/metadata/", map, "/", JsonPointerToken(kv.first))},
                            {"value", kv.second}});
         } else {
-          patch.push_back({{"op", "add"}, {"path", StrCat("/metadata/", map)}, {"value", {{kv.first, kv.second}}}});
+          patch.push_back(
+              {{"op", "add"}, {"path", StrCat("/metadata/", map)}, {"value", {{kv.first, kv.second}}}});
         }
       }
       decision = Decision::kPatched;
-      r = Reply(*review, {{"allowed", true}, {"patchType", "JSONPatch"}, {"patch", Base64(formats::DumpJson(patch))}});
+      r = Reply(*review,
+                {{"allowed", true}, {"patchType", "JSONPatch"}, {"patch", Base64(formats::DumpJson(patch))}});
     }
   }
-  counts_[static_cast<size_t>(Verb::kMutate)][static_cast<size_t>(decision)].fetch_add(1, std::memory_order_relaxed);
+  counts_[static_cast<size_t>(Verb::kMutate)][static_cast<size_t>(decision)].fetch_add(
+      1, std::memory_order_relaxed);
   return r;
 }
 

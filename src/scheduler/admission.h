@@ -49,8 +49,8 @@ class Admission {
   // /mutate-dra: gates a pod whose ResourceClaims tessera-scheduler places (formats/dra_placement.h): the
   // scheduling gate, the label and the gated-at annotation. Never refuses a pod; counted as mutate.
   Response MutateDra(std::string_view body) const;
-  // DRA placement by Tessera: whether a pod's claims are Tessera's to place (DraController::ShouldGate). Unset,
-  // /mutate-dra allows every pod unchanged. Set before serving.
+  // DRA placement by Tessera: whether a pod's claims are Tessera's to place (DraController::ShouldGate).
+  // Unset, /mutate-dra allows every pod unchanged. Set before serving.
   void SetDraGate(std::function<bool(const nlohmann::json& pod)> gate) { dra_gate_ = std::move(gate); }
 
   // What the webhook answered: allowed as is, allowed with a patch (mutate only), denied (allowed: false), or

@@ -51,7 +51,8 @@ std::optional<AttributeValue> ParseAttribute(const Json& a) {
   if (kind == "int" && v.is_number_integer()) return AttributeValue::Int(v.get<int64_t>());
   if (kind == "bool" && v.is_boolean()) return AttributeValue::Bool(v.get<bool>());
   if (kind == "string" && v.is_string()) return AttributeValue::String(v.get<std::string>());
-  if (kind == "version" && v.is_string()) return AttributeValue::String(v.get<std::string>(), AttributeValue::Kind::kVersion);
+  if (kind == "version" && v.is_string())
+    return AttributeValue::String(v.get<std::string>(), AttributeValue::Kind::kVersion);
   return std::nullopt;
 }
 
@@ -114,7 +115,8 @@ bool Requirement(const Json& r, const std::optional<std::string>& value) {
   if (op == "NotIn") return !in();
   if (op == "Exists") return value.has_value();
   if (op == "DoesNotExist") return !value.has_value();
-  if ((op == "Gt" || op == "Lt") && value && values.is_array() && values.size() == 1 && values[0].is_string()) {
+  if ((op == "Gt" || op == "Lt") && value && values.is_array() && values.size() == 1 &&
+      values[0].is_string()) {
     int64_t a = 0, b = 0;
     if (!ParseInt(*value, &a) || !ParseInt(values[0].get<std::string>(), &b)) return false;
     return op == "Gt" ? a > b : a < b;
@@ -125,8 +127,9 @@ bool Requirement(const Json& r, const std::optional<std::string>& value) {
 // Can the pod run on the node as far as kube-scheduler's node filters go (name, selector, affinity, taints)?
 bool PodFitsNode(const Json& pod, const NodeView& node) {
   const Json& spec = Field(pod, "spec");
-  if (node.unschedulable && !Tolerates(Field(spec, "tolerations"),
-                                       Json{{"key", "node.kubernetes.io/unschedulable"}, {"effect", "NoSchedule"}})) {
+  if (node.unschedulable &&
+      !Tolerates(Field(spec, "tolerations"),
+                 Json{{"key", "node.kubernetes.io/unschedulable"}, {"effect", "NoSchedule"}})) {
     return false;
   }
   const Json& selector = Field(spec, "nodeSelector");
@@ -136,17 +139,19 @@ bool PodFitsNode(const Json& pod, const NodeView& node) {
       if (it == node.labels.end() || !v.is_string() || it->second != v.get<std::string>()) return false;
     }
   }
-  const Json& terms = Path(spec, {"affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                                  "nodeSelectorTerms"});
+  const Json& terms = Path(spec, {"affinity", "nodeAffinity",
+                                  "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"});
   if (terms.is_array() && !terms.empty()) {
     bool any = false;
     for (const Json& term : terms) {
       bool all = true;
-      for (const Json& r : Field(term, "matchExpressions").is_array() ? Field(term, "matchExpressions") : Json::array()) {
+      for (const Json& r :
+           Field(term, "matchExpressions").is_array() ? Field(term, "matchExpressions") : Json::array()) {
         auto it = node.labels.find(Str(r, "key"));
         all = all && Requirement(r, it == node.labels.end() ? std::nullopt : std::optional(it->second));
       }
-      for (const Json& r : Field(term, "matchFields").is_array() ? Field(term, "matchFields") : Json::array()) {
+      for (const Json& r :
+           Field(term, "matchFields").is_array() ? Field(term, "matchFields") : Json::array()) {
         all = all && Str(r, "key") == "metadata.name" && Requirement(r, node.name);
       }
       any = any || all;
@@ -197,21 +202,23 @@ struct RequestSpec {
 
 // The claim's spec as Tessera places it, or why Tessera leaves it to kube-scheduler.
 absl::StatusOr<std::vector<RequestSpec>> ParseClaim(const Json& claim, const std::set<std::string>& classes,
-                                                     const std::map<std::string, DeviceClass>& known) {
+                                                    const std::map<std::string, DeviceClass>& known) {
   const Json& devices = Path(claim, {"spec", "devices"});
   const Json& requests = Field(devices, "requests");
-  if (!requests.is_array() || requests.empty()) return absl::FailedPreconditionError("the claim asks for no device");
+  if (!requests.is_array() || requests.empty())
+    return absl::FailedPreconditionError("the claim asks for no device");
   std::vector<RequestSpec> out;
   auto alternative = [&](const Json& e, std::string name) -> absl::StatusOr<Alternative> {
     Alternative a;
     a.name = std::move(name);
     a.device_class = Str(e, "deviceClassName");
     if (!classes.contains(a.device_class)) {
-      return absl::FailedPreconditionError(StrCat("request ", a.name, " asks for class ", a.device_class,
-                                                  ", not one Tessera places"));
+      return absl::FailedPreconditionError(
+          StrCat("request ", a.name, " asks for class ", a.device_class, ", not one Tessera places"));
     }
     auto cls = known.find(a.device_class);
-    if (cls == known.end()) return absl::UnavailableError(StrCat("DeviceClass ", a.device_class, " not seen yet"));
+    if (cls == known.end())
+      return absl::UnavailableError(StrCat("DeviceClass ", a.device_class, " not seen yet"));
     if (!cls->second.undecided.empty()) return absl::FailedPreconditionError(cls->second.undecided);
     const std::string mode = Str(e, "allocationMode");
     if (!mode.empty() && mode != "ExactCount") {
@@ -231,7 +238,8 @@ absl::StatusOr<std::vector<RequestSpec>> ParseClaim(const Json& claim, const std
     if (asked.is_object()) {
       for (const auto& [k, v] : asked.items()) {
         std::optional<int64_t> u = Units(v);
-        if (!u) return absl::FailedPreconditionError(StrCat("request ", a.name, ": capacity ", k, " unreadable"));
+        if (!u)
+          return absl::FailedPreconditionError(StrCat("request ", a.name, ": capacity ", k, " unreadable"));
         if (k == "cores") {
           a.cores = u;
         } else if (k == "memory") {
@@ -246,7 +254,8 @@ absl::StatusOr<std::vector<RequestSpec>> ParseClaim(const Json& claim, const std
         absl::StatusOr<Selector> compiled = Selector::Compile(Str(Field(s, "cel"), "expression"));
         if (!compiled.ok()) {
           return absl::FailedPreconditionError(
-              StrCat("request ", a.name, "'s selector is outside what Tessera evaluates: ", compiled.status().message()));
+              StrCat("request ", a.name,
+                     "'s selector is outside what Tessera evaluates: ", compiled.status().message()));
         }
         a.selectors.push_back(*std::move(compiled));
       }
@@ -267,7 +276,8 @@ absl::StatusOr<std::vector<RequestSpec>> ParseClaim(const Json& claim, const std
         spec.alternatives.push_back(*std::move(a));
       }
     }
-    if (spec.alternatives.empty()) return absl::FailedPreconditionError(StrCat("request ", spec.name, " is empty"));
+    if (spec.alternatives.empty())
+      return absl::FailedPreconditionError(StrCat("request ", spec.name, " is empty"));
     out.push_back(std::move(spec));
   }
   const Json& constraints = Field(devices, "constraints");
@@ -284,7 +294,8 @@ absl::StatusOr<std::vector<RequestSpec>> ParseClaim(const Json& claim, const std
       }
       // One request per constraint: its devices share the value. A constraint across requests is left to
       // kube-scheduler, which searches the combinations.
-      if (names.size() != 1) return absl::FailedPreconditionError("a matchAttribute constraint across requests");
+      if (names.size() != 1)
+        return absl::FailedPreconditionError("a matchAttribute constraint across requests");
       bool found = false;
       for (RequestSpec& r : out) {
         if (r.name != names[0] && !names[0].starts_with(r.name + "/")) continue;
@@ -365,8 +376,8 @@ absl::StatusOr<Pool> ParseSlice(const Json& slice) {
       }
     }
     auto index = device.attributes.find(StrCat(formats::kDraDriver, "/index"));
-    if (index == device.attributes.end() || index->second.kind != AttributeValue::Kind::kInt || index->second.i < 0 ||
-        index->second.i >= core::kMaxGpusPerNode) {
+    if (index == device.attributes.end() || index->second.kind != AttributeValue::Kind::kInt ||
+        index->second.i < 0 || index->second.i >= core::kMaxGpusPerNode) {
       continue;  // not a device tessera-node published
     }
     device.index = static_cast<int>(index->second.i);
@@ -375,7 +386,8 @@ absl::StatusOr<Pool> ParseSlice(const Json& slice) {
     if (!cores.ok() || !memory.ok() || cores->value != kCoresCapacity || memory->value < kMiB) continue;
     device.cores = *cores;
     device.memory = *memory;
-    device.shared = Field(d, "allowMultipleAllocations").is_boolean() && d["allowMultipleAllocations"].get<bool>();
+    device.shared =
+        Field(d, "allowMultipleAllocations").is_boolean() && d["allowMultipleAllocations"].get<bool>();
     if (Field(d, "taints").is_array()) {
       for (const Json& t : d["taints"]) {
         const std::string effect = Str(t, "effect");
@@ -384,7 +396,8 @@ absl::StatusOr<Pool> ParseSlice(const Json& slice) {
     }
     pool.devices.push_back(std::move(device));
   }
-  std::sort(pool.devices.begin(), pool.devices.end(), [](const Device& a, const Device& b) { return a.index < b.index; });
+  std::sort(pool.devices.begin(), pool.devices.end(),
+            [](const Device& a, const Device& b) { return a.index < b.index; });
   return pool;
 }
 
@@ -422,12 +435,14 @@ NodeView ParseNode(const Json& node) {
   v.unschedulable = Field(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
   const Json& allocatable = Path(node, {"status", "allocatable"});
   if (const Json& cpu = Field(allocatable, "cpu"); cpu.is_string()) {
-    if (absl::StatusOr<core::K8sQuantity> q = core::ParseQuantity(cpu.get<std::string>()); q.ok()) v.cpu_milli = q->milli;
+    if (absl::StatusOr<core::K8sQuantity> q = core::ParseQuantity(cpu.get<std::string>()); q.ok())
+      v.cpu_milli = q->milli;
   }
   v.memory_bytes = Units(Field(allocatable, "memory")).value_or(0);
   const Json& inventory = Path(node, {"metadata", "annotations", "tessera.dev/gpu-inventory"});
   if (inventory.is_string()) {
-    if (absl::StatusOr<formats::GpuInventory> inv = formats::ParseGpuInventory(inventory.get<std::string>()); inv.ok()) {
+    if (absl::StatusOr<formats::GpuInventory> inv = formats::ParseGpuInventory(inventory.get<std::string>());
+        inv.ok()) {
       v.links = inv->links;
     }
   }
@@ -440,7 +455,8 @@ HostRequest PodHostRequest(const Json& pod) {
     HostRequest r;
     const Json& req = Path(c, {"resources", "requests"});
     if (const Json& cpu = Field(req, "cpu"); cpu.is_string()) {
-      if (absl::StatusOr<core::K8sQuantity> q = core::ParseQuantity(cpu.get<std::string>()); q.ok()) r.cpu_milli = q->milli;
+      if (absl::StatusOr<core::K8sQuantity> q = core::ParseQuantity(cpu.get<std::string>()); q.ok())
+        r.cpu_milli = q->milli;
     }
     r.memory_bytes = Units(Field(req, "memory")).value_or(0);
     return r;
@@ -501,21 +517,29 @@ struct DraAllocator::State {
   std::unique_ptr<core::Placer> placer;
   core::Rng rng{0};
   std::mt19937_64 share_ids;
-  std::vector<uint32_t> rank;                                    // per node of the cluster, by position
-  std::map<std::string, const Pool*> pool_of;                    // node -> pool
-  std::map<std::string, const NodeView*> node_of;                // node -> view
-  std::map<std::string, int64_t> cpu_free, memory_free;          // node -> free (when accounted)
-  std::set<std::string> over;                                    // nodes whose devices are over capacity
+  std::vector<uint32_t> rank;                            // per node of the cluster, by position
+  std::map<std::string, const Pool*> pool_of;            // node -> pool
+  std::map<std::string, const NodeView*> node_of;        // node -> view
+  std::map<std::string, int64_t> cpu_free, memory_free;  // node -> free (when accounted)
+  std::set<std::string> over;                            // nodes whose devices are over capacity
   int64_t next_uid = 0;
 };
 
 DraAllocator::DraAllocator(AllocatorOptions options) : options_(std::move(options)) {}
 DraAllocator::~DraAllocator() = default;
 
-void DraAllocator::SetPools(std::vector<Pool> pools) { pools_ = std::move(pools); }
-void DraAllocator::SetClasses(std::map<std::string, DeviceClass> classes) { classes_ = std::move(classes); }
-void DraAllocator::SetNodes(std::vector<NodeView> nodes) { nodes_ = std::move(nodes); }
-void DraAllocator::SetAllocatedClaims(const std::vector<Json>& claims) { allocated_ = claims; }
+void DraAllocator::SetPools(std::vector<Pool> pools) {
+  pools_ = std::move(pools);
+}
+void DraAllocator::SetClasses(std::map<std::string, DeviceClass> classes) {
+  classes_ = std::move(classes);
+}
+void DraAllocator::SetNodes(std::vector<NodeView> nodes) {
+  nodes_ = std::move(nodes);
+}
+void DraAllocator::SetAllocatedClaims(const std::vector<Json>& claims) {
+  allocated_ = claims;
+}
 
 namespace {
 
@@ -530,7 +554,8 @@ std::vector<std::pair<std::string, Held>> HeldBy(const Json& claim) {
     h.device = Str(r, "device");
     const Json& consumed = Field(r, "consumedCapacity");
     // No consumedCapacity: the device was taken whole (not shared).
-    h.cores = consumed.is_object() ? Units(Field(consumed, "cores")).value_or(kCoresCapacity) : kCoresCapacity;
+    h.cores =
+        consumed.is_object() ? Units(Field(consumed, "cores")).value_or(kCoresCapacity) : kCoresCapacity;
     h.memory = consumed.is_object() ? Units(Field(consumed, "memory")).value_or(-1) : -1;
     out.emplace_back(Str(r, "pool"), h);
   }
@@ -589,7 +614,8 @@ std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) 
       s.memory_free[p->node] = view->second->memory_bytes - view->second->memory_requested;
     }
   }
-  for (const core::NodeState& n : s.cluster.nodes()) s.rank.push_back(static_cast<uint32_t>(Mix(options_.seed, n.info().name.value())));
+  for (const core::NodeState& n : s.cluster.nodes())
+    s.rank.push_back(static_cast<uint32_t>(Mix(options_.seed, n.info().name.value())));
   // What the allocated claims hold.
   std::vector<core::PodRequest> workload;
   for (const Json& claim : allocated_) {
@@ -617,12 +643,15 @@ std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) 
         const int64_t memory = held[k].memory < 0 ? device->memory.value : held[k].memory;
         const int64_t milli = std::clamp<int64_t>(held[k].cores, 0, kCoresCapacity) * 1000 / kCoresCapacity;
         const int64_t mib = (memory + kMiB - 1) / kMiB;
-        core::ContainerRequest c{.name = StrCat("r", k), .vgpus = {{core::MilliGpu(milli), {core::MemorySpec::Kind::kMiB, mib}}}};
+        core::ContainerRequest c{.name = StrCat("r", k),
+                                 .vgpus = {{core::MilliGpu(milli), {core::MemorySpec::Kind::kMiB, mib}}}};
         request.containers.push_back(c);
         core::ContainerAssignment a;
         a.name = c.name;
-        a.vgpus.push_back({.gpu_index = position, .uuid = s.cluster.FindNode(pool_name)->info().gpus[position].uuid,
-                           .cores = core::MilliGpu(milli), .memory = core::MiB(mib)});
+        a.vgpus.push_back({.gpu_index = position,
+                           .uuid = s.cluster.FindNode(pool_name)->info().gpus[position].uuid,
+                           .cores = core::MilliGpu(milli),
+                           .memory = core::MiB(mib)});
         placement.containers.push_back(a);
       }
       if (request.containers.empty()) continue;
@@ -630,8 +659,8 @@ std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) 
         // More than the devices hold (allocated by two allocators at once, or a slice that shrank): place
         // nothing more there until it is resolved.
         if (!s.over.contains(pool_name)) {
-          log::Warn("DRA claims hold more than a node's GPUs", {{"node", pool_name}, {"claim", request.name},
-                                                                 {"error", std::string(st.message())}});
+          log::Warn("DRA claims hold more than a node's GPUs",
+                    {{"node", pool_name}, {"claim", request.name}, {"error", std::string(st.message())}});
         }
         s.over.insert(pool_name);
         continue;
@@ -688,12 +717,15 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
     if (view == s.node_of.end()) continue;  // the Node object is not known (yet)
     if (s.over.contains(name) || !PodFitsNode(pod, *view->second)) continue;
     if (auto it = s.cpu_free.find(name); it != s.cpu_free.end() && it->second < host.cpu_milli) continue;
-    if (auto it = s.memory_free.find(name); it != s.memory_free.end() && it->second < host.memory_bytes) continue;
+    if (auto it = s.memory_free.find(name); it != s.memory_free.end() && it->second < host.memory_bytes)
+      continue;
     candidates.push_back(core::NodeName(name));
   }
   if (candidates.empty()) {
-    d.reason = fixed ? StrCat("node ", *fixed, " of its allocated claim cannot take the pod (CPU, memory, taints or selectors)")
-                     : "no node with Tessera GPUs can take the pod (CPU, memory, taints, selectors or affinity)";
+    d.reason =
+        fixed ? StrCat("node ", *fixed,
+                       " of its allocated claim cannot take the pod (CPU, memory, taints or selectors)")
+              : "no node with Tessera GPUs can take the pod (CPU, memory, taints, selectors or affinity)";
     return d;
   }
   // Each claim in turn; the first decides the node of the others.
@@ -710,8 +742,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
     if (specs[i].empty()) continue;
     const std::string claim_name = Str(Field(input.claims[i], "metadata"), "name");
     std::string why;
-    // Requests in order; each request's alternatives in order, the first that places wins. Several requests of
-    // one claim: placed one after the other on the first one's node.
+    // Requests in order; each request's alternatives in order, the first that places wins. Several requests
+    // of one claim: placed one after the other on the first one's node.
     Choice claim_choice;
     claim_choice.placement.node = core::NodeName("");
     bool placed_all = true;
@@ -731,8 +763,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
             if (!dev.cores.Consumed(alt.cores) || !dev.memory.Consumed(alt.memory)) continue;
             DeviceView view{formats::kDraDriver, &dev.attributes};
             bool match = true;
-            const std::array<const std::vector<Selector>*, 2> lists = {&classes_.at(alt.device_class).selectors,
-                                                                      &alt.selectors};
+            const std::array<const std::vector<Selector>*, 2> lists = {
+                &classes_.at(alt.device_class).selectors, &alt.selectors};
             for (const std::vector<Selector>* list : lists) {
               for (const Selector& sel : *list) {
                 Verdict v = sel.Evaluate(view);
@@ -746,9 +778,9 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
               auto a = dev.attributes.find(*r.match_attribute);
               if (a == dev.attributes.end()) continue;
               const AttributeValue& v = a->second;
-              group = v.kind == AttributeValue::Kind::kInt ? StrCat("i", v.i)
+              group = v.kind == AttributeValue::Kind::kInt    ? StrCat("i", v.i)
                       : v.kind == AttributeValue::Kind::kBool ? StrCat("b", v.b ? 1 : 0)
-                                                               : StrCat("s", v.s);
+                                                              : StrCat("s", v.s);
             }
             groups[group].push_back(state.info().gpus[k].uuid);
           }
@@ -756,7 +788,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
         if (error) {
           undo();
           d.kind = PodDecision::Kind::kHandOver;
-          d.reason = StrCat("claim ", claim_name, ": a selector fails on some device (CEL runtime error); "
+          d.reason = StrCat("claim ", claim_name,
+                            ": a selector fails on some device (CEL runtime error); "
                             "kube-scheduler's allocator reports it");
           return d;
         }
@@ -769,15 +802,15 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
           c.name = "claim";
           // Whole percent and MiB, rounded up by the policy; memory not asked for is all of the GPU's.
           const int64_t milli = alt.cores ? *alt.cores * 1000 / kCoresCapacity : 1000;
-          const core::MemorySpec memory = alt.memory
-                                              ? core::MemorySpec{core::MemorySpec::Kind::kMiB, (*alt.memory + kMiB - 1) / kMiB}
-                                              : core::MemorySpec{core::MemorySpec::Kind::kPercent, 100};
+          const core::MemorySpec memory =
+              alt.memory ? core::MemorySpec{core::MemorySpec::Kind::kMiB, (*alt.memory + kMiB - 1) / kMiB}
+                         : core::MemorySpec{core::MemorySpec::Kind::kPercent, 100};
           for (int64_t k = 0; k < alt.count; ++k) c.vgpus.push_back({core::MilliGpu(milli), memory});
           request.containers.push_back(c);
           request.uuid_include = uuids;
           std::vector<core::NodeName> where = claim_choice.placement.node.value().empty()
-                                                   ? candidates
-                                                   : std::vector<core::NodeName>{claim_choice.placement.node};
+                                                  ? candidates
+                                                  : std::vector<core::NodeName>{claim_choice.placement.node};
           absl::StatusOr<core::Placement> p = s.placer->Place(s.cluster, request, s.rng, where, s.rank);
           if (!p.ok()) {
             why = std::string(p.status().message());
@@ -817,7 +850,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
     }
     if (!placed_all) {
       undo();
-      d.reason = StrCat("claim ", claim_name, " fits no node: ", why.empty() ? "no device matches its selectors" : why);
+      d.reason = StrCat("claim ", claim_name,
+                        " fits no node: ", why.empty() ? "no device matches its selectors" : why);
       return d;
     }
     chosen[i] = std::move(claim_choice);
@@ -841,7 +875,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
       const core::VGpuAssignment& v = chosen[i]->placement.containers[k].vgpus[0];
       const Alternative& alt = *chosen[i]->alternatives[k];
       const Device& dev = pool.devices[static_cast<size_t>(v.gpu_index)];
-      Json result = {{"request", alt.name}, {"driver", formats::kDraDriver}, {"pool", pool.name}, {"device", dev.name}};
+      Json result = {
+          {"request", alt.name}, {"driver", formats::kDraDriver}, {"pool", pool.name}, {"device", dev.name}};
       if (dev.shared) {
         result["consumedCapacity"] = {{"cores", StrCat(*dev.cores.Consumed(alt.cores))},
                                       {"memory", CanonicalBytes(*dev.memory.Consumed(alt.memory))}};
@@ -859,7 +894,8 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
         config.push_back(std::move(entry));
       }
     }
-    if (const Json& claim_config = Path(input.claims[i], {"spec", "devices", "config"}); claim_config.is_array()) {
+    if (const Json& claim_config = Path(input.claims[i], {"spec", "devices", "config"});
+        claim_config.is_array()) {
       for (const Json& c : claim_config) {
         Json entry = c;
         entry["source"] = "FromClaim";
@@ -871,8 +907,9 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
     d.allocations.emplace_back(Json{
         {"devices", std::move(devices)},
         {"nodeSelector",
-         {{"nodeSelectorTerms",
-           Json::array({{{"matchFields", Json::array({{{"key", "metadata.name"}, {"operator", "In"}, {"values", {d.node}}}})}}})}}}});
+         {{"nodeSelectorTerms", Json::array({{{"matchFields", Json::array({{{"key", "metadata.name"},
+                                                                            {"operator", "In"},
+                                                                            {"values", {d.node}}}})}}})}}}});
   }
   // The pod's CPU and memory are taken on the node for the pods decided after it.
   if (auto it = s.cpu_free.find(d.node); it != s.cpu_free.end()) it->second -= host.cpu_milli;

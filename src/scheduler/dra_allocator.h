@@ -1,11 +1,12 @@
-// Placement of DRA ResourceClaims by Tessera (docs/dra.md, "Placement by Tessera"): which node and which devices
-// of driver gpu.tessera.dev each claim of a gated pod gets, chosen by the same Placer, policy and Gaia cost tree
-// as the device-plugin path, and written as the allocation kube-scheduler's own allocator would have written.
+// Placement of DRA ResourceClaims by Tessera (docs/dra.md, "Placement by Tessera"): which node and which
+// devices of driver gpu.tessera.dev each claim of a gated pod gets, chosen by the same Placer, policy and
+// Gaia cost tree as the device-plugin path, and written as the allocation kube-scheduler's own allocator
+// would have written.
 //
 // The allocator is pure: it is fed the objects the informers hold (ResourceSlices, DeviceClasses, allocated
-// claims, nodes and the CPU and memory their pods request) and answers, for each pod, the allocation of each of
-// its claims, or why it waits, or why Tessera leaves the pod to kube-scheduler (a selector it does not evaluate,
-// a feature it does not model).
+// claims, nodes and the CPU and memory their pods request) and answers, for each pod, the allocation of each
+// of its claims, or why it waits, or why Tessera leaves the pod to kube-scheduler (a selector it does not
+// evaluate, a feature it does not model).
 //
 //   DraAllocator a({.seed = 42});
 //   a.SetSlices(slices); a.SetClasses(classes); a.SetAllocatedClaims(claims); a.SetNodes(nodes);
@@ -57,8 +58,8 @@ struct Capacity {
 };
 
 struct Device {
-  std::string name;  // "gpu-3"
-  int index = -1;    // the `index` attribute
+  std::string name;                                  // "gpu-3"
+  int index = -1;                                    // the `index` attribute
   std::map<std::string, AttributeValue> attributes;  // by qualified name, "gpu.tessera.dev/model"
   Capacity cores, memory;                            // percent; bytes
   bool shared = false;                               // allowMultipleAllocations
@@ -86,9 +87,9 @@ struct NodeView {
   std::map<std::string, std::string> labels;
   Json taints = Json::array();
   bool unschedulable = false;
-  int64_t cpu_milli = 0, memory_bytes = 0;            // allocatable (0: not accounted)
-  int64_t cpu_requested = 0, memory_requested = 0;    // by the pods bound to it
-  std::optional<core::LinkMatrix> links;              // by GPU index, from the node agent's inventory
+  int64_t cpu_milli = 0, memory_bytes = 0;          // allocatable (0: not accounted)
+  int64_t cpu_requested = 0, memory_requested = 0;  // by the pods bound to it
+  std::optional<core::LinkMatrix> links;            // by GPU index, from the node agent's inventory
 };
 NodeView ParseNode(const Json& node);
 
@@ -119,7 +120,7 @@ struct PodDecision {
 
 struct AllocatorOptions {
   std::string policy = "tessera";
-  uint64_t seed = 0;                                   // ties between equal nodes: by a hash of seed and name
+  uint64_t seed = 0;  // ties between equal nodes: by a hash of seed and name
   std::set<std::string> classes = {"gpu.tessera.dev", "gpu-elastic.tessera.dev"};
 };
 

@@ -14,8 +14,8 @@ namespace {
 using k8s::Json;
 
 const k8s::ResourceType kDeviceClasses{"resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false};
-const k8s::ResourceType kClaimTemplates{"resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
-                                        true};
+const k8s::ResourceType kClaimTemplates{"resource.k8s.io", "v1", "resourceclaimtemplates",
+                                        "ResourceClaimTemplate", true};
 // What a round writes at most: a flood of gated pods is worked through over several rounds.
 constexpr size_t kMaxPodsPerRound = 200;
 // A claim written but not yet seen allocated by the informer is counted this long at most (a claim deleted
@@ -25,8 +25,8 @@ constexpr std::chrono::seconds kWrittenTtl{60};
 using dra::Field;
 using dra::Str;
 
-// Is ours the pod's last gate? Claims are placed only then, as kube-scheduler places only ungated pods (a queue
-// such as Kueue gates a pod until it is admitted).
+// Is ours the pod's last gate? Claims are placed only then, as kube-scheduler places only ungated pods (a
+// queue such as Kueue gates a pod until it is admitted).
 bool OnlyOurGate(const Json& pod) {
   const Json& gates = Field(Field(pod, "spec"), "schedulingGates");
   return gates.is_array() && gates.size() == 1 && Str(gates[0], "name") == formats::kDraPlacementGate;
@@ -47,15 +47,21 @@ bool Finished(const Json& pod) {
 bool ReservedFor(const Json& claim, const std::string& pod_uid) {
   const Json& reserved = Field(Field(claim, "status"), "reservedFor");
   if (!reserved.is_array()) return false;
-  return std::any_of(reserved.begin(), reserved.end(), [&](const Json& r) { return Str(r, "uid") == pod_uid; });
+  return std::any_of(reserved.begin(), reserved.end(),
+                     [&](const Json& r) { return Str(r, "uid") == pod_uid; });
 }
 
 }  // namespace
 
 DraController::DraController(k8s::KubeApi& api, DraControllerOptions options, std::function<bool()> is_leader)
-    : api_(api), options_(std::move(options)), is_leader_(std::move(is_leader)), allocator_(options_.allocator) {}
+    : api_(api),
+      options_(std::move(options)),
+      is_leader_(std::move(is_leader)),
+      allocator_(options_.allocator) {}
 
-DraController::~DraController() { Stop(); }
+DraController::~DraController() {
+  Stop();
+}
 
 void DraController::Start() {
   // Any change of slices or classes may make room; of claims, a deletion or an allocation that went away.
@@ -78,7 +84,8 @@ void DraController::Start() {
   slices_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceSlices, tessera_slices, wake);
   classes_ = std::make_unique<k8s::Informer>(api_, kDeviceClasses, k8s::InformerOptions{}, wake);
   claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, k8s::InformerOptions{}, claim_wake);
-  templates_ = std::make_unique<k8s::Informer>(api_, kClaimTemplates, k8s::InformerOptions{}, k8s::InformerHandlers{});
+  templates_ =
+      std::make_unique<k8s::Informer>(api_, kClaimTemplates, k8s::InformerOptions{}, k8s::InformerHandlers{});
   for (k8s::Informer* i : {slices_.get(), classes_.get(), claims_.get(), templates_.get()}) i->Start();
   thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
 }
@@ -115,7 +122,8 @@ void DraController::OnNodeDeleted(const Json& node) {
 }
 
 void DraController::OnPod(const Json& pod) {
-  const std::string key = StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
+  const std::string key =
+      StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
   const bool gated = HasGate(pod);
   MutexLock lock(&mu_);
   if (Finished(pod)) {
@@ -137,7 +145,8 @@ void DraController::OnPod(const Json& pod) {
 }
 
 void DraController::OnPodDeleted(const Json& pod) {
-  const std::string key = StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
+  const std::string key =
+      StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
   MutexLock lock(&mu_);
   pods_.erase(key);
   gated_.erase(key);
@@ -247,7 +256,8 @@ void DraController::Lift(const Json& pod, const char* label, const std::string& 
 }
 
 void DraController::Round() {
-  if (!is_leader_() || !slices_ || !slices_->HasSynced() || !classes_->HasSynced() || !claims_->HasSynced()) return;
+  if (!is_leader_() || !slices_ || !slices_->HasSynced() || !classes_->HasSynced() || !claims_->HasSynced())
+    return;
   // The state, copied out of the lock.
   std::vector<Json> gated;
   std::vector<dra::NodeView> nodes;
@@ -273,7 +283,8 @@ void DraController::Round() {
   }
   // Oldest first (then by name): the order the pods arrived in, repeatable for one seed.
   std::sort(gated.begin(), gated.end(), [](const Json& a, const Json& b) {
-    const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"), tb = Str(Field(b, "metadata"), "creationTimestamp");
+    const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"),
+                      tb = Str(Field(b, "metadata"), "creationTimestamp");
     if (ta != tb) return ta < tb;
     return std::pair(Str(Field(a, "metadata"), "namespace"), Str(Field(a, "metadata"), "name")) <
            std::pair(Str(Field(b, "metadata"), "namespace"), Str(Field(b, "metadata"), "name"));
@@ -285,7 +296,8 @@ void DraController::Round() {
     if (absl::StatusOr<dra::Pool> p = dra::ParseSlice(*s); p.ok()) pools.push_back(*std::move(p));
   }
   std::map<std::string, dra::DeviceClass> classes;
-  for (const auto& c : classes_->Items()) classes[Str(Field(*c, "metadata"), "name")] = dra::ParseDeviceClass(*c);
+  for (const auto& c : classes_->Items())
+    classes[Str(Field(*c, "metadata"), "name")] = dra::ParseDeviceClass(*c);
   // The claims allocated, with this controller's own writes until the informer shows them.
   const auto now = std::chrono::steady_clock::now();
   std::vector<Json> allocated;
@@ -302,14 +314,17 @@ void DraController::Round() {
     seen.insert(uid);
   }
   for (auto it = written_.begin(); it != written_.end();) {
-    it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it) : std::next(it);
+    it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it)
+                                                                              : std::next(it);
   }
   // Each gated pod's claims (a template's claim is made by kube-controller-manager: wait for it).
   std::vector<dra::PodInput> inputs;
   for (const Json& pod : gated) {
     if (!OnlyOurGate(pod)) continue;
     // A pod that found no place is tried again once something was freed since.
-    if (auto w = waited_at_.find(Str(Field(pod, "metadata"), "uid")); w != waited_at_.end() && w->second == freed) continue;
+    if (auto w = waited_at_.find(Str(Field(pod, "metadata"), "uid"));
+        w != waited_at_.end() && w->second == freed)
+      continue;
     dra::PodInput in;
     in.pod = pod;
     const std::string ns = Str(Field(pod, "metadata"), "namespace");
@@ -362,9 +377,11 @@ void DraController::Round() {
       std::string& told = told_[pod_uid];
       if (told != d.reason) {
         told = d.reason;
-        Event(pod, "Normal", "TesseraPlacementWaiting", StrCat("no Tessera GPU for this pod's claims yet: ", d.reason));
+        Event(pod, "Normal", "TesseraPlacementWaiting",
+              StrCat("no Tessera GPU for this pod's claims yet: ", d.reason));
         Json patch = {{"metadata", {{"annotations", {{formats::kDraWaitingAnnotation, d.reason}}}}}};
-        (void)api_.Patch(k8s::kPods, Str(Field(pod, "metadata"), "namespace"), pod_name, k8s::PatchType::kMerge, patch);
+        (void)api_.Patch(k8s::kPods, Str(Field(pod, "metadata"), "namespace"), pod_name,
+                         k8s::PatchType::kMerge, patch);
       }
       continue;
     }
@@ -379,13 +396,14 @@ void DraController::Round() {
         // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in
         // reservedFor adds the stamp to the stored allocation, which the API refuses ("field cannot be
         // modified once set"), on every retry (docs/dra.md).
-        updated["status"]["allocation"]["allocationTimestamp"] = k8s::FormatTime(std::chrono::system_clock::now());
+        updated["status"]["allocation"]["allocationTimestamp"] =
+            k8s::FormatTime(std::chrono::system_clock::now());
       }
       Json& reserved = updated["status"]["reservedFor"];
       if (!reserved.is_array()) reserved = Json::array();
       reserved.push_back({{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}});
-      absl::StatusOr<Json> st = api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated,
-                                            "status");
+      absl::StatusOr<Json> st =
+          api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated, "status");
       if (!st.ok()) {
         ok = false;
         MutexLock lock(&mu_);
@@ -393,8 +411,8 @@ void DraController::Round() {
         // Said once per distinct error (a missing grant would fail every round).
         if (!k8s::IsConflict(st.status()) && Message(st.status()) != last_write_error_) {
           last_write_error_ = Message(st.status());
-          log::Warn("could not allocate a claim", {{"claim", Str(Field(claim, "metadata"), "name")},
-                                                   {"error", last_write_error_}});
+          log::Warn("could not allocate a claim",
+                    {{"claim", Str(Field(claim, "metadata"), "name")}, {"error", last_write_error_}});
         }
         break;
       }
@@ -414,7 +432,8 @@ void DraController::Round() {
     // Forget the reasons of pods no longer gated (bounded memory).
     std::set<std::string> live;
     for (const Json& pod : gated) live.insert(Str(Field(pod, "metadata"), "uid"));
-    for (auto it = told_.begin(); it != told_.end();) it = live.contains(it->first) ? std::next(it) : told_.erase(it);
+    for (auto it = told_.begin(); it != told_.end();)
+      it = live.contains(it->first) ? std::next(it) : told_.erase(it);
     for (auto it = waited_at_.begin(); it != waited_at_.end();) {
       it = live.contains(it->first) ? std::next(it) : waited_at_.erase(it);
     }

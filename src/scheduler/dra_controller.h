@@ -8,12 +8,13 @@
 //   node and pod informers: dra.OnNode(n) / dra.OnNodeDeleted(n) / dra.OnPod(p) / dra.OnPodDeleted(p)
 //   webhook: dra.ShouldGate(pod)      // the pod's claims all use Tessera's classes
 //
-// Only the leader decides (the loop idles elsewhere). A write that conflicts (409) is decided again from fresh
-// state at the next round; a claim the controller allocated is counted from its write until the informer shows
-// it, so that two rounds never hand out one share twice. A pod waits gated, with an Event and the
-// tessera.dev/dra-waiting annotation that say why, while nothing fits; a pod Tessera cannot decide (a selector
-// outside dra_selector.h's subset, a feature it does not model) is handed to kube-scheduler at once, with an
-// Event. When every tessera-scheduler is down, tessera-node lifts the gate after a while (docs/dra.md).
+// Only the leader decides (the loop idles elsewhere). A write that conflicts (409) is decided again from
+// fresh state at the next round; a claim the controller allocated is counted from its write until the
+// informer shows it, so that two rounds never hand out one share twice. A pod waits gated, with an Event and
+// the tessera.dev/dra-waiting annotation that say why, while nothing fits; a pod Tessera cannot decide (a
+// selector outside dra_selector.h's subset, a feature it does not model) is handed to kube-scheduler at once,
+// with an Event. When every tessera-scheduler is down, tessera-node lifts the gate after a while
+// (docs/dra.md).
 //
 // Thread-safety: thread-safe; the informers' handlers and the webhook call in from their threads.
 #ifndef TESSERA_SCHEDULER_DRA_CONTROLLER_H_
@@ -76,7 +77,8 @@ class DraController {
   void Round();
   std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
   void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
-  void Event(const k8s::Json& pod, const std::string& type, const std::string& reason, const std::string& message);
+  void Event(const k8s::Json& pod, const std::string& type, const std::string& reason,
+             const std::string& message);
   // A change: `freed` when it may have made room (pods that found none are tried again).
   void Wake(bool freed);
 
@@ -91,13 +93,13 @@ class DraController {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t freed_ ABSL_GUARDED_BY(mu_) = 0;  // changes that may have made room
   std::map<std::string, k8s::Json> nodes_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);          // every pod, by "ns/name"
-  std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);       // gated pods, by "ns/name"
+  std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);     // every pod, by "ns/name"
+  std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);  // gated pods, by "ns/name"
   DraCounters counters_ ABSL_GUARDED_BY(mu_);
   // Round thread only: claims this controller allocated, by UID, until the informer shows them allocated.
   std::map<std::string, std::pair<k8s::Json, std::chrono::steady_clock::time_point>> written_;
-  std::map<std::string, std::string> told_;    // pod UID -> the last reason posted (no repeats)
-  std::map<std::string, uint64_t> waited_at_;  // pod UID -> freed_ when it last found no place
+  std::map<std::string, std::string> told_;            // pod UID -> the last reason posted (no repeats)
+  std::map<std::string, uint64_t> waited_at_;          // pod UID -> freed_ when it last found no place
   std::string last_write_error_ ABSL_GUARDED_BY(mu_);  // pod UID -> the last reason posted (no repeats)
   std::jthread thread_;
 };

@@ -48,9 +48,10 @@ class Parser {
  private:
   absl::Status Fail(std::string_view expected) {
     if (error_.empty()) {
-      error_ = StrCat("expected ", expected, " at character ", pos_ + 1, " (\"", text_.substr(pos_, 20),
-                      "\"); tessera-scheduler reads device.driver, device.attributes[\"DOMAIN\"].NAME, literals, ",
-                      "comparisons, && || ! and parentheses");
+      error_ =
+          StrCat("expected ", expected, " at character ", pos_ + 1, " (\"", text_.substr(pos_, 20),
+                 "\"); tessera-scheduler reads device.driver, device.attributes[\"DOMAIN\"].NAME, literals, ",
+                 "comparisons, && || ! and parentheses");
     }
     return absl::InvalidArgumentError(error_);
   }
@@ -116,7 +117,8 @@ class Parser {
       n->literal = AttributeValue::String(*s);
       return n;
     }
-    if (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-')) {
+    if (pos_ < text_.size() &&
+        (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-')) {
       size_t end = pos_ + 1;
       while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
       int64_t value = 0;
@@ -198,7 +200,8 @@ class Parser {
       }
       if (ch == '\\') {
         // Only the escapes a name or model needs; others (\u, \x, octal) are outside the subset.
-        if (i + 1 >= text_.size() || (text_[i + 1] != '\\' && text_[i + 1] != '"' && text_[i + 1] != '\'')) break;
+        if (i + 1 >= text_.size() || (text_[i + 1] != '\\' && text_[i + 1] != '"' && text_[i + 1] != '\''))
+          break;
         ch = text_[++i];
       }
       out.push_back(ch);
@@ -281,8 +284,8 @@ Value Eval(const Node& n, const DeviceView& d) {
 
 absl::StatusOr<Selector> Selector::Compile(std::string_view expression) {
   if (expression.size() > kMaxExpressionLength) {
-    return absl::InvalidArgumentError(
-        StrCat("the expression is ", expression.size(), " characters; the API allows ", kMaxExpressionLength));
+    return absl::InvalidArgumentError(StrCat("the expression is ", expression.size(),
+                                             " characters; the API allows ", kMaxExpressionLength));
   }
   Parser parser(expression);
   absl::StatusOr<std::shared_ptr<const Node>> root = parser.Parse();

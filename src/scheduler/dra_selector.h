@@ -1,16 +1,17 @@
 // The part of DRA's device selectors (CEL, resource.k8s.io/v1 CELDeviceSelector) that tessera-scheduler
 // evaluates itself, with kube-scheduler's meaning, and a clear "undecided" for everything else.
 //
-// What it reads: `device.driver`, `device.attributes["DOMAIN"].NAME` and `device.attributes["DOMAIN"]["NAME"]`,
-// string (double or single quotes), integer and boolean literals, `==` `!=` `<` `<=` `>` `>=`, `&&` `||` `!` and
-// parentheses. CEL's rules are kept where they matter: `&&` and `||` absorb an error on the other side
+// What it reads: `device.driver`, `device.attributes["DOMAIN"].NAME` and
+// `device.attributes["DOMAIN"]["NAME"]`, string (double or single quotes), integer and boolean literals, `==`
+// `!=` `<` `<=` `>` `>=`, `&&` `||` `!` and parentheses. CEL's rules are kept where they matter: `&&` and
+// `||` absorb an error on the other side
 // (`false && error` is false, `true || error` is true); comparing values of different types, or reading an
-// attribute the device does not have, is an error. Anything else (functions, `in`, `has()`, capacity, versions)
-// does not compile.
+// attribute the device does not have, is an error. Anything else (functions, `in`, `has()`, capacity,
+// versions) does not compile.
 //
 // An error or an expression that does not compile is never guessed at: the caller leaves the claim to
-// kube-scheduler's own allocator (docs/dra.md, "Which claims Tessera places"), so a claim Tessera allocates is
-// always one kube-scheduler would accept.
+// kube-scheduler's own allocator (docs/dra.md, "Which claims Tessera places"), so a claim Tessera allocates
+// is always one kube-scheduler would accept.
 //
 //   absl::StatusOr<Selector> s = Selector::Compile(R"(device.attributes["gpu.tessera.dev"].model == "T4")");
 //   Verdict v = s->Evaluate(device);   // kMatch, kNoMatch or kError
@@ -59,7 +60,8 @@ struct AttributeValue {
   bool operator==(const AttributeValue&) const = default;
 };
 
-// What a selector sees of a device: its driver and its attributes by qualified name ("gpu.tessera.dev/model").
+// What a selector sees of a device: its driver and its attributes by qualified name
+// ("gpu.tessera.dev/model").
 struct DeviceView {
   std::string driver;
   const std::map<std::string, AttributeValue>* attributes = nullptr;

@@ -363,8 +363,8 @@ TEST(AgentClaimTest, AClaimOnAGpuTheNodeDoesNotHaveIsRefused) {
   agent.Stop();
 }
 
-// Two allocators deciding at once (a pod handed to kube-scheduler while tessera-scheduler places another) could
-// allocate more of a GPU than it has: the agent refuses the claim that would go over (docs/dra.md).
+// Two allocators deciding at once (a pod handed to kube-scheduler while tessera-scheduler places another)
+// could allocate more of a GPU than it has: the agent refuses the claim that would go over (docs/dra.md).
 TEST(AgentClaimTest, AClaimThatWouldPutAGpuOverItsCapacityIsRefused) {
   TempDir dir;
   const NodeAgentConfig config = AgentConfig(dir);

@@ -1,10 +1,11 @@
 // DRA placement by Tessera: the selector subset and the allocator (src/scheduler/dra_selector.h,
 // dra_allocator.h). The slices here are what tessera-node publishes (src/node/dra_claim.cc, ResourceSliceFor;
 // docs/dra.md, "What the node publishes"); the claims are written as resource.k8s.io/v1 states them.
+#include "scheduler/dra_allocator.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "scheduler/dra_allocator.h"
 #include "scheduler/dra_selector.h"
 
 namespace tessera::scheduler::dra {
@@ -27,9 +28,11 @@ Verdict Eval(const std::string& expression, const std::map<std::string, Attribut
 TEST(DraSelectorTest, EvaluatesTheSubsetWithCelsMeaning) {
   auto a = Attrs("Tesla V100-SXM2-32GB", 3);
   EXPECT_EQ(Eval(R"(device.driver == "gpu.tessera.dev")", a), Verdict::kMatch);
-  EXPECT_EQ(Eval(R"(device.attributes["gpu.tessera.dev"].model == 'Tesla V100-SXM2-32GB')", a), Verdict::kMatch);
+  EXPECT_EQ(Eval(R"(device.attributes["gpu.tessera.dev"].model == 'Tesla V100-SXM2-32GB')", a),
+            Verdict::kMatch);
   EXPECT_EQ(Eval(R"(device.attributes["gpu.tessera.dev"]["index"] >= 4)", a), Verdict::kNoMatch);
-  EXPECT_EQ(Eval(R"(!(device.attributes["gpu.tessera.dev"].index < 2) && device.driver != "x")", a), Verdict::kMatch);
+  EXPECT_EQ(Eval(R"(!(device.attributes["gpu.tessera.dev"].index < 2) && device.driver != "x")", a),
+            Verdict::kMatch);
   // A missing attribute or a comparison across types is an error (CEL: no such key / no such overload) ...
   EXPECT_EQ(Eval(R"(device.attributes["gpu.tessera.dev"].memoryClass == "x")", a), Verdict::kError);
   EXPECT_EQ(Eval(R"(device.attributes["gpu.tessera.dev"].index == "3")", a), Verdict::kError);
@@ -40,10 +43,11 @@ TEST(DraSelectorTest, EvaluatesTheSubsetWithCelsMeaning) {
 }
 
 TEST(DraSelectorTest, RefusesWhatItDoesNotEvaluate) {
-  for (const char* e : {R"(device.capacity["gpu.tessera.dev"].memory.compareTo(quantity("16Gi")) >= 0)",
-                        R"("model" in device.attributes["gpu.tessera.dev"])",
-                        R"(device.attributes["gpu.tessera.dev"].model.startsWith("Tesla"))",
-                        R"(device.driver == "a\u0041")", R"(device.driver == "open)", "", "device.driver =="}) {
+  for (const char* e :
+       {R"(device.capacity["gpu.tessera.dev"].memory.compareTo(quantity("16Gi")) >= 0)",
+        R"("model" in device.attributes["gpu.tessera.dev"])",
+        R"(device.attributes["gpu.tessera.dev"].model.startsWith("Tesla"))", R"(device.driver == "a\u0041")",
+        R"(device.driver == "open)", "", "device.driver =="}) {
     EXPECT_FALSE(Selector::Compile(e).ok()) << e;
   }
   // Hostile shapes stay bounded: deep nesting and long chains are refused, not recursed into.
@@ -70,10 +74,15 @@ Json Slice(const std::string& node, int gpus, const std::string& model = "Tesla 
            {"nvlinkDomain", {{"int", i < 4 ? 0 : 4}}},
            {"pcieSwitch", {{"int", i / 2 * 2}}}}},
          {"capacity",
-          {{"cores", {{"value", "100"}, {"requestPolicy", {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}},
+          {{"cores",
+            {{"value", "100"},
+             {"requestPolicy",
+              {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}},
            {"memory",
             {{"value", "32Gi"},
-             {"requestPolicy", {{"default", "32Gi"}, {"validRange", {{"min", "1Mi"}, {"max", "32Gi"}, {"step", "1Mi"}}}}}}}}}});
+             {"requestPolicy",
+              {{"default", "32Gi"},
+               {"validRange", {{"min", "1Mi"}, {"max", "32Gi"}, {"step", "1Mi"}}}}}}}}}});
   }
   return {{"apiVersion", "resource.k8s.io/v1"},
           {"kind", "ResourceSlice"},
@@ -87,13 +96,15 @@ Json Slice(const std::string& node, int gpus, const std::string& model = "Tesla 
 
 // deploy/dra/deviceclasses.yaml's two classes.
 std::map<std::string, DeviceClass> Classes() {
-  Json plain = {{"metadata", {{"name", "gpu.tessera.dev"}}},
-                {"spec", {{"selectors", {{{"cel", {{"expression", "device.driver == \"gpu.tessera.dev\""}}}}}}}}};
+  Json plain = {
+      {"metadata", {{"name", "gpu.tessera.dev"}}},
+      {"spec", {{"selectors", {{{"cel", {{"expression", "device.driver == \"gpu.tessera.dev\""}}}}}}}}};
   Json elastic = plain;
   elastic["metadata"]["name"] = "gpu-elastic.tessera.dev";
   elastic["spec"]["config"] = {
       {{"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"computePolicy", "elastic"}}}}}}};
-  return {{"gpu.tessera.dev", ParseDeviceClass(plain)}, {"gpu-elastic.tessera.dev", ParseDeviceClass(elastic)}};
+  return {{"gpu.tessera.dev", ParseDeviceClass(plain)},
+          {"gpu-elastic.tessera.dev", ParseDeviceClass(elastic)}};
 }
 
 Json Node(const std::string& name, const std::string& cpu = "64") {
@@ -108,11 +119,17 @@ Json Claim(const std::string& name, Json request) {
 
 Json Share(int cores, const std::string& memory, const std::string& cls = "gpu.tessera.dev") {
   return {{"name", "gpu"},
-          {"exactly", {{"deviceClassName", cls}, {"capacity", {{"requests", {{"cores", std::to_string(cores)}, {"memory", memory}}}}}}}};
+          {"exactly",
+           {{"deviceClassName", cls},
+            {"capacity", {{"requests", {{"cores", std::to_string(cores)}, {"memory", memory}}}}}}}};
 }
 
 Json Pod(const std::string& name, const std::string& cpu = "1") {
-  return {{"metadata", {{"name", name}, {"namespace", "default"}, {"uid", "pod-" + name}, {"creationTimestamp", "2026-11-27T00:00:00Z"}}},
+  return {{"metadata",
+           {{"name", name},
+            {"namespace", "default"},
+            {"uid", "pod-" + name},
+            {"creationTimestamp", "2026-11-27T00:00:00Z"}}},
           {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"requests", {{"cpu", cpu}}}}}}}}}}};
 }
 
@@ -132,7 +149,8 @@ class DraAllocatorTest : public ::testing::Test {
     allocator_.SetNodes(nodes);
     allocator_.SetClasses(Classes());
   }
-  // Places the pods one per round, feeding each allocation back as an allocated claim (as the informer would).
+  // Places the pods one per round, feeding each allocation back as an allocated claim (as the informer
+  // would).
   std::vector<PodDecision> PlaceAll(const std::vector<PodInput>& pods) {
     std::vector<PodDecision> out;
     for (const PodInput& p : pods) {
@@ -155,7 +173,8 @@ class DraAllocatorTest : public ::testing::Test {
 };
 
 TEST_F(DraAllocatorTest, AShareIsAllocatedAsKubeSchedulerWritesIt) {
-  std::vector<PodDecision> d = PlaceAll({{Pod("p"), {Claim("c", Share(30, "8Gi", "gpu-elastic.tessera.dev"))}}});
+  std::vector<PodDecision> d =
+      PlaceAll({{Pod("p"), {Claim("c", Share(30, "8Gi", "gpu-elastic.tessera.dev"))}}});
   ASSERT_EQ(d[0].kind, PodDecision::Kind::kPlaced) << d[0].reason;
   const Json& a = *d[0].allocations[0];
   const Json& r = a["devices"]["results"][0];
@@ -163,7 +182,8 @@ TEST_F(DraAllocatorTest, AShareIsAllocatedAsKubeSchedulerWritesIt) {
   EXPECT_EQ(r["driver"], "gpu.tessera.dev");
   EXPECT_EQ(r["pool"], d[0].node);
   EXPECT_EQ(r["consumedCapacity"], (Json{{"cores", "30"}, {"memory", "8Gi"}}));
-  EXPECT_THAT(r["shareID"].get<std::string>(), ::testing::MatchesRegex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
+  EXPECT_THAT(r["shareID"].get<std::string>(),
+              ::testing::MatchesRegex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
   EXPECT_EQ(a["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0],
             (Json{{"key", "metadata.name"}, {"operator", "In"}, {"values", {d[0].node}}}));
   // The class's configuration, as kube-scheduler copies it: source FromClass, for the requests of that class.
@@ -175,7 +195,8 @@ TEST_F(DraAllocatorTest, AShareIsAllocatedAsKubeSchedulerWritesIt) {
 TEST_F(DraAllocatorTest, NoDeviceIsEverOverItsCapacity) {
   // 100 claims of 30% and 8 GiB on 2 nodes of 8 GPUs: three fit on a GPU (90%, 24 GiB), so 48 are placed.
   std::vector<PodInput> pods;
-  for (int i = 0; i < 100; ++i) pods.push_back({Pod("p" + std::to_string(i)), {Claim("c" + std::to_string(i), Share(30, "8Gi"))}});
+  for (int i = 0; i < 100; ++i)
+    pods.push_back({Pod("p" + std::to_string(i)), {Claim("c" + std::to_string(i), Share(30, "8Gi"))}});
   std::vector<PodDecision> d = PlaceAll(pods);
   std::map<std::string, int> cores;
   int placed = 0;
@@ -198,23 +219,30 @@ TEST_F(DraAllocatorTest, NoDeviceIsEverOverItsCapacity) {
   fresh.SetNodes({ParseNode(Node("a"))});
   fresh.SetClasses(Classes());
   std::vector<PodDecision> one = fresh.Place(std::vector<PodInput>(pods.begin(), pods.begin() + 10));
-  EXPECT_EQ(std::count_if(one.begin(), one.end(), [](const PodDecision& x) { return x.kind == PodDecision::Kind::kPlaced; }), 6);
+  EXPECT_EQ(std::count_if(one.begin(), one.end(),
+                          [](const PodDecision& x) { return x.kind == PodDecision::Kind::kPlaced; }),
+            6);
 }
 
 TEST_F(DraAllocatorTest, ClaimsAllocatedByOthersAreCounted) {
   Use({"a"}, 1);
   Json other = Claim("theirs", Share(80, "1Gi"));
   other["status"]["allocation"]["devices"]["results"] = {
-      {{"request", "gpu"}, {"driver", "gpu.tessera.dev"}, {"pool", "a"}, {"device", "gpu-0"},
+      {{"request", "gpu"},
+       {"driver", "gpu.tessera.dev"},
+       {"pool", "a"},
+       {"device", "gpu-0"},
        {"consumedCapacity", {{"cores", "80"}, {"memory", "1Gi"}}}}};
   allocator_.SetAllocatedClaims({other});
   EXPECT_EQ(allocator_.Place({{Pod("p"), {Claim("c", Share(30, "1Gi"))}}})[0].kind, PodDecision::Kind::kWait);
-  EXPECT_EQ(allocator_.Place({{Pod("p"), {Claim("c", Share(20, "1Gi"))}}})[0].kind, PodDecision::Kind::kPlaced);
+  EXPECT_EQ(allocator_.Place({{Pod("p"), {Claim("c", Share(20, "1Gi"))}}})[0].kind,
+            PodDecision::Kind::kPlaced);
 }
 
 TEST_F(DraAllocatorTest, SharesArePackedOntoTheFewestGpus) {
   std::vector<PodInput> pods;
-  for (int i = 0; i < 6; ++i) pods.push_back({Pod("p" + std::to_string(i)), {Claim("c" + std::to_string(i), Share(25, "4Gi"))}});
+  for (int i = 0; i < 6; ++i)
+    pods.push_back({Pod("p" + std::to_string(i)), {Claim("c" + std::to_string(i), Share(25, "4Gi"))}});
   std::set<std::string> used;
   for (const PodDecision& d : PlaceAll(pods)) {
     ASSERT_EQ(d.kind, PodDecision::Kind::kPlaced) << d.reason;
@@ -225,15 +253,21 @@ TEST_F(DraAllocatorTest, SharesArePackedOntoTheFewestGpus) {
 }
 
 TEST_F(DraAllocatorTest, AMatchAttributePairSharesItsValue) {
-  // Take GPUs 0-2 of both nodes' NVLink domain 0 so that no node has a pair left in domain 0 ... but domain 4.
-  Json pair = Claim("pair", {{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.tessera.dev"}, {"count", 2}}}});
+  // Take GPUs 0-2 of both nodes' NVLink domain 0 so that no node has a pair left in domain 0 ... but
+  // domain 4.
+  Json pair =
+      Claim("pair", {{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.tessera.dev"}, {"count", 2}}}});
   pair["spec"]["devices"]["constraints"] = {{{"matchAttribute", "gpu.tessera.dev/nvlinkDomain"}}};
   Use({"a"}, 8);
-  Json taken = Claim("taken", {{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.tessera.dev"}, {"count", 3}}}});
+  Json taken =
+      Claim("taken", {{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.tessera.dev"}, {"count", 3}}}});
   taken["status"]["allocation"]["devices"]["results"] = Json::array();
   for (int i = 0; i < 3; ++i) {
     taken["status"]["allocation"]["devices"]["results"].push_back(
-        {{"request", "gpu"}, {"driver", "gpu.tessera.dev"}, {"pool", "a"}, {"device", "gpu-" + std::to_string(i)},
+        {{"request", "gpu"},
+         {"driver", "gpu.tessera.dev"},
+         {"pool", "a"},
+         {"device", "gpu-" + std::to_string(i)},
          {"consumedCapacity", {{"cores", "100"}, {"memory", "32Gi"}}}});
   }
   allocator_.SetAllocatedClaims({taken});
@@ -242,14 +276,17 @@ TEST_F(DraAllocatorTest, AMatchAttributePairSharesItsValue) {
   const Json& results = (*d.allocations[0])["devices"]["results"];
   ASSERT_EQ(results.size(), 2u);
   std::set<std::string> devices = {results[0]["device"], results[1]["device"]};
-  EXPECT_TRUE(devices.size() == 2 && !devices.contains("gpu-3")) << results;  // gpu-3 has no partner in domain 0
+  EXPECT_TRUE(devices.size() == 2 && !devices.contains("gpu-3"))
+      << results;  // gpu-3 has no partner in domain 0
 }
 
 TEST_F(DraAllocatorTest, FirstAvailableTakesTheFirstAlternativeThatFits) {
   Json claim = Claim("c", {{"name", "gpu"},
                            {"firstAvailable",
                             {{{"name", "big"}, {"deviceClassName", "gpu.tessera.dev"}, {"count", 9}},
-                             {{"name", "small"}, {"deviceClassName", "gpu.tessera.dev"}, {"capacity", {{"requests", {{"cores", "50"}, {"memory", "1Gi"}}}}}}}}});
+                             {{"name", "small"},
+                              {"deviceClassName", "gpu.tessera.dev"},
+                              {"capacity", {{"requests", {{"cores", "50"}, {"memory", "1Gi"}}}}}}}}});
   PodDecision d = allocator_.Place({{Pod("p"), {claim}}})[0];
   ASSERT_EQ(d.kind, PodDecision::Kind::kPlaced) << d.reason;
   EXPECT_EQ((*d.allocations[0])["devices"]["results"][0]["request"], "gpu/small");
@@ -257,20 +294,24 @@ TEST_F(DraAllocatorTest, FirstAvailableTakesTheFirstAlternativeThatFits) {
 
 TEST_F(DraAllocatorTest, SelectorsChooseTheModelAndUnknownOnesAreHandedOver) {
   Json t4 = Share(10, "1Gi");
-  t4["exactly"]["selectors"] = {{{"cel", {{"expression", R"(device.attributes["gpu.tessera.dev"].model == "T4")"}}}}};
+  t4["exactly"]["selectors"] = {
+      {{"cel", {{"expression", R"(device.attributes["gpu.tessera.dev"].model == "T4")"}}}}};
   PodDecision none = allocator_.Place({{Pod("p"), {Claim("c", t4)}}})[0];
   EXPECT_EQ(none.kind, PodDecision::Kind::kWait);
   Json v100 = t4;
-  v100["exactly"]["selectors"][0]["cel"]["expression"] = R"(device.attributes["gpu.tessera.dev"].model == "Tesla V100-SXM2-32GB")";
+  v100["exactly"]["selectors"][0]["cel"]["expression"] =
+      R"(device.attributes["gpu.tessera.dev"].model == "Tesla V100-SXM2-32GB")";
   EXPECT_EQ(allocator_.Place({{Pod("p"), {Claim("c", v100)}}})[0].kind, PodDecision::Kind::kPlaced);
   Json fancy = t4;
-  fancy["exactly"]["selectors"][0]["cel"]["expression"] = R"(device.attributes["gpu.tessera.dev"].model.startsWith("T"))";
+  fancy["exactly"]["selectors"][0]["cel"]["expression"] =
+      R"(device.attributes["gpu.tessera.dev"].model.startsWith("T"))";
   PodDecision handed = allocator_.Place({{Pod("p"), {Claim("c", fancy)}}})[0];
   EXPECT_EQ(handed.kind, PodDecision::Kind::kHandOver);
   EXPECT_THAT(handed.reason, ::testing::HasSubstr("outside what Tessera evaluates"));
   // A selector that errs on a device (no such attribute) is kube-scheduler's to report.
   Json missing = t4;
-  missing["exactly"]["selectors"][0]["cel"]["expression"] = R"(device.attributes["gpu.tessera.dev"].memoryClass == "x")";
+  missing["exactly"]["selectors"][0]["cel"]["expression"] =
+      R"(device.attributes["gpu.tessera.dev"].memoryClass == "x")";
   EXPECT_EQ(allocator_.Place({{Pod("p"), {Claim("c", missing)}}})[0].kind, PodDecision::Kind::kHandOver);
 }
 
