@@ -109,7 +109,8 @@ if [[ $print == 1 ]]; then
 # On a running cluster:
 kubectl apply -f $dir/webhook-tls-secret.yaml
 kubectl patch mutatingwebhookconfiguration tessera-scheduler --type=json \\
-  -p '[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":"'"\$(cat $dir/ca-bundle.b64)"'"}]'
+  -p '[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":"'"\$(cat $dir/ca-bundle.b64)"'"},
+       {"op":"replace","path":"/webhooks/1/clientConfig/caBundle","value":"'"\$(cat $dir/ca-bundle.b64)"'"}]'
 kubectl -n $namespace rollout restart deployment tessera-scheduler   # picks up a new certificate
 # With Helm: --set-file webhook.caBundle=$dir/ca-bundle.b64 (and apply the Secret first)
 CMDS

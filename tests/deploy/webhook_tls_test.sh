@@ -17,14 +17,15 @@ rm -rf "$tmp/scheduler/tls"
 "$tmp/scheduler/gen-webhook-tls.sh" >/dev/null
 ca1="$(cat "$tmp/scheduler/tls/ca-bundle.b64")"
 [[ "$ca1" == "$(base64 <"$tmp/scheduler/tls/ca.crt" | tr -d '\n')" ]] || fail "ca-bundle.b64 is not base64 of ca.crt"
-[[ "$(grep -c "caBundle: \"$ca1\"" "$tmp/scheduler/50-webhooks.yaml")" == 1 ]] || fail "caBundle not set in the webhook"
+# Both webhooks (mutate.tessera.dev and dra.tessera.dev) get it.
+[[ "$(grep -c "caBundle: \"$ca1\"" "$tmp/scheduler/50-webhooks.yaml")" == 2 ]] || fail "caBundle not set in both webhooks"
 
 # Rerun: nothing changes.
 cp "$tmp/scheduler/tls/tls.crt" "$tmp/tls.crt.first"
 "$tmp/scheduler/gen-webhook-tls.sh" >/dev/null
 [[ "$(cat "$tmp/scheduler/tls/ca-bundle.b64")" == "$ca1" ]] || fail "a rerun changed the CA"
 cmp -s "$tmp/tls.crt.first" "$tmp/scheduler/tls/tls.crt" || fail "a rerun changed the serving certificate"
-[[ "$(grep -c "caBundle: \"$ca1\"" "$tmp/scheduler/50-webhooks.yaml")" == 1 ]] || fail "a rerun broke the caBundle"
+[[ "$(grep -c "caBundle: \"$ca1\"" "$tmp/scheduler/50-webhooks.yaml")" == 2 ]] || fail "a rerun broke the caBundle"
 
 # The filled manifests and the Secret still parse (the cluster tier applies them to the real API server).
 "$py" -c 'import sys, yaml; [list(yaml.safe_load_all(open(f))) for f in sys.argv[1:]]' \
@@ -35,7 +36,7 @@ cmp -s "$tmp/tls.crt.first" "$tmp/scheduler/tls/tls.crt" || fail "a rerun change
 "$tmp/scheduler/gen-webhook-tls.sh" --force >/dev/null
 ca2="$(cat "$tmp/scheduler/tls/ca-bundle.b64")"
 [[ "$ca2" != "$ca1" ]] || fail "--force kept the old CA"
-[[ "$(grep -c "caBundle: \"$ca2\"" "$tmp/scheduler/50-webhooks.yaml")" == 1 ]] || fail "--force did not update caBundle"
+[[ "$(grep -c "caBundle: \"$ca2\"" "$tmp/scheduler/50-webhooks.yaml")" == 2 ]] || fail "--force did not update caBundle"
 
 # The real webhook server with this certificate, verified against the caBundle and the service name.
 port="$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
