@@ -191,13 +191,19 @@ def test_device_plugin_pods_never_get_the_dra_gpus(c):
     # Whole GPUs through the device plugin: six fit (GPUs 0-5), the seventh does not, though 6 and 7 are free.
     c.apply("---\n".join(tc.pod_yaml(f"dp-{i}", {"tessera.dev/gpu": 1}) for i in range(7)))
     ids = uuids(c)
+    # Created at once, the seven are bound in no set order: whichever six run, the seventh waits.
+    names = [f"dp-{i}" for i in range(7)]
+    runs = lambda: [n for n in names if (c.pod("default", n) or {}).get("status", {}).get("phase") == "Running"]  # noqa: E731
+    started = c.wait_for(lambda: runs() if len(runs()) >= 6 else None, "six of the seven device-plugin pods to run", 120)
     placed = []
-    for i in range(6):
-        pod = tc.running(c, f"dp-{i}", timeout=90)
+    for name in started:
+        pod = c.pod("default", name)
         tc.check_started_with_assignment(c, pod)
         placed += [v["uuid"] for x in tc.assignment(pod)["containers"] for v in x["vgpus"]]
+    assert len(started) == 6 and len(set(placed)) == 6, placed
     assert not set(placed) & {ids[i] for i in DRA_GPUS}, placed
-    assert c.pod("default", "dp-6")["status"]["phase"] == "Pending"
+    waiting, = set(names) - set(started)
+    assert c.pod("default", waiting)["status"]["phase"] == "Pending"
     # And a whole-GPU claim still gets one of the DRA GPUs meanwhile.
     c.apply(claim_pod("dra-whole", "gpu-whole"))
     claim, env, limits, _ = prepared(c, "dra-whole")
