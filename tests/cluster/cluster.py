@@ -322,7 +322,7 @@ class ContainerProcess:
 
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
-                 dra_gpus=(), apiserver_args=()):
+                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -334,6 +334,8 @@ class Cluster:
         self.procs = {}
         self.ports = {}
         self.scheduler_args = list(scheduler_args)
+        # tessera-node's --dra-fallback-after (seconds), where a test cannot wait the shipped minute.
+        self.dra_fallback_after = dra_fallback_after
         # False: one tessera-scheduler replica, called directly (the scale benchmark, where the stand-in's Python
         # forwarding would be what is measured).
         self.service_proxy = service_proxy
@@ -683,6 +685,8 @@ class Cluster:
             if a.startswith("--metrics-listen="):
                 self.ports.setdefault("node-metrics", free_port())
                 a = f"--metrics-listen=127.0.0.1:{self.ports['node-metrics']}"
+            if a.startswith("--dra-fallback-after=") and self.dra_fallback_after is not None:
+                a = f"--dra-fallback-after={self.dra_fallback_after}"
             argv.append(a)
         argv += ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS), "--verbose"]
         if self.dra_gpus:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -24,7 +25,7 @@ DRA_GPUS = (6, 7)
 
 @pytest.fixture(scope="module")
 def c():
-    with Cluster(tc.SOURCE, tc.BUILD, dra_gpus=DRA_GPUS) as cluster:
+    with Cluster(tc.SOURCE, tc.BUILD, dra_gpus=DRA_GPUS, dra_fallback_after=5) as cluster:
         cluster.kubectl("apply", "-f", os.path.join(tc.SOURCE, "deploy/dra/deviceclasses.yaml"))
         templates = [d for d in yaml.safe_load_all(open(os.path.join(tc.SOURCE, "examples/dra/claims.yaml")))
                      if d and d["kind"] == "ResourceClaimTemplate"]
@@ -387,9 +388,38 @@ def test_tessera_scheduler_killed_mid_stream_loses_and_doubles_nothing(c):
         for r in (x.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", []):
             held[r["device"]] = held.get(r["device"], 0) + int(r["consumedCapacity"]["cores"])
     assert sum(held.values()) == 60 and all(v <= 100 for v in held.values()), held
-    assert all(c.pod("default", f"dra-k{i}")["metadata"]["labels"]["tessera.dev/dra-placement"] == "placed"
+    # Placed by tessera-scheduler, or (a restart slower than the Lease and tessera-node's 5 s here) handed to
+    # kube-scheduler by the fallback: never both, never neither.
+    assert all(c.pod("default", f"dra-k{i}")["metadata"]["labels"]["tessera.dev/dra-placement"] in ("placed", "fallback")
                for i in range(20))
     tc.delete(c, *[f"dra-k{i}" for i in range(20)])
+
+
+def test_a_gated_pod_falls_back_to_kube_scheduler_when_tessera_scheduler_stays_down(c):
+    # A pod that fits nowhere waits gated; tessera-scheduler goes down and stays down: past its Lease and
+    # tessera-node's --dra-fallback-after (5 s here, 60 shipped), the node agent lifts the gate (label fallback,
+    # an event, a metric) and kube-scheduler's allocator takes over (it finds no place either, and says so).
+    # A pod created while the webhook is down is not gated at all (failurePolicy Ignore) and runs.
+    c.apply(claim_pod("dra-stranded", "too-big"))
+    waits_for_tessera(c, "dra-stranded")
+    c.procs["tessera-scheduler-r1"].stop(signal.SIGKILL)
+    try:
+        c.wait_for(lambda: (c.pod("default", "dra-stranded")["metadata"]["labels"].get("tessera.dev/dra-placement")
+                            == "fallback") or None, "tessera-node to hand the pod to kube-scheduler", 120)
+        p = c.pod("default", "dra-stranded")
+        assert not [g for g in p["spec"].get("schedulingGates", []) if g["name"] == "tessera.dev/dra-placement"]
+        messages = c.wait_for(lambda: events(c, "dra-stranded", "TesseraPlacementFallback"), "a fallback event")
+        assert any("tessera-scheduler is unavailable" in m for m in messages), messages
+        c.wait_for(lambda: events(c, "dra-stranded", "FailedScheduling"), "kube-scheduler to try the pod", 60)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{c.ports['node-metrics']}/metrics", timeout=10).read().decode()
+        assert any(line.startswith("tessera_node_dra_fallbacks_total ") and float(line.split()[1]) >= 1
+                   for line in metrics.splitlines()), [l for l in metrics.splitlines() if "fallback" in l]
+        c.apply(claim_pod("dra-ungated", "share-40"))
+        prepared(c, "dra-ungated")
+        assert "tessera.dev/dra-placement" not in c.pod("default", "dra-ungated")["metadata"].get("labels", {})
+    finally:
+        c.start_tessera_scheduler("r1")
+    tc.delete(c, "dra-stranded", "dra-ungated")
 
 
 def test_an_unchanged_slice_is_never_rewritten(c):
