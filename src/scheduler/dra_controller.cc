@@ -109,8 +109,9 @@ void DraController::Wake(bool freed) {
 }
 
 void DraController::OnNode(const Json& node) {
+  dra::NodeView view = dra::ParseNode(node);
   MutexLock lock(&mu_);
-  nodes_[Str(Field(node, "metadata"), "name")] = node;
+  nodes_[view.name] = std::move(view);
   dirty_ = true;
   ++freed_;
 }
@@ -133,7 +134,6 @@ void DraController::OnPod(const Json& pod) {
     Tracked& t = pods_[key];
     t.node = Str(Field(pod, "spec"), "nodeName");
     t.host = dra::PodHostRequest(pod);
-    t.gated = gated;
     if (gated) {
       gated_[key] = pod;
     } else {
@@ -273,8 +273,8 @@ void DraController::Round() {
       requested[t.node].cpu_milli += t.host.cpu_milli;
       requested[t.node].memory_bytes += t.host.memory_bytes;
     }
-    for (const auto& [name, node] : nodes_) {
-      dra::NodeView v = dra::ParseNode(node);
+    for (const auto& [name, view] : nodes_) {
+      dra::NodeView v = view;
       v.cpu_requested = requested[name].cpu_milli;
       v.memory_requested = requested[name].memory_bytes;
       nodes.push_back(std::move(v));

@@ -71,7 +71,6 @@ class DraController {
   struct Tracked {
     std::string node;  // "" while not bound
     dra::HostRequest host;
-    bool gated = false;
   };
   void Run(std::stop_token stop);
   void Round();
@@ -92,7 +91,8 @@ class DraController {
   CondVar wake_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t freed_ ABSL_GUARDED_BY(mu_) = 0;  // changes that may have made room
-  std::map<std::string, k8s::Json> nodes_ ABSL_GUARDED_BY(mu_);
+  // Parsed when the informer delivers them (labels, taints, allocatable, the agent's link matrix), not each round.
+  std::map<std::string, dra::NodeView> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);     // every pod, by "ns/name"
   std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);  // gated pods, by "ns/name"
   DraCounters counters_ ABSL_GUARDED_BY(mu_);
