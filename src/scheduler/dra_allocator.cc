@@ -917,4 +917,42 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
   return d;
 }
 
+std::map<std::string, HostRequest> RequestedByNode(std::span<const PodOnNode> pods,
+                                                   std::span<const Json> allocated) {
+  std::map<std::string, std::string> unbound_on;  // pod UID -> the node its claims are allocated on
+  for (const Json& c : allocated) {
+    const std::string node = AllocatedNode(c);
+    if (node.empty()) continue;
+    for (const Json& r : Field(Field(c, "status"), "reservedFor")) {
+      if (Str(r, "resource") == "pods") unbound_on.emplace(Str(r, "uid"), node);
+    }
+  }
+  std::map<std::string, HostRequest> requested;
+  for (const PodOnNode& p : pods) {
+    std::string node = p.node;
+    if (node.empty()) {
+      auto it = unbound_on.find(p.uid);
+      if (it == unbound_on.end()) continue;
+      node = it->second;
+    }
+    requested[node].cpu_milli += p.host.cpu_milli;
+    requested[node].memory_bytes += p.host.memory_bytes;
+  }
+  return requested;
+}
+
+std::string AllocatedNode(const Json& claim) {
+  const Json& terms = Path(claim, {"status", "allocation", "nodeSelector", "nodeSelectorTerms"});
+  if (!terms.is_array() || terms.size() != 1) return "";
+  const Json& fields = Field(terms[0], "matchFields");
+  if (!fields.is_array() || fields.size() != 1 || !Field(terms[0], "matchExpressions").is_null()) return "";
+  const Json& r = fields[0];
+  const Json& values = Field(r, "values");
+  if (Str(r, "key") != "metadata.name" || Str(r, "operator") != "In" || !values.is_array() ||
+      values.size() != 1 || !values[0].is_string()) {
+    return "";
+  }
+  return values[0].get<std::string>();
+}
+
 }  // namespace tessera::scheduler::dra

@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,7 +89,7 @@ struct NodeView {
   Json taints = Json::array();
   bool unschedulable = false;
   int64_t cpu_milli = 0, memory_bytes = 0;          // allocatable (0: not accounted)
-  int64_t cpu_requested = 0, memory_requested = 0;  // by the pods bound to it
+  int64_t cpu_requested = 0, memory_requested = 0;  // by the pods bound or about to be (claims allocated)
   std::optional<core::LinkMatrix> links;            // by GPU index, from the node agent's inventory
 };
 NodeView ParseNode(const Json& node);
@@ -99,6 +100,21 @@ struct HostRequest {
   int64_t cpu_milli = 0, memory_bytes = 0;
 };
 HostRequest PodHostRequest(const Json& pod);
+
+// A pod's CPU and memory and the node it is bound to ("" while not bound).
+struct PodOnNode {
+  std::string uid, node;
+  HostRequest host;
+};
+// What the pods take of each node: those bound to it, and those not bound yet whose claims (`allocated`, by
+// reservedFor) are allocated on it: placed in an earlier round (by Tessera or kube-scheduler), they will bind
+// there, and a pod placed beside them on their CPU would find the node full when kube-scheduler binds it.
+std::map<std::string, HostRequest> RequestedByNode(std::span<const PodOnNode> pods,
+                                                   std::span<const Json> allocated);
+
+// The one node an allocated claim is bound to (its allocation's node selector names it by metadata.name, as
+// kube-scheduler and Tessera write it for node-local devices); "" when it names none or several.
+std::string AllocatedNode(const Json& claim);
 
 // A gated pod and its claims (the ResourceClaim objects, in spec.resourceClaims order).
 struct PodInput {

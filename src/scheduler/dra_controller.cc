@@ -132,6 +132,7 @@ void DraController::OnPod(const Json& pod) {
     gated_.erase(key);
   } else {
     Tracked& t = pods_[key];
+    t.uid = Str(Field(pod, "metadata"), "uid");
     t.node = Str(Field(pod, "spec"), "nodeName");
     t.host = dra::PodHostRequest(pod);
     if (gated) {
@@ -261,26 +262,19 @@ void DraController::Round() {
   // The state, copied out of the lock.
   std::vector<Json> gated;
   std::vector<dra::NodeView> nodes;
+  std::vector<Tracked> pods;
   uint64_t freed = 0;
   {
     MutexLock lock(&mu_);
     if (gated_.empty()) return;
     freed = freed_;
     ++counters_.rounds;
-    std::map<std::string, dra::HostRequest> requested;
-    for (const auto& [key, t] : pods_) {
-      if (t.node.empty()) continue;
-      requested[t.node].cpu_milli += t.host.cpu_milli;
-      requested[t.node].memory_bytes += t.host.memory_bytes;
-    }
-    for (const auto& [name, view] : nodes_) {
-      dra::NodeView v = view;
-      v.cpu_requested = requested[name].cpu_milli;
-      v.memory_requested = requested[name].memory_bytes;
-      nodes.push_back(std::move(v));
-    }
+    for (const auto& [name, view] : nodes_) nodes.push_back(view);
+    for (const auto& [key, t] : pods_) pods.push_back(t);
     for (const auto& [key, pod] : gated_) gated.push_back(pod);
   }
+  std::set<std::string> gated_uids;  // counted by the allocator when it places them
+  for (const Json& pod : gated) gated_uids.insert(Str(Field(pod, "metadata"), "uid"));
   // Oldest first (then by name): the order the pods arrived in, repeatable for one seed.
   std::sort(gated.begin(), gated.end(), [](const Json& a, const Json& b) {
     const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"),
@@ -316,6 +310,16 @@ void DraController::Round() {
   for (auto it = written_.begin(); it != written_.end();) {
     it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it)
                                                                               : std::next(it);
+  }
+  // The CPU and memory taken on each node, by pods bound there or placed there in an earlier round.
+  std::vector<dra::PodOnNode> on_nodes;
+  for (const Tracked& t : pods) {
+    if (!gated_uids.contains(t.uid)) on_nodes.push_back({t.uid, t.node, t.host});
+  }
+  std::map<std::string, dra::HostRequest> requested = dra::RequestedByNode(on_nodes, allocated);
+  for (dra::NodeView& v : nodes) {
+    v.cpu_requested = requested[v.name].cpu_milli;
+    v.memory_requested = requested[v.name].memory_bytes;
   }
   // Each gated pod's claims (a template's claim is made by kube-controller-manager: wait for it).
   std::vector<dra::PodInput> inputs;

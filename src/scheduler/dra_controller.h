@@ -69,6 +69,7 @@ class DraController {
 
  private:
   struct Tracked {
+    std::string uid;
     std::string node;  // "" while not bound
     dra::HostRequest host;
   };

@@ -328,6 +328,49 @@ TEST_F(DraAllocatorTest, ThePodMustFitTheNodesCpuAndTaints) {
   EXPECT_EQ(d.node, "b");
 }
 
+TEST_F(DraAllocatorTest, APodPlacedButNotYetBoundHoldsItsNodesCpu) {
+  // Node a has 4 CPUs. p1 (3 CPUs) is placed on a in one round and not bound yet when the next round places
+  // p2 (3 CPUs): counting only bound pods, p2 would go to a too, and kube-scheduler could bind only one of
+  // them.
+  std::vector<NodeView> nodes = {ParseNode(Node("a", "4")), ParseNode(Node("b", "4"))};
+  allocator_.SetNodes(nodes);
+  PodDecision first = PlaceAll({{Pod("p1", "3"), {Claim("c1", Share(10, "1Gi"))}}})[0];
+  ASSERT_EQ(first.kind, PodDecision::Kind::kPlaced) << first.reason;
+  // allocated_ holds c1 as written: allocation and the pod in reservedFor.
+  allocated_[0]["status"]["reservedFor"] = {{{"resource", "pods"}, {"name", "p1"}, {"uid", "pod-p1"}}};
+  EXPECT_EQ(AllocatedNode(allocated_[0]), first.node);
+  // Without it, the packing policy puts p2 on p1's GPU, on p1's node.
+  EXPECT_EQ(allocator_.Place({{Pod("p2", "3"), {Claim("c2", Share(10, "1Gi"))}}})[0].node, first.node);
+  std::vector<PodOnNode> pods = {{"pod-p1", "", {3000, 0}}, {"pod-x", "", {700, 0}}};
+  std::map<std::string, HostRequest> requested = RequestedByNode(pods, allocated_);
+  EXPECT_EQ(requested.size(), 1u);  // pod-x has no allocated claim: on no node yet
+  EXPECT_EQ(requested[first.node].cpu_milli, 3000);
+  for (NodeView& v : nodes) v.cpu_requested = requested[v.name].cpu_milli;
+  allocator_.SetNodes(nodes);
+  PodDecision second = allocator_.Place({{Pod("p2", "3"), {Claim("c2", Share(10, "1Gi"))}}})[0];
+  ASSERT_EQ(second.kind, PodDecision::Kind::kPlaced) << second.reason;
+  EXPECT_NE(second.node, first.node);
+}
+
+TEST(DraAllocatedNodeTest, OnlyASelectorNamingOneNodeByNameNamesIt) {
+  auto claim = [](Json terms) {
+    return Json{{"status", {{"allocation", {{"nodeSelector", {{"nodeSelectorTerms", std::move(terms)}}}}}}}};
+  };
+  Json one = {{"key", "metadata.name"}, {"operator", "In"}, {"values", {"n1"}}};
+  EXPECT_EQ(AllocatedNode(claim({{{"matchFields", {one}}}})), "n1");
+  Json two = one;
+  two["values"] = {"n1", "n2"};
+  EXPECT_EQ(AllocatedNode(claim({{{"matchFields", {two}}}})), "");
+  Json label = {{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", {"n1"}}};
+  EXPECT_EQ(AllocatedNode(claim({{{"matchExpressions", {label}}}})), "");
+  EXPECT_EQ(AllocatedNode(claim({{{"matchFields", {one}}}, {{"matchFields", {one}}}})), "");
+  EXPECT_EQ(AllocatedNode(Json{{"status", {{"allocation", {{"devices", Json::object()}}}}}}), "");
+  EXPECT_EQ(AllocatedNode(claim("not an array")), "");
+  Json number = one;
+  number["values"] = {7};
+  EXPECT_EQ(AllocatedNode(claim({{{"matchFields", {number}}}})), "");
+}
+
 TEST(DraCapacityTest, RequestPoliciesRoundAsTheApiSays) {
   Capacity c;
   c.value = 100;
