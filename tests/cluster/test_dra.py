@@ -6,6 +6,9 @@ ResourceSlice (consumable capacity: `cores` and `memory`), the real kubelet call
 driver's socket and asks the runtime for the container with the CDI device the driver answered. The checks read
 what the real components did: the claim's allocation, cri-fake's record of CreateContainer (its CDI devices), the
 CDI spec and the limits file on disk.
+
+The last test restarts the node (kubelet and agent) on a DGX A100's GPUs for an NVLink pair, and back: it stays
+last, after the test that checks the slice was never rewritten.
 """
 
 import json
