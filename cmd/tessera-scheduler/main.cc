@@ -56,6 +56,7 @@ struct Options {
   bool ui = false;
   bool dra_placement = true;
   std::string dra_classes = "gpu.tessera.dev,gpu-elastic.tessera.dev";
+  int dra_rebind_after = 30;
   uint64_t seed = 0;
   std::string ui_listen;
   bool verbose = false;
@@ -167,6 +168,7 @@ int Run(const Options& o) {
       if (!c.empty()) dra_options.allocator.classes.insert(std::string(c));
     }
     dra_options.identity = backend_identity;
+    dra_options.rebind_after = std::chrono::seconds(o.dra_rebind_after);
     dra = std::make_unique<scheduler::DraController>(*api, dra_options, [&] { return backend->IsLeader(); });
     backend->SetDra(dra.get());
   }
@@ -334,6 +336,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dra-classes", o.dra_classes,
                  "DeviceClasses whose claims Tessera places, comma-separated (deploy/dra/deviceclasses.yaml)")
+      ->capture_default_str();
+  app.add_option(
+         "--dra-rebind-after", o.dra_rebind_after,
+         "Seconds kube-scheduler may refuse to bind a pod whose claims Tessera placed before they are "
+         "deallocated and placed again on another node; a node gone or full: at once; 0: never "
+         "(docs/dra.md, \"When the pod cannot bind\")")
+      ->check(CLI::Range(0, 86400))
       ->capture_default_str();
   app.add_option("--seed", o.seed,
                  "Seed of the DRA placement's ties between equal nodes (one seed, one placement)")

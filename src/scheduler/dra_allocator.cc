@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <deque>
-#include <random>
 
 #include "common/log.h"
 #include "core/cluster.h"
@@ -167,16 +167,9 @@ bool PodFitsNode(const Json& pod, const NodeView& node) {
   return true;
 }
 
-std::string RandomShareId(std::mt19937_64& rng) {
-  // An RFC 4122 version 4 UUID, lower case, as the API validates a shareID.
-  uint64_t a = rng(), b = rng();
-  a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
-  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  char out[37];
-  snprintf(out, sizeof(out), "%08llx-%04llx-%04llx-%04llx-%012llx", static_cast<unsigned long long>(a >> 32),
-           static_cast<unsigned long long>((a >> 16) & 0xffff), static_cast<unsigned long long>(a & 0xffff),
-           static_cast<unsigned long long>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffULL));
-  return out;
+uint64_t Fnv1a(uint64_t h, std::string_view text) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
 }
 
 uint64_t Mix(uint64_t seed, std::string_view name) {
@@ -509,6 +502,31 @@ bool DraAllocator::UsesOnly(const Json& claim_spec, const std::set<std::string>&
   return true;
 }
 
+std::string DraAllocator::ShareIdFor(const std::string& claim_uid, size_t index) {
+  const std::string key = StrCat("tessera.dev/dra-share/", claim_uid, "/", index);
+  uint64_t a = Fnv1a(1469598103934665603ULL, key), b = Fnv1a(0x9e3779b97f4a7c15ULL, key);
+  a = core::Rng(a).Next();
+  b = core::Rng(b).Next();
+  a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
+  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
+  char out[37];
+  snprintf(out, sizeof(out), "%08llx-%04llx-%04llx-%04llx-%012llx", static_cast<unsigned long long>(a >> 32),
+           static_cast<unsigned long long>((a >> 16) & 0xffff), static_cast<unsigned long long>(a & 0xffff),
+           static_cast<unsigned long long>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffULL));
+  return out;
+}
+
+bool DraAllocator::AllocatedByTessera(const Json& claim) {
+  const std::string uid = Str(Field(claim, "metadata"), "uid");
+  const Json& results = Path(claim, {"status", "allocation", "devices", "results"});
+  if (uid.empty() || !results.is_array() || results.empty()) return false;
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (Str(results[k], "driver") != formats::kDraDriver || Str(results[k], "shareID") != ShareIdFor(uid, k))
+      return false;
+  }
+  return true;
+}
+
 // A round's view of the cluster: Tessera's pools as a core::Cluster (each pool's devices as GPUs 0..n-1), the
 // claims allocated so far committed on it, and each node's free CPU and memory.
 struct DraAllocator::State {
@@ -516,7 +534,6 @@ struct DraAllocator::State {
   std::unique_ptr<core::Policy> policy;
   std::unique_ptr<core::Placer> placer;
   core::Rng rng{0};
-  std::mt19937_64 share_ids;
   std::vector<uint32_t> rank;                            // per node of the cluster, by position
   std::map<std::string, const Pool*> pool_of;            // node -> pool
   std::map<std::string, const NodeView*> node_of;        // node -> view
@@ -567,7 +584,6 @@ std::vector<std::pair<std::string, Held>> HeldBy(const Json& claim) {
 std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) {
   State s;
   s.rng = core::Rng(options_.seed);
-  s.share_ids.seed(options_.seed ^ 0x5eedULL);
   for (const NodeView& n : nodes_) s.node_of[n.name] = &n;
   // The pools, in name order, as the cluster's nodes (devices 0..n-1 by their index attribute).
   std::vector<const Pool*> pools;
@@ -713,6 +729,7 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
   std::vector<std::string> refused;
   for (const auto& [name, pool] : s.pool_of) {
     if (fixed && name != *fixed) continue;
+    if (input.avoid_nodes.contains(name)) continue;
     auto view = s.node_of.find(name);
     if (view == s.node_of.end()) continue;  // the Node object is not known (yet)
     if (s.over.contains(name) || !PodFitsNode(pod, *view->second)) continue;
@@ -722,10 +739,13 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
     candidates.push_back(core::NodeName(name));
   }
   if (candidates.empty()) {
-    d.reason =
-        fixed ? StrCat("node ", *fixed,
-                       " of its allocated claim cannot take the pod (CPU, memory, taints or selectors)")
-              : "no node with Tessera GPUs can take the pod (CPU, memory, taints, selectors or affinity)";
+    d.reason = fixed
+                   ? StrCat("node ", *fixed,
+                            " of its allocated claim cannot take the pod (CPU, memory, taints or selectors)")
+               : input.avoid_nodes.empty()
+                   ? "no node with Tessera GPUs can take the pod (CPU, memory, taints, selectors or affinity)"
+                   : StrCat("no node with Tessera GPUs but ", StrJoin(input.avoid_nodes, ", "),
+                            " (where kube-scheduler would not bind it) can take the pod");
     return d;
   }
   // Each claim in turn; the first decides the node of the others.
@@ -880,7 +900,7 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
       if (dev.shared) {
         result["consumedCapacity"] = {{"cores", StrCat(*dev.cores.Consumed(alt.cores))},
                                       {"memory", CanonicalBytes(*dev.memory.Consumed(alt.memory))}};
-        result["shareID"] = RandomShareId(s.share_ids);
+        result["shareID"] = ShareIdFor(Str(Field(input.claims[i], "metadata"), "uid"), results.size());
       }
       results.push_back(std::move(result));
       class_requests[alt.device_class].insert(alt.name);

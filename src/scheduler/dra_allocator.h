@@ -120,6 +120,8 @@ std::string AllocatedNode(const Json& claim);
 struct PodInput {
   Json pod;
   std::vector<Json> claims;
+  // Nodes not to place it on: kube-scheduler refused to bind it there (dra_rebind.h).
+  std::set<std::string> avoid_nodes = {};
 };
 
 struct PodDecision {
@@ -156,6 +158,15 @@ class DraAllocator {
 
   // Does a claim ask only for Tessera's classes (the webhook gates such pods)?
   static bool UsesOnly(const Json& claim_spec, const std::set<std::string>& classes);
+
+  // The shareID Tessera writes in result `index` of the claim with this UID: an RFC 4122 version 4 UUID made
+  // from a hash of the two, the same whatever the seed, replica or round. kube-scheduler's are random, so
+  // the shareIDs say who allocated a claim (AllocatedByTessera), and no two claims Tessera allocates on one
+  // device share one.
+  static std::string ShareIdFor(const std::string& claim_uid, size_t index);
+  // Is the claim's allocation Tessera's own: results of gpu.tessera.dev only, each with ShareIdFor's shareID?
+  // (A result without a shareID, a device taken whole and not shared, cannot tell: not Tessera's.)
+  static bool AllocatedByTessera(const Json& claim);
 
  private:
   struct State;

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/quote.h"
 #include "core/strings.h"
 #include "formats/dra_placement.h"
 #include "k8s/api_status.h"
+#include "scheduler/dra_rebind.h"
 
 namespace tessera::scheduler {
 
@@ -21,8 +23,11 @@ constexpr size_t kMaxPodsPerRound = 200;
 // A claim written but not yet seen allocated by the informer is counted this long at most (a claim deleted
 // meanwhile is never seen).
 constexpr std::chrono::seconds kWrittenTtl{60};
+// Pods whose claims a round deallocates at most (each with a write per claim and an event).
+constexpr size_t kMaxReleasesPerRound = 50;
 
 using dra::Field;
+using dra::Path;
 using dra::Str;
 
 // Is ours the pod's last gate? Claims are placed only then, as kube-scheduler places only ungated pods (a
@@ -44,6 +49,12 @@ bool Finished(const Json& pod) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
+bool Placed(const Json& pod) {
+  return !HasGate(pod) && !Finished(pod) && Str(Field(pod, "spec"), "nodeName").empty() &&
+         Field(Field(pod, "metadata"), "deletionTimestamp").is_null() &&
+         Str(Field(Field(pod, "metadata"), "labels"), formats::kDraPlacementLabel) == formats::kDraPlaced;
+}
+
 bool ReservedFor(const Json& claim, const std::string& pod_uid) {
   const Json& reserved = Field(Field(claim, "status"), "reservedFor");
   if (!reserved.is_array()) return false;
@@ -61,6 +72,10 @@ DraController::DraController(k8s::KubeApi& api, DraControllerOptions options, st
 
 DraController::~DraController() {
   Stop();
+}
+
+const k8s::Clock& DraController::clock() const {
+  return options_.clock != nullptr ? *options_.clock : k8s::RealClock();
 }
 
 void DraController::Start() {
@@ -126,7 +141,13 @@ void DraController::OnPod(const Json& pod) {
   const std::string key =
       StrCat(Str(Field(pod, "metadata"), "namespace"), "/", Str(Field(pod, "metadata"), "name"));
   const bool gated = HasGate(pod);
+  const bool placed = Placed(pod);
   MutexLock lock(&mu_);
+  if (placed) {
+    placed_[key] = pod;
+  } else {
+    placed_.erase(key);
+  }
   if (Finished(pod)) {
     if (pods_.erase(key) > 0) ++freed_;  // its CPU and memory
     gated_.erase(key);
@@ -151,6 +172,7 @@ void DraController::OnPodDeleted(const Json& pod) {
   MutexLock lock(&mu_);
   pods_.erase(key);
   gated_.erase(key);
+  placed_.erase(key);
   dirty_ = true;
   ++freed_;
 }
@@ -256,22 +278,77 @@ void DraController::Lift(const Json& pod, const char* label, const std::string& 
   }
 }
 
+bool DraController::Release(const Json& pod, const std::vector<Json>& claims,
+                            const std::vector<size_t>& which, const std::string& node,
+                            const std::string& reason, std::map<std::string, Json>& fresh) {
+  // The pod as the API server has it now, not as the informer last showed it: kube-scheduler may have bound
+  // it a moment ago (its claims are then in use, and must stay).
+  {
+    absl::StatusOr<Json> now =
+        api_.Get(k8s::kPods, Str(Field(pod, "metadata"), "namespace"), Str(Field(pod, "metadata"), "name"));
+    if (!now.ok() || Str(Field(*now, "metadata"), "uid") != Str(Field(pod, "metadata"), "uid") ||
+        !Str(Field(*now, "spec"), "nodeName").empty() || !dra::ReadRefusal(*now).refused) {
+      return false;
+    }
+  }
+  std::vector<std::string> names;
+  for (size_t k : which) {
+    const Json& claim = claims[k];
+    // As kube-scheduler deallocates (its PostFilter): reservation, allocation and device status cleared in
+    // one write, conditional on the resourceVersion read. The API allows clearing a set allocation (only
+    // changing it is refused), and reservedFor must be empty without one.
+    Json updated = claim;
+    if (Json& status = updated["status"]; status.is_object()) {
+      status.erase("allocation");
+      status.erase("reservedFor");
+      status.erase("devices");
+    }
+    absl::StatusOr<Json> st =
+        api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated, "status");
+    if (!st.ok()) {
+      MutexLock lock(&mu_);
+      ++(k8s::IsConflict(st.status()) ? counters_.conflicts : counters_.write_errors);
+      if (!k8s::IsConflict(st.status()) && !absl::IsNotFound(st.status())) {
+        log::Warn("could not deallocate a claim",
+                  {{"claim", Str(Field(claim, "metadata"), "name")}, {"error", Message(st.status())}});
+      }
+      return false;  // decided again from fresh state next round
+    }
+    const std::string uid = Str(Field(claim, "metadata"), "uid");
+    written_.erase(uid);
+    fresh[uid] = *std::move(st);
+    names.push_back(Str(Field(claim, "metadata"), "name"));
+  }
+  {
+    MutexLock lock(&mu_);
+    counters_.released += static_cast<int64_t>(which.size());
+  }
+  log::Info("deallocated the DRA claims of a pod that cannot bind",
+            {{"pod", Str(Field(pod, "metadata"), "name")}, {"node", node}, {"reason", reason}});
+  Event(pod, "Warning", "TesseraPlacementReleased",
+        StrCat("this pod cannot bind where Tessera placed its claims: ", reason, ". Claim(s) ",
+               StrJoin(names, ", "), " deallocated; Tessera places them again, not on node ", node,
+               " (docs/dra.md)"));
+  return true;
+}
+
 void DraController::Round() {
   if (!is_leader_() || !slices_ || !slices_->HasSynced() || !classes_->HasSynced() || !claims_->HasSynced())
     return;
   // The state, copied out of the lock.
-  std::vector<Json> gated;
+  std::vector<Json> gated, placed;
   std::vector<dra::NodeView> nodes;
   std::vector<Tracked> pods;
   uint64_t freed = 0;
   {
     MutexLock lock(&mu_);
-    if (gated_.empty()) return;
+    if (gated_.empty() && placed_.empty()) return;
     freed = freed_;
     ++counters_.rounds;
     for (const auto& [name, view] : nodes_) nodes.push_back(view);
     for (const auto& [key, t] : pods_) pods.push_back(t);
     for (const auto& [key, pod] : gated_) gated.push_back(pod);
+    for (const auto& [key, pod] : placed_) placed.push_back(pod);
   }
   std::set<std::string> gated_uids;  // counted by the allocator when it places them
   for (const Json& pod : gated) gated_uids.insert(Str(Field(pod, "metadata"), "uid"));
@@ -284,6 +361,9 @@ void DraController::Round() {
            std::pair(Str(Field(b, "metadata"), "namespace"), Str(Field(b, "metadata"), "name"));
   });
   if (gated.size() > kMaxPodsPerRound) gated.resize(kMaxPodsPerRound);
+  std::set<std::string> placed_live;
+  for (const Json& pod : placed) placed_live.insert(Str(Field(pod, "metadata"), "uid"));
+  if (placed.size() > kMaxPodsPerRound) placed.resize(kMaxPodsPerRound);
 
   std::vector<dra::Pool> pools;
   for (const auto& s : slices_->Items()) {
@@ -293,7 +373,7 @@ void DraController::Round() {
   for (const auto& c : classes_->Items())
     classes[Str(Field(*c, "metadata"), "name")] = dra::ParseDeviceClass(*c);
   // The claims allocated, with this controller's own writes until the informer shows them.
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock().Steady();
   std::vector<Json> allocated;
   std::set<std::string> seen;
   for (const auto& c : claims_->Items()) {
@@ -311,29 +391,29 @@ void DraController::Round() {
     it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it)
                                                                               : std::next(it);
   }
-  // The CPU and memory taken on each node, by pods bound there or placed there in an earlier round.
+  // The CPU and memory taken on each node: by the pods bound there, and by those not bound yet whose claims
+  // are allocated there (placed in an earlier round, by this controller or kube-scheduler: they will bind
+  // there).
   std::vector<dra::PodOnNode> on_nodes;
   for (const Tracked& t : pods) {
     if (!gated_uids.contains(t.uid)) on_nodes.push_back({t.uid, t.node, t.host});
   }
-  std::map<std::string, dra::HostRequest> requested = dra::RequestedByNode(on_nodes, allocated);
-  for (dra::NodeView& v : nodes) {
-    v.cpu_requested = requested[v.name].cpu_milli;
-    v.memory_requested = requested[v.name].memory_bytes;
-  }
-  // Each gated pod's claims (a template's claim is made by kube-controller-manager: wait for it).
-  std::vector<dra::PodInput> inputs;
-  for (const Json& pod : gated) {
-    if (!OnlyOurGate(pod)) continue;
-    // A pod that found no place is tried again once something was freed since.
-    if (auto w = waited_at_.find(Str(Field(pod, "metadata"), "uid"));
-        w != waited_at_.end() && w->second == freed)
-      continue;
-    dra::PodInput in;
-    in.pod = pod;
+  auto account = [&] {
+    std::map<std::string, dra::HostRequest> requested = dra::RequestedByNode(on_nodes, allocated);
+    for (dra::NodeView& v : nodes) {
+      v.cpu_requested = requested[v.name].cpu_milli;
+      v.memory_requested = requested[v.name].memory_bytes;
+    }
+  };
+  account();
+  // Claims written this round (deallocated), by UID: what the informer does not show yet.
+  std::map<std::string, Json> fresh;
+  // A pod's claims, in spec.resourceClaims order, as this controller last wrote them; nullopt while one is
+  // not created (a template's claim is made by kube-controller-manager: wait for it).
+  auto claims_of = [&](const Json& pod) -> std::optional<std::vector<Json>> {
     const std::string ns = Str(Field(pod, "metadata"), "namespace");
     const Json& statuses = Field(Field(pod, "status"), "resourceClaimStatuses");
-    bool complete = true;
+    std::vector<Json> out;
     for (const Json& entry : Field(Field(pod, "spec"), "resourceClaims")) {
       std::string name = Str(entry, "resourceClaimName");
       if (name.empty() && statuses.is_array()) {
@@ -342,15 +422,103 @@ void DraController::Round() {
         }
       }
       std::shared_ptr<const Json> claim = name.empty() ? nullptr : claims_->Get(StrCat(ns, "/", name));
-      if (!claim) {
-        complete = false;
-        break;
-      }
+      if (!claim) return std::nullopt;
       Json c = *claim;
-      if (auto w = written_.find(Str(Field(c, "metadata"), "uid")); w != written_.end()) c = w->second.first;
-      in.claims.push_back(std::move(c));
+      const std::string uid = Str(Field(c, "metadata"), "uid");
+      if (auto f = fresh.find(uid); f != fresh.end()) {
+        c = f->second;
+      } else if (auto w = written_.find(uid); w != written_.end()) {
+        c = w->second.first;
+      }
+      out.push_back(std::move(c));
     }
-    if (complete) inputs.push_back(std::move(in));
+    return out;
+  };
+
+  // Pods whose claims Tessera placed and that kube-scheduler has not bound: those it refuses are released
+  // (dra_rebind.h) and, like those whose claims kube-scheduler's own PostFilter deallocated, placed again at
+  // once, before kube-scheduler's next try when Tessera is first.
+  std::vector<dra::PodInput> inputs;
+  std::vector<bool> again;  // per input: placed before (no gate to lift)
+  std::map<std::string, const dra::NodeView*> node_by_name;
+  for (const dra::NodeView& n : nodes) node_by_name[n.name] = &n;
+  size_t releases = 0;
+  for (const Json& pod : placed) {
+    const std::string uid = Str(Field(pod, "metadata"), "uid");
+    std::optional<std::vector<Json>> claims = claims_of(pod);
+    if (!claims) continue;
+    dra::Releasable r = dra::FindReleasable(pod, *claims);
+    bool place_again = false;
+    if (r.ours) {
+      dra::Refusal refusal = dra::ReadRefusal(pod);
+      if (!refusal.refused) {
+        refused_.erase(uid);
+        continue;
+      }
+      auto& [signature, since] = refused_[uid];
+      if (signature != r.signature) {
+        signature = r.signature;
+        since = now;
+      }
+      dra::RebindNode node;
+      if (auto n = node_by_name.find(r.node); n == node_by_name.end()) {
+        node.exists = false;
+      } else {
+        // The pod is counted on its allocation's node already (account()).
+        const dra::NodeView& v = *n->second;
+        node.fits = (v.cpu_milli <= 0 || v.cpu_requested <= v.cpu_milli) &&
+                    (v.memory_bytes <= 0 || v.memory_requested <= v.memory_bytes);
+      }
+      dra::RebindDecision d = dra::DecideRebind(r, refusal, node, now - since, options_.rebind_after);
+      if (d.kind != dra::RebindDecision::Kind::kRelease || releases >= kMaxReleasesPerRound) continue;
+      ++releases;
+      std::string reason = d.reason;
+      if (!refusal.message.empty()) StrAppend(&reason, " (kube-scheduler: '", Quote(refusal.message), "')");
+      if (!Release(pod, *claims, r.claims, r.node, reason, fresh)) continue;
+      refused_.erase(uid);
+      avoid_[uid].insert(r.node);
+      waited_at_.erase(uid);
+      claims = claims_of(pod);
+      place_again = claims.has_value();
+    } else {
+      refused_.erase(uid);
+      // Claims left deallocated (by kube-scheduler's PostFilter, or here when nothing else had room): placed
+      // again once something was freed since the last try. A claim shared with another pod stays as it is.
+      place_again = options_.rebind_after.count() > 0 &&
+                    std::any_of(claims->begin(), claims->end(),
+                                [](const Json& c) {
+                                  return !Path(c, {"status", "allocation"}).is_object();
+                                }) &&
+                    std::none_of(claims->begin(), claims->end(), [](const Json& c) {
+                      return !Path(c, {"metadata", "deletionTimestamp"}).is_null();
+                    });
+      if (auto w = waited_at_.find(uid); place_again && w != waited_at_.end() && w->second == freed)
+        place_again = false;
+    }
+    if (!place_again) continue;
+    dra::PodInput in;
+    in.pod = pod;
+    in.claims = *std::move(claims);
+    if (auto a = avoid_.find(uid); a != avoid_.end()) in.avoid_nodes = a->second;
+    inputs.push_back(std::move(in));
+    again.push_back(true);
+  }
+  // The claims released this round hold nothing any more, nor do their pods on the nodes they left.
+  if (!fresh.empty()) {
+    std::erase_if(allocated, [&](const Json& c) { return fresh.contains(Str(Field(c, "metadata"), "uid")); });
+    account();
+  }
+
+  for (const Json& pod : gated) {
+    if (!OnlyOurGate(pod)) continue;
+    // A pod that found no place is tried again once something was freed since.
+    if (auto w = waited_at_.find(Str(Field(pod, "metadata"), "uid"));
+        w != waited_at_.end() && w->second == freed)
+      continue;
+    std::optional<std::vector<Json>> claims = claims_of(pod);
+    if (!claims) continue;
+    inputs.push_back({.pod = pod, .claims = *std::move(claims), .avoid_nodes = {}});
+    again.push_back(false);
   }
   if (inputs.empty()) return;
   allocator_.SetPools(std::move(pools));
@@ -365,6 +533,7 @@ void DraController::Round() {
     const std::string pod_uid = Str(Field(pod, "metadata"), "uid");
     const std::string pod_name = Str(Field(pod, "metadata"), "name");
     if (d.kind == dra::PodDecision::Kind::kHandOver) {
+      if (again[i]) continue;  // ungated already: kube-scheduler's allocator decides
       {
         MutexLock lock(&mu_);
         ++counters_.handed_over;
@@ -381,6 +550,14 @@ void DraController::Round() {
       std::string& told = told_[pod_uid];
       if (told != d.reason) {
         told = d.reason;
+        if (again[i]) {
+          // Not gated: kube-scheduler tries it too, and its allocator places the claims wherever the pod
+          // fits.
+          Event(pod, "Normal", "TesseraPlacementWaiting",
+                StrCat("no Tessera GPU for this pod's claims yet: ", d.reason,
+                       "; kube-scheduler's allocator places them when a node can take the pod"));
+          continue;
+        }
         Event(pod, "Normal", "TesseraPlacementWaiting",
               StrCat("no Tessera GPU for this pod's claims yet: ", d.reason));
         Json patch = {{"metadata", {{"annotations", {{formats::kDraWaitingAnnotation, d.reason}}}}}};
@@ -400,8 +577,7 @@ void DraController::Round() {
         // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in
         // reservedFor adds the stamp to the stored allocation, which the API refuses ("field cannot be
         // modified once set"), on every retry (docs/dra.md).
-        updated["status"]["allocation"]["allocationTimestamp"] =
-            k8s::FormatTime(std::chrono::system_clock::now());
+        updated["status"]["allocation"]["allocationTimestamp"] = k8s::FormatTime(clock().Now());
       }
       Json& reserved = updated["status"]["reservedFor"];
       if (!reserved.is_array()) reserved = Json::array();
@@ -420,27 +596,33 @@ void DraController::Round() {
         }
         break;
       }
-      written_[Str(Field(claim, "metadata"), "uid")] = {*st, std::chrono::steady_clock::now()};
+      written_[Str(Field(claim, "metadata"), "uid")] = {*st, clock().Steady()};
     }
     if (!ok) continue;  // decided again from fresh state; what was written is counted meanwhile
+    told_.erase(pod_uid);
+    waited_at_.erase(pod_uid);
+    if (again[i]) {
+      log::Info("placed DRA claims again", {{"pod", pod_name}, {"node", d.node}});
+      MutexLock lock(&mu_);
+      ++counters_.replaced;
+      continue;
+    }
     log::Info("placed DRA claims", {{"pod", pod_name}, {"node", d.node}});
     {
       MutexLock lock(&mu_);
       ++counters_.placed;
     }
-    told_.erase(pod_uid);
-    waited_at_.erase(pod_uid);
     Lift(pod, formats::kDraPlaced, "");
   }
-  if (told_.size() > 4 * kMaxPodsPerRound || waited_at_.size() > 4 * kMaxPodsPerRound) {
-    // Forget the reasons of pods no longer gated (bounded memory).
-    std::set<std::string> live;
+  if (told_.size() > 4 * kMaxPodsPerRound || waited_at_.size() > 4 * kMaxPodsPerRound ||
+      refused_.size() > 4 * kMaxPodsPerRound || avoid_.size() > 4 * kMaxPodsPerRound) {
+    // Forget the pods no longer gated or waiting to bind (bounded memory).
+    std::set<std::string> live = placed_live;
     for (const Json& pod : gated) live.insert(Str(Field(pod, "metadata"), "uid"));
-    for (auto it = told_.begin(); it != told_.end();)
-      it = live.contains(it->first) ? std::next(it) : told_.erase(it);
-    for (auto it = waited_at_.begin(); it != waited_at_.end();) {
-      it = live.contains(it->first) ? std::next(it) : waited_at_.erase(it);
-    }
+    std::erase_if(told_, [&](const auto& e) { return !live.contains(e.first); });
+    std::erase_if(waited_at_, [&](const auto& e) { return !live.contains(e.first); });
+    std::erase_if(refused_, [&](const auto& e) { return !live.contains(e.first); });
+    std::erase_if(avoid_, [&](const auto& e) { return !live.contains(e.first); });
   }
 }
 

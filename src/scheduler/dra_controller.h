@@ -16,6 +16,10 @@
 // with an Event. When every tessera-scheduler is down, tessera-node lifts the gate after a while
 // (docs/dra.md).
 //
+// A pod whose claims Tessera placed but that kube-scheduler does not bind (the allocation's node is gone,
+// full, or refuses it for a reason Tessera does not model) has its claims deallocated, with an Event, and
+// placed again at once, away from that node (dra_rebind.h; docs/dra.md, "When the pod cannot bind").
+//
 // Thread-safety: thread-safe; the informers' handlers and the webhook call in from their threads.
 #ifndef TESSERA_SCHEDULER_DRA_CONTROLLER_H_
 #define TESSERA_SCHEDULER_DRA_CONTROLLER_H_
@@ -25,11 +29,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
+#include "k8s/clock.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
 #include "scheduler/dra_allocator.h"
@@ -41,10 +48,17 @@ struct DraControllerOptions {
   std::chrono::milliseconds period{200};  // between rounds while pods wait
   std::string component = "tessera-scheduler";
   std::string identity;
+  // How long kube-scheduler may refuse to bind a pod whose claims Tessera placed (PodScheduled False,
+  // Unschedulable) before they are deallocated and placed again; 0: never. A node gone or full: at once.
+  std::chrono::seconds rebind_after{30};
+  // Time (k8s/clock.h); null: the real clock. Must outlive the controller.
+  const k8s::Clock* clock = nullptr;
 };
 
 struct DraCounters {
   int64_t placed = 0, handed_over = 0, waiting = 0, conflicts = 0, write_errors = 0, rounds = 0;
+  int64_t released = 0;  // claims deallocated because their pod could not bind
+  int64_t replaced = 0;  // pods whose released claims were placed again
 };
 
 class DraController {
@@ -75,6 +89,11 @@ class DraController {
   };
   void Run(std::stop_token stop);
   void Round();
+  // Deallocates the claims of a pod kube-scheduler does not bind (dra_rebind.h); the claims as written, by
+  // UID, into `fresh`. False when a write failed.
+  bool Release(const k8s::Json& pod, const std::vector<k8s::Json>& claims, const std::vector<size_t>& which,
+               const std::string& node, const std::string& reason, std::map<std::string, k8s::Json>& fresh);
+  const k8s::Clock& clock() const;
   std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
   void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
   void Event(const k8s::Json& pod, const std::string& type, const std::string& reason,
@@ -96,11 +115,17 @@ class DraController {
   std::map<std::string, dra::NodeView> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tracked> pods_ ABSL_GUARDED_BY(mu_);     // every pod, by "ns/name"
   std::map<std::string, k8s::Json> gated_ ABSL_GUARDED_BY(mu_);  // gated pods, by "ns/name"
+  // Pods labelled placed that are not bound yet, by "ns/name" (usually for a moment).
+  std::map<std::string, k8s::Json> placed_ ABSL_GUARDED_BY(mu_);
   DraCounters counters_ ABSL_GUARDED_BY(mu_);
   // Round thread only: claims this controller allocated, by UID, until the informer shows them allocated.
   std::map<std::string, std::pair<k8s::Json, std::chrono::steady_clock::time_point>> written_;
   std::map<std::string, std::string> told_;            // pod UID -> the last reason posted (no repeats)
   std::map<std::string, uint64_t> waited_at_;          // pod UID -> freed_ when it last found no place
+  // Round thread only: placed pods kube-scheduler refuses, by UID: the allocation refused (its signature)
+  // and since when; and the nodes it refused them on, which placing them again avoids.
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> refused_;
+  std::map<std::string, std::set<std::string>> avoid_;
   std::string last_write_error_ ABSL_GUARDED_BY(mu_);  // pod UID -> the last reason posted (no repeats)
   std::jthread thread_;
 };

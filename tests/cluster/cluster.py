@@ -322,7 +322,7 @@ class ContainerProcess:
 
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
-                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None):
+                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None, fake_gpus=FAKE_GPUS):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -341,6 +341,9 @@ class Cluster:
         self.service_proxy = service_proxy
         # GPU indices tessera-node gives to its DRA driver (--dra-gpus); their device-plugin slots are unhealthy.
         self.dra_gpus = list(dra_gpus)
+        # The fake-GPU file tessera-node reads (--fake-gpus), relative to the source directory: the node's GPUs
+        # and their `nvidia-smi topo -m`. A test may change it (and dra_gpus) and restart the agent.
+        self.fake_gpus = fake_gpus
         # More kube-apiserver flags (test_kueue.py: an audit log, where the order of the webhook calls shows).
         self.apiserver_args = list(apiserver_args)
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
@@ -688,7 +691,8 @@ class Cluster:
             if a.startswith("--dra-fallback-after=") and self.dra_fallback_after is not None:
                 a = f"--dra-fallback-after={self.dra_fallback_after}"
             argv.append(a)
-        argv += ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, FAKE_GPUS), "--verbose"]
+        argv += ["--kubeconfig", self.node_kubeconfig, "--fake-gpus", os.path.join(self.src, self.fake_gpus),
+                 "--verbose"]
         if self.dra_gpus:
             argv += ["--dra-gpus=" + ",".join(str(i) for i in self.dra_gpus), "--cdi-dir=" + self.path("cdi")]
         return argv
