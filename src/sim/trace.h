@@ -5,8 +5,8 @@
 //
 // Columns are found by their header names; extra columns are ignored. A pod asks for num_gpu GPUs of
 // gpu_milli thousandths each (below 1000 only when num_gpu is 1), gpu_spec lists the GPU models it may use,
-// separated by '|' (empty: any), and qos is its Kubernetes QoS class in the trace (LS, BE, Burstable,
-// Guaranteed), which the simulator may map to SharedGPU's priorities (sim/workload.h).
+// separated by '|' (empty: any), and qos is its QoS class (LS, BE, Burstable, Guaranteed), which the
+// simulator may map to SharedGPU's priorities (sim/workload.h).
 //
 //   absl::StatusOr<std::vector<TraceNode>> nodes = ParseNodeCsv(text, "nodes.csv");
 //   core::NodeInfo info = ToNodeInfo((*nodes)[0]);
