@@ -27,6 +27,9 @@ struct SimulateOptions {
   std::string plot_file;
   int threads = 0;     // 0: one per core
   bool bound = false;  // also the LP bound and the online floor (sim/bound.h)
+  std::string high_priority_qos;  // trace QoS classes placed as high priority ("LS,Guaranteed"); empty: none
+  bool no_compression = false;    // SharedGPU's compression off
+  std::string share_memory = "proportional";  // or "none": shares account compute only
 };
 int RunSimulate(const SimulateOptions& options);
 

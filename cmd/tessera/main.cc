@@ -59,6 +59,18 @@ int main(int argc, char** argv) {
       "--bound", sim.bound,
       "Also compute, per seed, the LP lower bound on unallocated GPU at 100% arrived and the "
       "online floor (every pod arriving before 95% placed); --policies none computes only these");
+  sim_cmd->add_option(
+      "--high-priority-qos", sim.high_priority_qos,
+      "Place the trace's pods of these QoS classes (its qos column: LS, BE, Burstable, Guaranteed; "
+      "comma-separated) as high priority, the rest low, and report what priorities did (default: none)");
+  sim_cmd->add_flag("--no-compression", sim.no_compression,
+                    "Never compress low-priority tenants for a high-priority pod that fits nowhere "
+                    "(SharedGPU's compression, on by default), to measure what it buys");
+  sim_cmd
+      ->add_option("--share-memory", sim.share_memory,
+                   "GPU memory of a share whose memory is left out (all the trace's): proportional to "
+                   "the share, or none (compute only, the trace's one dimension)")
+      ->capture_default_str();
 
   tessera::cli::TopoOptions topo;
   CLI::App* topo_cmd = app.add_subcommand(

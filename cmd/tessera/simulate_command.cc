@@ -19,6 +19,7 @@
 #include "sim/metrics.h"
 #include "sim/replay.h"
 #include "sim/report.h"
+#include "sim/trace.h"
 #include "sim/workload.h"
 
 namespace tessera::embedded {
@@ -126,12 +127,30 @@ int RunSimulate(const SimulateOptions& options) {
     return 2;
   }
 
+  sim::WorkloadOptions workload;
+  if (!options.high_priority_qos.empty()) {
+    absl::StatusOr<std::vector<std::string>> qos = sim::ParseQosList(options.high_priority_qos);
+    if (!qos.ok()) {
+      std::cerr << "tessera simulate: --high-priority-qos \"" << options.high_priority_qos
+                << "\": " << qos.status().message() << "\n";
+      return 2;
+    }
+    workload.high_priority_qos = *std::move(qos);
+  }
+  if (options.share_memory == "none") {
+    workload.share_memory = sim::WorkloadOptions::ShareMemory::kNone;
+  } else if (options.share_memory != "proportional") {
+    std::cerr << "tessera simulate: --share-memory \"" << options.share_memory
+              << "\": write proportional (memory in proportion to the share) or none (compute only)\n";
+    return 2;
+  }
+
   absl::StatusOr<core::Cluster> cluster = sim::LoadCluster(*nodes_text, nodes_name);
   if (!cluster.ok()) {
     std::cerr << "tessera simulate: " << cluster.status().message() << "\n";
     return 2;
   }
-  absl::StatusOr<std::vector<core::PodRequest>> pods = sim::LoadPods(*pods_text, pods_name);
+  absl::StatusOr<std::vector<core::PodRequest>> pods = sim::LoadPods(*pods_text, pods_name, workload);
   if (!pods.ok()) {
     std::cerr << "tessera simulate: " << pods.status().message() << "\n";
     return 2;
@@ -154,6 +173,9 @@ int RunSimulate(const SimulateOptions& options) {
   }
   info.inflate = options.inflate;
   info.seeds = *seeds;
+  info.high_priority_qos = workload.high_priority_qos;
+  info.compression = !options.no_compression;
+  info.share_memory_none = workload.share_memory == sim::WorkloadOptions::ShareMemory::kNone;
   const sim::ReplayInput input = sim::ReplayInput::Make(*std::move(cluster), *std::move(pods));
   if (absl::Status s = sim::CheckArrivals(input.pods, input.capacity_milli, options.inflate); !s.ok()) {
     std::cerr << "tessera simulate: " << s.message() << "\n";
@@ -191,8 +213,10 @@ int RunSimulate(const SimulateOptions& options) {
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       for (size_t j = next++; j < jobs.size(); j = next++) {
+        sim::ReplayOptions replay;
+        replay.compression = !options.no_compression;
         absl::StatusOr<sim::RunResult> r =
-            sim::Replay(input, jobs[j].policy, jobs[j].seed, options.inflate, &arrivals);
+            sim::Replay(input, jobs[j].policy, jobs[j].seed, options.inflate, &arrivals, replay);
         std::lock_guard<std::mutex> lock(mu);
         if (r.ok()) {
           results[j] = *std::move(r);

@@ -1,5 +1,6 @@
 #include "sim/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -67,6 +68,11 @@ Curve BinRun(const RunResult& run, int max_pct) {
   return c;
 }
 
+bool PolicySummary::has_priorities() const {
+  return std::any_of(priority.begin(), priority.end(),
+                     [](const PriorityCounts& p) { return p.high_pods > 0; });
+}
+
 double PolicySummary::Mean100() const {
   return Mean(unallocated_at_100);
 }
@@ -101,6 +107,7 @@ std::vector<PolicySummary> Summarize(const std::vector<RunResult>& runs,
       s.placed += static_cast<double>(r.placed);
       s.pods += static_cast<double>(r.pods);
       s.seconds += r.seconds;
+      s.priority.push_back(r.priority);
       curves.push_back(std::move(c));
     }
     const double n = static_cast<double>(curves.size());

@@ -40,6 +40,9 @@ struct PolicySummary {
   double placed = 0;                              // mean over seeds
   double pods = 0;                                // mean over seeds
   double seconds = 0;                             // mean over seeds
+  std::vector<PriorityCounts> priority;           // per seed
+  // Whether some run had a high-priority pod (then the reports show what priorities did).
+  bool has_priorities() const;
   double Mean100() const;
   double Mean130() const;
   double Std100() const;

@@ -175,7 +175,9 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(policy_name, input.context);
   if (!policy.ok()) return policy.status();
-  core::Placer placer(**policy);
+  core::PlacementOptions placement_options;
+  placement_options.allow_compression = options.compression;
+  core::Placer placer(**policy, placement_options);
   core::Cluster cluster = input.cluster;
 
   std::vector<PodRequest> clones;
@@ -213,6 +215,7 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
   for (const PodRequest* pod : order) {
     if (options.max_pods > 0 && result.events.size() >= options.max_pods) break;
     arrived += GpuMilli(*pod);
+    if (pod->priority == core::Priority::kHigh) ++result.priority.high_pods;
     absl::StatusOr<core::Placement> p =
         placer.Place(cluster, *pod, rng, {}, rank, options.evaluation_cache ? &cache : nullptr);
     if (p.ok()) {
@@ -227,6 +230,12 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
       for (const core::ContainerAssignment& c : p->containers) {
         for (const core::VGpuAssignment& v : c.vgpus) used += v.cores.value();
       }
+      // Compressed tenants hold less from now on: the GPU allocated is what tenants hold.
+      for (const core::Compression& c : p->compressions) used -= (c.old_cores - c.new_cores).value();
+      if (pod->priority == core::Priority::kHigh) {
+        ++result.priority.high_placed;
+        if (!p->compressions.empty()) ++result.priority.placed_by_compression;
+      }
       const double f = input.fragmentation->NodeFragment(*n);
       frag += f - node_frag[i];
       node_frag[i] = f;
@@ -236,6 +245,15 @@ absl::StatusOr<RunResult> Replay(const ReplayInput& input, const std::string& po
     }
     result.events.push_back({arrived, used, frag, input.capacity_milli - used});
     if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);
+  }
+  for (const core::NodeState& n : cluster.nodes()) {
+    for (int g = 0; g < n.gpu_count(); ++g) {
+      for (const core::Tenant& t : n.tenants(g)) {
+        if (t.cores >= t.requested) continue;
+        ++result.priority.compressed_tenants;
+        result.priority.compressed_milli += (t.requested - t.cores).value();
+      }
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -10,6 +10,11 @@
 //   4. after every arrival the run records the GPU arrived so far (placed or not), the GPU allocated, and the
 //      cluster's fragmentation by FGD's measure.
 //
+// Pods keep their priority (SharedGPU's two classes; sim/workload.h gives trace pods one by QoS class): a
+// high-priority pod takes idle GPUs first, and one that fits nowhere may compress low-priority tenants,
+// unless ReplayOptions::compression is off. A compressed tenant holds less than it asked, and the GPU
+// allocated counts what tenants hold.
+//
 // Nodes that tie on a policy's score are chosen between by a random ranking of the nodes drawn once per run,
 // as in the study's simulator.
 //
@@ -53,6 +58,21 @@ struct Event {
   int64_t idle_milli = 0;     // GPU not allocated
 };
 
+// What priorities did in one run (all zero when no pod is high priority).
+struct PriorityCounts {
+  size_t high_pods = 0;    // high-priority arrivals
+  size_t high_placed = 0;  // of them, placed
+  // Of those placed, the ones that fit only by compressing low-priority tenants (Placement::compressions).
+  size_t placed_by_compression = 0;
+  // At the end of the run: low-priority tenants (a container's share of one GPU) holding less than they
+  // asked, and the share they gave up in all, in thousandths of a GPU.
+  size_t compressed_tenants = 0;
+  int64_t compressed_milli = 0;
+
+  size_t high_unplaced() const { return high_pods - high_placed; }
+  bool operator==(const PriorityCounts&) const = default;
+};
+
 struct RunResult {
   std::string policy;
   uint64_t seed = 0;
@@ -61,6 +81,7 @@ struct RunResult {
   size_t placed = 0;
   std::map<std::string, int> failed_by_shape;  // "share", "1-gpu", "8-gpu", "cpu", ...
   std::map<std::string, int> failed_by_cause;  // see FailureCause
+  PriorityCounts priority;
   std::vector<Event> events;
   double seconds = 0;
 };
@@ -71,6 +92,9 @@ struct ReplayOptions {
   bool evaluation_cache = true;
   // Stop after this many arrivals (0: all); for benchmarks.
   size_t max_pods = 0;
+  // SharedGPU's compression for high-priority pods that fit nowhere (core::PlacementOptions); off to measure
+  // what it buys.
+  bool compression = true;
 };
 
 // `progress`, when given, is incremented once per arrival (for a progress bar across threads).

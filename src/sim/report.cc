@@ -80,13 +80,30 @@ BoundSummary SummarizeBounds(const std::vector<SeedBound>& bounds) {
   return b;
 }
 
+bool ShowPriorities(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
+  return !info.high_priority_qos.empty() ||
+         std::any_of(summaries.begin(), summaries.end(),
+                     [](const PolicySummary& s) { return s.has_priorities(); });
+}
+
+std::string PriorityLine(const ReportInfo& info) {
+  return StrCat(info.high_priority_qos.empty()
+                    ? std::string("high priority as the workload file gives it")
+                    : StrCat("qos ", StrJoin(info.high_priority_qos, ","), " high, the rest low"),
+                "; compression ", info.compression ? "on" : "off", "; shares' GPU memory ",
+                info.share_memory_none ? "none (compute only)" : "proportional");
+}
+
 }  // namespace
 
 std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   std::string out =
       StrCat("Cluster:  ", info.nodes, " (", info.node_count, " nodes, ", info.gpu_count, " GPUs)\n",
              "Workload: ", info.pods, " (", info.pod_count, " pods), scaled to ",
-             Fixed(100 * info.inflate, 0), "% of GPU capacity\n", "Seeds:    ", SeedList(info.seeds), "\n\n");
+             Fixed(100 * info.inflate, 0), "% of GPU capacity\n", "Seeds:    ", SeedList(info.seeds), "\n");
+  const bool priorities = ShowPriorities(info, summaries);
+  if (priorities) out += StrCat("Priority: ", PriorityLine(info), "\n");
+  out += "\n";
   std::vector<std::vector<std::string>> rows = {{"POLICY", "UNALLOCATED@100%", "UNALLOCATED@130%",
                                                  "FRAG@100%", "PLACED", "FAILED BY SHAPE", "FAILED BY CAUSE",
                                                  "SEC/RUN"}};
@@ -124,6 +141,26 @@ std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>
           " more, so the exact LP's bound is within that of the one shown.\n");
     }
   }
+  if (priorities) {
+    out += "\n";
+    std::vector<std::vector<std::string>> prio = {{"POLICY", "SEED", "HIGH PODS", "HIGH PLACED",
+                                                   "HIGH UNPLACED", "BY COMPRESSION", "COMPRESSED TENANTS",
+                                                   "SHARE GIVEN UP"}};
+    for (const PolicySummary& s : summaries) {
+      for (size_t i = 0; i < s.priority.size(); ++i) {
+        const PriorityCounts& c = s.priority[i];
+        prio.push_back({s.policy, StrCat(s.seeds[i]), StrCat(c.high_pods), StrCat(c.high_placed),
+                        StrCat(c.high_unplaced()), StrCat(c.placed_by_compression),
+                        StrCat(c.compressed_tenants),
+                        StrCat(Fixed(static_cast<double>(c.compressed_milli) / 1000, 2), " GPUs")});
+      }
+    }
+    std::vector<size_t> w(prio[0].size(), 0);
+    for (const auto& r : prio) {
+      for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
+    }
+    for (const auto& r : prio) AppendRow(out, r, w);
+  }
   out +=
       "\nUNALLOCATED@N%: GPU capacity left unallocated when the pods arrived so far ask for N% of it (mean "
       "of the "
@@ -131,6 +168,12 @@ std::string FormatTable(const ReportInfo& info, const std::vector<PolicySummary>
       "FAILED BY CAUSE: gpu = no GPU with room on a model the pod may use; gpu-model = room only on other "
       "models; cpu-memory = room only on nodes without the CPU or memory. Failures are per run, all "
       "arrivals.\n";
+  if (priorities) {
+    out +=
+        "BY COMPRESSION: high-priority pods that fit only by compressing low-priority tenants (SharedGPU). "
+        "COMPRESSED TENANTS, SHARE GIVEN UP: at the end of the run, the low-priority tenants holding less "
+        "than they asked, and the GPU they gave up in all.\n";
+  }
   return out;
 }
 
@@ -177,9 +220,28 @@ std::string FormatJson(const ReportInfo& info, const std::vector<PolicySummary>&
     }
     j["bound"] = bound;
   }
+  const bool priorities = ShowPriorities(info, summaries);
+  if (priorities) {
+    j["priority"] = {{"high_priority_qos", info.high_priority_qos},
+                     {"compression", info.compression},
+                     {"share_memory", info.share_memory_none ? "none" : "proportional"}};
+  }
   json policies = json::object();
   for (const PolicySummary& s : summaries) {
     json p;
+    if (priorities) {
+      p["priority_per_seed"] = json::array();
+      for (size_t i = 0; i < s.priority.size(); ++i) {
+        const PriorityCounts& c = s.priority[i];
+        p["priority_per_seed"].push_back({{"seed", s.seeds[i]},
+                                          {"high_pods", c.high_pods},
+                                          {"high_placed", c.high_placed},
+                                          {"high_unplaced", c.high_unplaced()},
+                                          {"placed_by_compression", c.placed_by_compression},
+                                          {"compressed_tenants", c.compressed_tenants},
+                                          {"compressed_milli", c.compressed_milli}});
+      }
+    }
     p["unallocated_pct_at_100"] = s.Mean100();
     // At 130% arrived; the workload's last step when it is scaled to another share.
     p["unallocated_pct_at_130"] = s.Mean130();

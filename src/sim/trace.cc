@@ -1,5 +1,6 @@
 #include "sim/trace.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/status/status.h"
@@ -94,11 +95,14 @@ absl::StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::
   return nodes;
 }
 
-absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source) {
+absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source,
+                                                  std::vector<std::string>* qos_out) {
   absl::StatusOr<Csv> csv =
       ReadCsv(text, source, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
   if (!csv.ok()) return csv.status();
   const auto spec = csv->columns.find("gpu_spec");
+  const auto qos = csv->columns.find("qos");
+  if (qos_out != nullptr) qos_out->clear();
   if (csv->lines.size() - 1 > kMaxTracePods) {
     return absl::InvalidArgumentError(StrCat(source, ": ", csv->lines.size() - 1,
                                              " pods; a replay takes at most ", kMaxTracePods,
@@ -138,9 +142,29 @@ absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::st
         if (!StripWhitespace(m).empty()) p.gpu_spec.emplace_back(StripWhitespace(m));
       }
     }
+    if (qos_out != nullptr && qos != csv->columns.end()) qos_out->push_back(Text(f, qos->second));
     pods.push_back(std::move(p));
   }
   return pods;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseQosList(std::string_view text) {
+  const std::string classes = StrJoin(kTraceQosClasses, ", ");
+  std::vector<std::string> out;
+  for (std::string_view part : StrSplit(text, ',')) {
+    part = StripWhitespace(part);
+    if (part.empty()) continue;
+    if (std::find(kTraceQosClasses.begin(), kTraceQosClasses.end(), part) == kTraceQosClasses.end()) {
+      return absl::InvalidArgumentError(StrCat("qos class \"", part,
+                                               "\" is not one of the trace's; name among: ", classes,
+                                               " (as the pod CSV's qos column spells them)"));
+    }
+    if (std::find(out.begin(), out.end(), part) == out.end()) out.emplace_back(part);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(StrCat("no qos class named; name one or more of: ", classes));
+  }
+  return out;
 }
 
 core::MiB TraceGpuMemory(std::string_view model) {

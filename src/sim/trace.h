@@ -5,7 +5,8 @@
 //
 // Columns are found by their header names; extra columns are ignored. A pod asks for num_gpu GPUs of
 // gpu_milli thousandths each (below 1000 only when num_gpu is 1), gpu_spec lists the GPU models it may use,
-// separated by '|' (empty: any).
+// separated by '|' (empty: any), and qos is its QoS class (LS, BE, Burstable, Guaranteed), which the
+// simulator may map to SharedGPU's priorities (sim/workload.h).
 //
 //   absl::StatusOr<std::vector<TraceNode>> nodes = ParseNodeCsv(text, "nodes.csv");
 //   core::NodeInfo info = ToNodeInfo((*nodes)[0]);
@@ -14,6 +15,7 @@
 #ifndef TESSERA_SIM_TRACE_H_
 #define TESSERA_SIM_TRACE_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -42,13 +44,24 @@ struct TracePod {
   std::vector<std::string> gpu_spec;  // allowed models; empty: any
 };
 
+// The QoS classes of the trace's pods (its README: latency-sensitive, best-effort, and Kubernetes' Burstable
+// and Guaranteed), spelt as the qos column spells them.
+inline constexpr std::array<std::string_view, 4> kTraceQosClasses = {"LS", "BE", "Burstable", "Guaranteed"};
+
+// A comma-separated list of those classes ("LS", "LS,Guaranteed"), each once. InvalidArgument, naming the
+// classes, for an empty list or a class the trace does not have.
+absl::StatusOr<std::vector<std::string>> ParseQosList(std::string_view text);
+
 // Larger traces are refused with a message (a 200,000-node file used to end in bad_alloc during the replay):
 // 10x the largest published cluster trace, and well within what a replay holds in memory.
 inline constexpr size_t kMaxTraceNodes = 50000;
 inline constexpr size_t kMaxTracePods = 5000000;
 
 absl::StatusOr<std::vector<TraceNode>> ParseNodeCsv(std::string_view text, std::string_view source);
-absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source);
+// `qos`, when given, receives each pod's qos column as written (in the order of the pods), or stays empty
+// when the header has no qos column.
+absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view source,
+                                                  std::vector<std::string>* qos = nullptr);
 
 // GPU memory of the trace's models, in MiB. The trace gives none; placement needs a size, and since trace
 // pods ask for memory in proportion to their share, the size does not change any decision.

@@ -153,6 +153,11 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
            {"simulate --inflate 0", "--inflate 0 is outside"},
            {"simulate --threads -3", "--threads -3 is outside [0, 1024]"},
            {"simulate --plot out.png", "give a file name ending in .svg"},
+           {"simulate --high-priority-qos XX",
+            "--high-priority-qos \"XX\": qos class \"XX\" is not one of the trace's; name among: LS, BE, "
+            "Burstable, Guaranteed"},
+           {"simulate --high-priority-qos LS", "(examples/sim/pods.csv): the header has no qos column"},
+           {"simulate --share-memory half", "--share-memory \"half\": write proportional"},
            {"simulate --nodes " +
                 TempFile("bad-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,two,T4\n") + " --pods " +
                 pods,
@@ -166,6 +171,27 @@ TEST(TesseraCliTest, SimulateRefusesBadInput) {
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.says)) << c.args;
   }
+}
+
+TEST(TesseraCliTest, SimulateReportsPriorities) {
+  const std::string nodes =
+      TempFile("prio-nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,2,T4\n");
+  const std::string pods = TempFile("prio-pods.csv",
+                                    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n"
+                                    "a,1000,1024,1,600,,BE\nb,1000,1024,1,700,,LS\nc,1000,1024,1,600,,BE\n");
+  const std::string base = "simulate --nodes " + nodes + " --pods " + pods + " --seeds 42-43 --inflate 0.95";
+  Result on = Tessera(base + " --high-priority-qos LS --share-memory none");
+  ASSERT_EQ(on.status, 0) << on.output;
+  EXPECT_THAT(on.output, HasSubstr("Priority: qos LS high, the rest low; compression on; shares' GPU memory "
+                                   "none (compute only)"));
+  EXPECT_THAT(on.output, HasSubstr("HIGH PLACED"));
+  Result off = Tessera(base + " --high-priority-qos LS --no-compression --json");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_THAT(off.output, HasSubstr("\"compression\": false"));
+  EXPECT_THAT(off.output, HasSubstr("\"priority_per_seed\""));
+  Result plain = Tessera(base);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_THAT(plain.output, Not(HasSubstr("HIGH PLACED")));
 }
 
 // --inflate on a large cluster with tiny pods used to clone until bad_alloc: 10 x 8,000 GPUs of
