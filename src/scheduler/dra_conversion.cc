@@ -140,6 +140,10 @@ absl::StatusOr<Share> ShareOf(const core::VGpuDemand& d, const std::string& cont
     if (!total.ok()) return total.status();
     memory = *total * d.memory.value / 100;  // rounded down, as the request parser's proportions
   }
+  if (milli == 0 && !memory) {
+    return absl::InvalidArgumentError(StrCat(
+        "container \"", container, "\" asks for a GPU share with neither compute nor memory: give one"));
+  }
   if (milli == 0) {
     // Compute in proportion to the memory asked (gpushare, HAMi without cores): rounded up, as the parser
     // does.

@@ -121,6 +121,18 @@ TEST(DraConversionTest, CountsBeyondANodeAreRefused) {
   EXPECT_EQ(out->templates[0].spec["devices"]["requests"][0]["exactly"]["count"], 64);
 }
 
+// A share with neither compute nor memory (the parser never makes one): refused, not read from nothing.
+TEST(DraConversionTest, AShareOfNothingIsRefused) {
+  core::PodRequest request;
+  request.containers.push_back({"main", {core::VGpuDemand{core::MilliGpu(0), {}}}});
+  core::PodSpec spec;
+  spec.containers.push_back(Container("main"));
+  absl::StatusOr<Conversion> out =
+      ConvertToClaims(request, spec, {.driver = true, .memory_mib = {32768}}, {});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("neither compute nor memory"));
+}
+
 // A container name too long for "gpu-" + name to be a DNS label: the claim is named by its index.
 TEST(DraConversionTest, LongContainerNamesGiveIndexedClaimNames) {
   const std::string name(62, 'a');
