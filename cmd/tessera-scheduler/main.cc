@@ -20,6 +20,7 @@
 #include "scheduler/api_backend.h"
 #include "scheduler/cluster_cache.h"
 #include "scheduler/dra_controller.h"
+#include "scheduler/dra_conversion.h"
 #include "scheduler/extender.h"
 #include "scheduler/http_server.h"
 #include "scheduler/page.h"
@@ -57,6 +58,7 @@ struct Options {
   bool dra_placement = true;
   std::string dra_classes = "gpu.tessera.dev,gpu-elastic.tessera.dev";
   int dra_rebind_after = 30;
+  std::string extended_to_dra = "auto";
   uint64_t seed = 0;
   std::string ui_listen;
   bool verbose = false;
@@ -98,6 +100,8 @@ int Run(const Options& o) {
   } else if (o.hami_no_core_limit != "elastic") {
     return Fail("--hami-no-core-limit must be elastic (HAMi's meaning kept) or proportional (Tessera's)");
   }
+  absl::StatusOr<scheduler::ExtendedToDra> extended_to_dra = scheduler::ParseExtendedToDra(o.extended_to_dra);
+  if (!extended_to_dra.ok()) return Fail(Message(extended_to_dra.status()));
   scheduler::ClusterCache cache(cache_options);
   if (!o.cluster_file.empty() && (!o.kubeconfig.empty() || o.in_cluster)) {
     return Fail(
@@ -107,6 +111,8 @@ int Run(const Options& o) {
   // Standalone: nodes from a file, binds in memory. Otherwise: a cluster through its API server.
   scheduler::StandaloneBinder standalone;
   std::unique_ptr<k8s::KubeApi> api;
+  // The webhook's own client: it waits on it while the API server waits on the webhook (timeoutSeconds 5).
+  std::unique_ptr<k8s::KubeApi> webhook_api;
   std::unique_ptr<scheduler::ApiBackend> backend;
   scheduler::Binder* binder = &standalone;
   scheduler::PodSource* pods = nullptr;
@@ -138,6 +144,13 @@ int Run(const Options& o) {
     absl::StatusOr<std::unique_ptr<k8s::KubeApi>> made = k8s::NewKubeApi(*config);
     if (!made.ok()) return Fail(Message(made.status()));
     api = *std::move(made);
+    k8s::ClientConfig short_config = *config;
+    short_config.connect_timeout = std::chrono::milliseconds(1000);
+    short_config.request_timeout = std::chrono::milliseconds(2000);
+    short_config.max_retries = 0;
+    made = k8s::NewKubeApi(short_config);
+    if (!made.ok()) return Fail(Message(made.status()));
+    webhook_api = *std::move(made);
     scheduler::ApiBackendOptions backend_options;
     backend_options.sync.heartbeat_timeout = std::chrono::seconds(o.heartbeat_timeout_s);
     backend_options.sync_timeout = std::chrono::seconds(o.sync_timeout_s);
@@ -175,6 +188,28 @@ int Run(const Options& o) {
   scheduler::Admission admission({o.scheduler_name, cache_options.parse});
   if (dra != nullptr)
     admission.SetDraGate([&dra](const nlohmann::json& pod) { return dra->ShouldGate(pod); });
+  // Extended resources on DRA GPUs (docs/dra.md): the offer from the nodes and the driver's slices.
+  std::unique_ptr<scheduler::DraOfferTracker> offer;
+  std::unique_ptr<scheduler::ClaimTemplateMaker> template_maker;
+  if (backend != nullptr && *extended_to_dra != scheduler::ExtendedToDra::kNever) {
+    offer = std::make_unique<scheduler::DraOfferTracker>([&dra] {
+      return dra != nullptr ? dra->TesseraSlices() : std::vector<std::shared_ptr<const k8s::Json>>{};
+    });
+    backend->SetNodeObserver([&offer](const k8s::Json& node, bool deleted) {
+      if (deleted) {
+        offer->OnNodeDeleted(node);
+      } else {
+        offer->OnNode(node);
+      }
+    });
+    template_maker = std::make_unique<scheduler::ClaimTemplateMaker>(*webhook_api);
+    admission.SetDraConversion(
+        {.mode = *extended_to_dra,
+         .offer = [&offer] { return offer->Offer(); },
+         .ensure = [&template_maker](
+                       std::string_view ns,
+                       const scheduler::ClaimTemplate& t) { return template_maker->Ensure(ns, t); }});
+  }
   scheduler::ExtenderServer server(extender, &admission, cache);
   if (backend == nullptr) {
     server.AddPost("/standalone/release", [&](std::string_view body) {
@@ -343,6 +378,12 @@ int main(int argc, char** argv) {
          "deallocated and placed again on another node; a node gone or full: at once; 0: never "
          "(docs/dra.md, \"When the pod cannot bind\")")
       ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
+  app.add_option(
+         "--extended-resources-to-dra", o.extended_to_dra,
+         "Pods that ask for GPUs with extended resources get ResourceClaims of the same meaning instead: "
+         "auto (when no node offers tessera.dev/gpu and Tessera's driver publishes GPUs), always, or "
+         "never (docs/dra.md, \"Extended resources on DRA GPUs\")")
       ->capture_default_str();
   app.add_option("--seed", o.seed,
                  "Seed of the DRA placement's ties between equal nodes (one seed, one placement)")

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/strings.h"
 #include "formats/bounded_json.h"
@@ -43,6 +44,8 @@ struct Review {
   std::string api_version = "admission.k8s.io/v1";
   const json* object = nullptr;  // the pod, when the review is about one
   std::string operation;
+  std::string ns;        // request.namespace
+  bool dry_run = false;  // request.dryRun: nothing may be created
   json doc;
 };
 
@@ -66,6 +69,10 @@ absl::StatusOr<Review> ParseReview(std::string_view body) {
   if (auto op = request->find("operation"); op != request->end() && op->is_string()) {
     r.operation = op->get<std::string>();
   }
+  if (auto ns = request->find("namespace"); ns != request->end() && ns->is_string())
+    r.ns = ns->get<std::string>();
+  if (auto dry = request->find("dryRun"); dry != request->end() && dry->is_boolean())
+    r.dry_run = dry->get<bool>();
   auto kind = request->find("kind");
   const bool pod = kind != request->end() && kind->is_object() && kind->value("kind", "") == "Pod" &&
                    kind->value("group", "") == "";
@@ -124,6 +131,28 @@ absl::StatusOr<formats::PodObject> ParsePod(const json& object) {
   return formats::ParsePodObject(object);
 }
 
+// The DRA placement gate and its label (formats/dra_placement.h) added to `pod` by `patch`; the gated-at
+// annotation is the caller's (it may be adding annotations of its own).
+void AppendGate(const json& pod, json* patch) {
+  const json gate = {{"name", formats::kDraPlacementGate}};
+  const json& spec = pod.contains("spec") ? pod["spec"] : json();
+  if (spec.is_object() && spec.contains("schedulingGates") && spec["schedulingGates"].is_array()) {
+    patch->push_back({{"op", "add"}, {"path", "/spec/schedulingGates/-"}, {"value", gate}});
+  } else {
+    patch->push_back({{"op", "add"}, {"path", "/spec/schedulingGates"}, {"value", json::array({gate})}});
+  }
+  const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
+  if (metadata.is_object() && metadata.contains("labels") && metadata["labels"].is_object()) {
+    patch->push_back({{"op", "add"},
+                      {"path", StrCat("/metadata/labels/", JsonPointerToken(formats::kDraPlacementLabel))},
+                      {"value", formats::kDraGated}});
+  } else {
+    patch->push_back({{"op", "add"},
+                      {"path", "/metadata/labels"},
+                      {"value", {{formats::kDraPlacementLabel, formats::kDraGated}}}});
+  }
+}
+
 Response Malformed(std::string_view what) {
   return {400, formats::DumpJson(json{{"error", StrCat("admission: ", what)}})};
 }
@@ -174,6 +203,16 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
   };
   json patch = json::array();
   bool gpu = false;
+  // The containers' resources as the patch writes them (limits k = 0, requests k = 1), emitted at the end: a
+  // pod whose GPUs come from DRA gets them without the GPU resources.
+  struct ResourceOp {
+    const char* list;
+    size_t index;
+    size_t k;
+    core::ResourceList map;
+    bool changed;  // by the translation or the added tessera.dev/gpu (else written only when converted)
+  };
+  std::vector<ResourceOp> resource_ops;
   std::vector<std::string> gpu_added;
   std::vector<std::string> warnings = core::MigrationWarnings(pod->spec);
   std::optional<core::Priority> priority;     // HAMi's task priority resource
@@ -245,12 +284,10 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
       if (changed[0]) target.limits = lists[0];
       if (changed[1]) target.requests = lists[1];
       for (size_t k = 0; k < lists.size(); ++k) {
-        if (!changed[k]) continue;
-        json map = json::object();
-        for (const auto& [name, value] : lists[k]) map[name] = value;
-        patch.push_back({{"op", "add"},
-                         {"path", StrCat("/spec/", list, "/", i, "/resources/", k == 0 ? "limits" : "requests")},
-                         {"value", std::move(map)}});
+        bool asks = false;
+        for (const auto& [name, value] : lists[k]) asks = asks || name.starts_with("tessera.dev/");
+        // Changed, or in Tessera's names already (a pod whose GPUs come from DRA loses them).
+        if (changed[k] || asks) resource_ops.push_back({list, i, k, lists[k], changed[k]});
       }
     }
   }
@@ -277,12 +314,97 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
     if (it == present.end()) annotations[core::kAnnotationPriority] = core::ToString(*priority);
   }
   for (const auto& [key, v] : annotations) patched.annotations[key] = v;
+  std::optional<Conversion> conversion;
   if (judged) {
     absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(patched, options_.parse, gpushare_count);
     if (!request.ok()) {
       *decision = Decision::kDenied;
       return RefuseInvalid(*review, *pod, request.status());
     }
+    // GPUs from DRA (docs/dra.md, "Extended resources on DRA GPUs"): claims of the same meaning instead.
+    if (request->wants_gpu() && conversion_.mode != ExtendedToDra::kNever && conversion_.offer &&
+        conversion_.ensure) {
+      const DraOffer offer = conversion_.offer();
+      if (ShouldConvert(conversion_.mode, offer)) {
+        std::set<std::string> pod_claims;
+        if (auto claims = spec.find("resourceClaims"); claims != spec.end() && claims->is_array()) {
+          for (const json& c : *claims) {
+            if (c.is_object() && c.contains("name") && c["name"].is_string()) pod_claims.insert(c["name"]);
+          }
+        }
+        absl::StatusOr<Conversion> c = ConvertToClaims(*request, patched, offer, pod_claims);
+        if (!c.ok()) {
+          *decision = Decision::kDenied;
+          return RefuseInvalid(*review, *pod, c.status());
+        }
+        const std::string ns = !review->ns.empty() ? review->ns : pod->spec.ns;
+        // Created before the pod, so that the claim controller finds it; never on a dry run.
+        for (const ClaimTemplate& t : c->templates) {
+          if (review->dry_run) break;
+          if (absl::Status st = conversion_.ensure(ns, t); !st.ok()) {
+            *decision = Decision::kDenied;
+            return RefuseInvalid(*review, *pod, st);
+          }
+        }
+        conversion = *std::move(c);
+      }
+    }
+  }
+  if (conversion) {
+    // The GPU resources leave the containers: the claims say it all (the device plugin is not asked).
+    for (ResourceOp& op : resource_ops)
+      std::erase_if(op.map, [](const auto& kv) { return kv.first.starts_with("tessera.dev/"); });
+    annotations.erase(core::kAnnotationGpuAdded);
+    for (const ContainerClaim& c : conversion->claims) {
+      warnings.push_back(StrCat("container ", c.container, ": its GPUs come from DRA, as ResourceClaim ",
+                                c.claim, " made from ResourceClaimTemplate ", c.template_name,
+                                " (docs/dra.md)"));
+    }
+    for (std::string& w : conversion->warnings) warnings.push_back(std::move(w));
+  }
+  for (const ResourceOp& op : resource_ops) {
+    if (!op.changed && !conversion) continue;
+    json map = json::object();
+    for (const auto& [name, value] : op.map) map[name] = value;
+    patch.push_back(
+        {{"op", "add"},
+         {"path", StrCat("/spec/", op.list, "/", op.index, "/resources/", op.k == 0 ? "limits" : "requests")},
+         {"value", std::move(map)}});
+  }
+  if (conversion) {
+    // The claims: the pod's entries naming the templates, each container's reference.
+    json pod_copy = *review->object;  // what the gate decides on: the pod with its claims
+    json& entries = pod_copy["spec"]["resourceClaims"];
+    const bool had_claims = entries.is_array();
+    if (!had_claims) entries = json::array();
+    for (const ContainerClaim& c : conversion->claims) {
+      const json entry = {{"name", c.claim}, {"resourceClaimTemplateName", c.template_name}};
+      entries.push_back(entry);
+      if (had_claims) patch.push_back({{"op", "add"}, {"path", "/spec/resourceClaims/-"}, {"value", entry}});
+      const char* list = c.init ? "initContainers" : "containers";
+      const json& container = spec.at(list).at(c.index);
+      const json* resources = container.contains("resources") ? &container["resources"] : nullptr;
+      const json ref = {{"name", c.claim}};
+      if (resources != nullptr && resources->is_object() && resources->contains("claims") &&
+          (*resources)["claims"].is_array()) {
+        patch.push_back({{"op", "add"},
+                         {"path", StrCat("/spec/", list, "/", c.index, "/resources/claims/-")},
+                         {"value", ref}});
+      } else {
+        patch.push_back({{"op", "add"},
+                         {"path", StrCat("/spec/", list, "/", c.index, "/resources/claims")},
+                         {"value", json::array({ref})}});
+      }
+    }
+    if (!had_claims) patch.push_back({{"op", "add"}, {"path", "/spec/resourceClaims"}, {"value", entries}});
+    // Gated for Tessera's DRA placement in this same patch, when tessera-scheduler places such claims (the
+    // dra.tessera.dev webhook then finds the gate there and adds nothing).
+    if (dra_gate_ && dra_gate_(pod_copy)) {
+      AppendGate(*review->object, &patch);
+      annotations[formats::kDraGatedAtAnnotation] =
+          formats::FormatHeartbeat(std::chrono::system_clock::now());
+    }
+    gpu = false;  // kube-scheduler's own profile places it: no schedulerName set
   }
   if (!annotations.empty()) {
     auto metadata = review->object->find("metadata");  // found, not copied (see spec above)
@@ -337,26 +459,18 @@ Response Admission::MutateDra(std::string_view body) const {
       r = Reply(*review, {{"allowed", true}});
     } else {
       json patch = json::array();
-      const json gate = {{"name", formats::kDraPlacementGate}};
-      if (spec->contains("schedulingGates") && (*spec)["schedulingGates"].is_array()) {
-        patch.push_back({{"op", "add"}, {"path", "/spec/schedulingGates/-"}, {"value", gate}});
-      } else {
-        patch.push_back({{"op", "add"}, {"path", "/spec/schedulingGates"}, {"value", json::array({gate})}});
-      }
+      AppendGate(pod, &patch);
       const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
-      const std::pair<const char*, std::pair<const char*, std::string>> marks[] = {
-          {"labels", {formats::kDraPlacementLabel, formats::kDraGated}},
-          {"annotations",
-           {formats::kDraGatedAtAnnotation, formats::FormatHeartbeat(std::chrono::system_clock::now())}}};
-      for (const auto& [map, kv] : marks) {
-        if (metadata.is_object() && metadata.contains(map) && metadata[map].is_object()) {
-          patch.push_back({{"op", "add"},
-                           {"path", StrCat("/metadata/", map, "/", JsonPointerToken(kv.first))},
-                           {"value", kv.second}});
-        } else {
-          patch.push_back(
-              {{"op", "add"}, {"path", StrCat("/metadata/", map)}, {"value", {{kv.first, kv.second}}}});
-        }
+      const std::string at = formats::FormatHeartbeat(std::chrono::system_clock::now());
+      if (metadata.is_object() && metadata.contains("annotations") && metadata["annotations"].is_object()) {
+        patch.push_back(
+            {{"op", "add"},
+             {"path", StrCat("/metadata/annotations/", JsonPointerToken(formats::kDraGatedAtAnnotation))},
+             {"value", at}});
+      } else {
+        patch.push_back({{"op", "add"},
+                         {"path", "/metadata/annotations"},
+                         {"value", {{formats::kDraGatedAtAnnotation, at}}}});
       }
       decision = Decision::kPatched;
       r = Reply(*review,

@@ -14,6 +14,11 @@
 //   Admission admission({.scheduler_name = "tessera-scheduler"});
 //   Response r = admission.Mutate(body);
 //
+// Extended resources on DRA GPUs (SetDraConversion, docs/dra.md): when the pod's GPUs come from DRA, /mutate
+// removes the GPU resources from the containers instead, gives each GPU-using container a claim made from a
+// ResourceClaimTemplate of the same meaning (dra_conversion.h; the template is created here, never on a dry
+// run), and gates the pod for Tessera's DRA placement in the same patch.
+//
 // Every answer is counted by verb (mutate, validate) and decision (allowed, patched, denied, error), for
 // /metrics (tessera_scheduler_webhook_decisions_total).
 //
@@ -30,6 +35,7 @@
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/dra_conversion.h"
 #include "scheduler/extender.h"
 
 namespace tessera::scheduler {
@@ -52,6 +58,15 @@ class Admission {
   // DRA placement by Tessera: whether a pod's claims are Tessera's to place (DraController::ShouldGate).
   // Unset, /mutate-dra allows every pod unchanged. Set before serving.
   void SetDraGate(std::function<bool(const nlohmann::json& pod)> gate) { dra_gate_ = std::move(gate); }
+  // Extended resources turned into ResourceClaims (tessera-scheduler --extended-resources-to-dra). `offer`
+  // says what the cluster offers now (called once per GPU pod); `ensure` makes a template exist
+  // (ClaimTemplateMaker). Unset, or mode kNever: /mutate never converts. Set before serving.
+  struct DraConversion {
+    ExtendedToDra mode = ExtendedToDra::kNever;
+    std::function<DraOffer()> offer;
+    std::function<absl::Status(std::string_view ns, const ClaimTemplate& t)> ensure;
+  };
+  void SetDraConversion(DraConversion conversion) { conversion_ = std::move(conversion); }
 
   // What the webhook answered: allowed as is, allowed with a patch (mutate only), denied (allowed: false), or
   // an error (HTTP 400: the body was no AdmissionReview).
@@ -72,6 +87,7 @@ class Admission {
 
   AdmissionOptions options_;
   std::function<bool(const nlohmann::json& pod)> dra_gate_;
+  DraConversion conversion_;
   mutable std::array<std::array<std::atomic<uint64_t>, 4>, 2> counts_{};
 };
 

@@ -35,6 +35,7 @@ absl::Status ApiBackend::Start() {
                                 [this](const k8s::Json& n, bool) {
                                   sync_.OnNodeDeleted(n);
                                   if (dra_ != nullptr) dra_->OnNodeDeleted(n);
+                                  if (node_observer_) node_observer_(n, true);
                                 },
                             .on_synced = nullptr});
   pods_ = std::make_unique<k8s::Informer>(
@@ -82,6 +83,7 @@ void ApiBackend::Stop() {
 void ApiBackend::OnNode(const k8s::Json& node) {
   sync_.OnNode(node);
   if (dra_ != nullptr) dra_->OnNode(node);
+  if (node_observer_) node_observer_(node, false);
 }
 
 void ApiBackend::OnPod(const k8s::Json& pod) {

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +58,10 @@ class ApiBackend : public Binder, public PodSource {
   ApiSync& sync() { return sync_; }
   // Feeds the DRA controller from the node and pod informers too (call before Start; it must outlive them).
   void SetDra(DraController* dra) { dra_ = dra; }
+  // Told every node the informer delivers (deleted: true when it is gone). Set before Start.
+  void SetNodeObserver(std::function<void(const k8s::Json& node, bool deleted)> observer) {
+    node_observer_ = std::move(observer);
+  }
 
   absl::Status Bind(const BindTarget& pod, const core::Placement& placement) override;
   absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override;
@@ -75,6 +80,7 @@ class ApiBackend : public Binder, public PodSource {
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> started_{false};
   DraController* dra_ = nullptr;
+  std::function<void(const k8s::Json& node, bool deleted)> node_observer_;
 };
 
 }  // namespace tessera::scheduler

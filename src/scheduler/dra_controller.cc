@@ -182,6 +182,10 @@ DraCounters DraController::counters() const {
   return counters_;
 }
 
+std::vector<std::shared_ptr<const Json>> DraController::TesseraSlices() const {
+  return slices_ ? slices_->Items() : std::vector<std::shared_ptr<const Json>>{};
+}
+
 std::optional<Json> DraController::ClaimSpecOf(const std::string& ns, const Json& entry) const {
   if (std::string name = Str(entry, "resourceClaimName"); !name.empty()) {
     std::shared_ptr<const Json> claim = claims_ ? claims_->Get(StrCat(ns, "/", name)) : nullptr;

@@ -80,6 +80,9 @@ class DraController {
   bool ShouldGate(const k8s::Json& pod) const;
 
   DraCounters counters() const;
+  // The ResourceSlices of Tessera's driver as the informer holds them (empty before Start): the webhook's
+  // conversion of extended resources reads them (dra_conversion.h).
+  std::vector<std::shared_ptr<const k8s::Json>> TesseraSlices() const;
 
  private:
   struct Tracked {

@@ -383,5 +383,360 @@ TEST(AdmissionTest, MalformedReviewsGet400) {
   }
 }
 
+// --- Extended resources on DRA GPUs (docs/dra.md): the webhook's rewrite. ---
+
+// A webhook that converts: the offer is a cluster whose DRA GPUs have 32 GiB (a V100-SXM2-32GB's 32768 MiB,
+// as tessera-node publishes it), the templates it "creates" are recorded, and every pod with claims is gated.
+struct Converting {
+  explicit Converting(ExtendedToDra mode = ExtendedToDra::kAlways,
+                      DraOffer offer = {.driver = true, .memory_mib = {32768}})
+      : admission({"tessera-scheduler", {}}) {
+    admission.SetDraGate([this](const json& pod) {
+      gated_pods.push_back(pod);
+      return true;
+    });
+    admission.SetDraConversion({.mode = mode,
+                                .offer = [offer] { return offer; },
+                                .ensure =
+                                    [this](std::string_view ns, const ClaimTemplate& t) {
+                                      made.push_back({std::string(ns), t});
+                                      return ensure_error;
+                                    }});
+  }
+  json Out(const json& pod, bool dry_run = false) {
+    json review = json::parse(Review(pod));
+    if (dry_run) review["request"]["dryRun"] = true;
+    return json::parse(admission.Mutate(review.dump()).body)["response"];
+  }
+  json After(const json& pod, bool dry_run = false) {
+    json out = Out(pod, dry_run);
+    EXPECT_TRUE(out["allowed"]) << out.dump();
+    if (!out.contains("patch")) return pod;
+    return Apply(pod, json::parse(Decode64(out["patch"])));
+  }
+  const ClaimTemplate* Made(const std::string& name) const {
+    for (const auto& [ns, t] : made) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  }
+
+  Admission admission;
+  std::vector<std::pair<std::string, ClaimTemplate>> made;
+  std::vector<json> gated_pods;
+  absl::Status ensure_error;
+};
+
+// The share forms of Tessera's driver (examples/dra/claims.yaml, bench/dra_quality.py): one request "gpu" of
+// class gpu.tessera.dev with capacity.requests {cores: percent, memory}.
+json ShareSpec(const char* cores, const char* memory, const char* cls = "gpu.tessera.dev", int count = 1) {
+  return {{"devices",
+           {{"requests",
+             {{{"name", "gpu"},
+               {"exactly",
+                {{"deviceClassName", cls},
+                 {"allocationMode", "ExactCount"},
+                 {"count", count},
+                 {"capacity", {{"requests", {{"cores", cores}, {"memory", memory}}}}}}}}}}}}};
+}
+
+TEST(AdmissionDraTest, HamiShareBecomesAClaimOwnedThroughATemplateAndIsGated) {
+  Converting w;
+  json pod = Defaulted(PodWith(
+      {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "4096"}, {"cpu", "2"}}));
+  json after = w.After(pod);
+  const json& c = after["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"], json({{"cpu", "2"}})) << "GPU resources left: " << c.dump();
+  EXPECT_EQ(c["resources"]["requests"], json({{"cpu", "2"}}));
+  EXPECT_EQ(c["resources"]["claims"], json::array({{{"name", "gpu-main"}}}));
+  EXPECT_EQ(after["spec"]["resourceClaims"],
+            json::array({{{"name", "gpu-main"}, {"resourceClaimTemplateName", "tessera-gpu-c30-m4096"}}}));
+  // kube-scheduler's own profile binds it once Tessera's DRA placement lifts the gate added here.
+  EXPECT_FALSE(after["spec"].contains("schedulerName"));
+  EXPECT_EQ(after["spec"]["schedulingGates"], json::array({{{"name", "tessera.dev/dra-placement"}}}));
+  EXPECT_EQ(after["metadata"]["labels"]["tessera.dev/dra-placement"], "gated");
+  EXPECT_TRUE(after["metadata"]["annotations"].contains("tessera.dev/dra-gated-at"));
+  EXPECT_FALSE(after["metadata"]["annotations"].contains("tessera.dev/gpu-added"));
+  // The gate was decided on the pod with its claims.
+  ASSERT_EQ(w.gated_pods.size(), 1u);
+  EXPECT_EQ(w.gated_pods[0]["spec"]["resourceClaims"], after["spec"]["resourceClaims"]);
+  ASSERT_EQ(w.made.size(), 1u);
+  EXPECT_EQ(w.made[0].first, "default");
+  EXPECT_EQ(w.made[0].second.name, "tessera-gpu-c30-m4096");
+  EXPECT_EQ(w.made[0].second.spec, ShareSpec("30", "4Gi"));
+  // The object the maker creates: labelled as Tessera's.
+  json object = TemplateObject(w.made[0].second, "default");
+  EXPECT_EQ(object["metadata"]["labels"]["app.kubernetes.io/managed-by"], "tessera-scheduler");
+  EXPECT_EQ(object["spec"]["spec"], ShareSpec("30", "4Gi"));
+  // And kubectl says where the GPUs went.
+  json out = w.Out(pod);
+  EXPECT_THAT(out["warnings"].dump(), HasSubstr("tessera-gpu-c30-m4096"));
+}
+
+// Every system's names, one share of the same meaning: what ParsePodRequest reads from the pod before the
+// webhook is what the template states (GPU of 32768 MiB for what is in proportion; docs/requests.md).
+TEST(AdmissionDraTest, EachSystemsNamesGiveTheClaimOfTheirMeaning) {
+  struct Case {
+    const char* what;
+    json limits;
+    const char* template_name;
+    json spec;
+  };
+  const std::vector<Case> cases = {
+      {"tessera",
+       {{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}},
+       "tessera-gpu-c30-m4096",
+       ShareSpec("30", "4Gi")},
+      {"tessera, memory in proportion",
+       {{"tessera.dev/gpu-cores", "25"}},
+       "tessera-gpu-c25-m8192",
+       ShareSpec("25", "8Gi")},
+      {"tessera, memory percent",
+       {{"tessera.dev/gpu-cores", "50"}, {"tessera.dev/gpu-memory-percentage", "25"}},
+       "tessera-gpu-c50-m8192",
+       ShareSpec("50", "8Gi")},
+      {"HAMi",
+       {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "1536"}},
+       "tessera-gpu-c30-m1536",
+       ShareSpec("30", "1536Mi")},
+      // HAMi without gpucores: elastic, compute in proportion to memory (4096 of 32768: 12.5%, rounded up).
+      {"HAMi, no core limit",
+       {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4096"}},
+       "tessera-gpu-elastic-c13-m4096",
+       ShareSpec("13", "4Gi", "gpu-elastic.tessera.dev")},
+      // gpu-manager: vcuda-memory in units of 256 MiB; elastic without tencent.com/vcuda-core-limit.
+      {"gpu-manager",
+       {{"tencent.com/vcuda-core", "30"}, {"tencent.com/vcuda-memory", "16"}},
+       "tessera-gpu-elastic-c30-m4096",
+       ShareSpec("30", "4Gi", "gpu-elastic.tessera.dev")},
+      // gpushare: GiB, compute in proportion (8 of 32 GiB: 25%).
+      {"gpushare", {{"aliyun.com/gpu-mem", "8"}}, "tessera-gpu-c25-m8192", ShareSpec("25", "8Gi")},
+      {"Volcano",
+       {{"volcano.sh/vgpu-number", "1"}, {"volcano.sh/vgpu-cores", "20"}, {"volcano.sh/vgpu-memory", "2048"}},
+       "tessera-gpu-c20-m2048",
+       ShareSpec("20", "2Gi")},
+      // Whole GPUs: a count, no capacity (the device's defaults are all of it).
+      {"HAMi whole GPUs",
+       {{"nvidia.com/gpu", "2"}},
+       "tessera-gpu-x2",
+       {{"devices",
+         {{"requests",
+           {{{"name", "gpu"},
+             {"exactly",
+              {{"deviceClassName", "gpu.tessera.dev"},
+               {"allocationMode", "ExactCount"},
+               {"count", 2}}}}}}}}}},
+      {"two shares on two GPUs",
+       {{"tessera.dev/gpu", "2"}, {"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}},
+       "tessera-gpu-x2-c30-m4096",
+       ShareSpec("30", "4Gi", "gpu.tessera.dev", 2)},
+  };
+  for (const Case& c : cases) {
+    Converting w;
+    json after = w.After(Defaulted(PodWith(c.limits)));
+    EXPECT_EQ(after["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], c.template_name) << c.what;
+    for (const char* list : {"limits", "requests"}) {
+      EXPECT_EQ(after["spec"]["containers"][0]["resources"][list], json::object()) << c.what << " " << list;
+    }
+    const ClaimTemplate* t = w.Made(c.template_name);
+    ASSERT_NE(t, nullptr) << c.what;
+    EXPECT_EQ(t->spec, c.spec) << c.what << ": " << t->spec.dump();
+  }
+}
+
+TEST(AdmissionDraTest, TwoAndAHalfGpusAreTwoRequestsOfOneClaim) {
+  Converting w;
+  w.After(Defaulted(PodWith({{"tessera.dev/gpu-cores", "250"}, {"tessera.dev/gpu-memory", "8192"}})));
+  ASSERT_EQ(w.made.size(), 1u);
+  EXPECT_EQ(w.made[0].second.name, "tessera-gpu-x2-c50-m8192");
+  const json& requests = w.made[0].second.spec["devices"]["requests"];
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0]["name"], "gpu-0");
+  EXPECT_EQ(requests[0]["exactly"]["count"], 2);
+  EXPECT_FALSE(requests[0]["exactly"].contains("capacity"));
+  EXPECT_EQ(requests[1]["name"], "gpu-1");
+  EXPECT_EQ(requests[1]["exactly"]["capacity"]["requests"], json({{"cores", "50"}, {"memory", "8Gi"}}));
+}
+
+TEST(AdmissionDraTest, MultiContainerSidecarAndAPodThatHasClaimsAlready) {
+  Converting w;
+  json pod = Defaulted(PodWith({{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}));
+  json second = {
+      {"name", "side"},
+      {"image", "x"},
+      {"resources",
+       {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "2048"}, {"nvidia.com/gpucores", "10"}}},
+        {"claims", json::array({{{"name", "data"}}})}}}};
+  second["resources"]["requests"] = second["resources"]["limits"];
+  pod["spec"]["containers"].push_back(second);
+  // A native sidecar with a whole GPU, and an ordinary init container without one.
+  json sidecar = {
+      {"name", "proxy"},
+      {"image", "x"},
+      {"restartPolicy", "Always"},
+      {"resources", {{"limits", {{"tessera.dev/gpu", "1"}}}, {"requests", {{"tessera.dev/gpu", "1"}}}}}};
+  json setup = {{"name", "setup"}, {"image", "x"}};
+  pod["spec"]["initContainers"] = json::array({setup, sidecar});
+  pod["spec"]["resourceClaims"] = json::array({{{"name", "data"}, {"resourceClaimName", "dataset"}}});
+  json after = w.After(pod);
+  EXPECT_EQ(after["spec"]["resourceClaims"],
+            json::array({{{"name", "data"}, {"resourceClaimName", "dataset"}},
+                         {{"name", "gpu-proxy"}, {"resourceClaimTemplateName", "tessera-gpu-x1"}},
+                         {{"name", "gpu-main"}, {"resourceClaimTemplateName", "tessera-gpu-c30-m4096"}},
+                         {{"name", "gpu-side"}, {"resourceClaimTemplateName", "tessera-gpu-c10-m2048"}}}));
+  EXPECT_EQ(after["spec"]["containers"][0]["resources"]["claims"], json::array({{{"name", "gpu-main"}}}));
+  EXPECT_EQ(after["spec"]["containers"][1]["resources"]["claims"],
+            json::array({{{"name", "data"}}, {{"name", "gpu-side"}}}));
+  EXPECT_EQ(after["spec"]["initContainers"][1]["resources"]["claims"],
+            json::array({{{"name", "gpu-proxy"}}}));
+  EXPECT_EQ(after["spec"]["initContainers"][1]["resources"]["limits"], json::object());
+  EXPECT_EQ(after["spec"]["initContainers"][0], setup);
+  EXPECT_EQ(w.made.size(), 3u);
+  // The gate is decided on every claim of the pod, the user's own included.
+  ASSERT_EQ(w.gated_pods.size(), 1u);
+  EXPECT_EQ(w.gated_pods[0]["spec"]["resourceClaims"].size(), 4u);
+}
+
+TEST(AdmissionDraTest, TwoContainersOfOneShapeShareOneTemplate) {
+  Converting w;
+  json pod = Defaulted(PodWith({{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "4096"}}));
+  json second = pod["spec"]["containers"][0];
+  second["name"] = "second";
+  pod["spec"]["containers"].push_back(second);
+  json after = w.After(pod);
+  EXPECT_EQ(w.made.size(), 1u);
+  EXPECT_EQ(after["spec"]["resourceClaims"].size(), 2u);
+  EXPECT_EQ(after["spec"]["resourceClaims"][1],
+            json({{"name", "gpu-second"}, {"resourceClaimTemplateName", "tessera-gpu-c30-m4096"}}));
+}
+
+TEST(AdmissionDraTest, PriorityModelsAndUuidsAreCarriedAsConfigAndSelectors) {
+  Converting w;
+  json pod = Defaulted(PodWith({{"nvidia.com/gpu", "1"},
+                                {"nvidia.com/gpucores", "30"},
+                                {"nvidia.com/gpumem", "4096"},
+                                {"nvidia.com/priority", "0"}}));
+  pod["metadata"]["annotations"] = {{"tessera.dev/gpu-model", "Tesla V100-SXM2-32GB,A100-SXM4-80GB"},
+                                    {"tessera.dev/gpu-uuid-exclude", "GPU-1234"}};
+  w.After(pod);
+  ASSERT_EQ(w.made.size(), 1u);
+  const ClaimTemplate& t = w.made[0].second;
+  // The shape and a hash of what the name does not say.
+  EXPECT_THAT(t.name, ::testing::StartsWith("tessera-gpu-c30-m4096-"));
+  EXPECT_EQ(t.name.size(), std::string("tessera-gpu-c30-m4096-").size() + 8);
+  EXPECT_EQ(
+      t.spec["devices"]["config"],
+      json::array({{{"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", {{"priority", "high"}}}}}}}));
+  EXPECT_EQ(
+      t.spec["devices"]["requests"][0]["exactly"]["selectors"],
+      json::array(
+          {{{"cel",
+             {{"expression",
+               "device.attributes[\"gpu.tessera.dev\"].model == \"Tesla V100-SXM2-32GB\" || "
+               "device.attributes[\"gpu.tessera.dev\"].model == \"A100-SXM4-80GB\""}}}},
+           {{"cel", {{"expression", "device.attributes[\"gpu.tessera.dev\"].uuid != \"GPU-1234\""}}}}}));
+  // HAMi's use-gputype matches a word in any case: CEL's contains on the lowered model.
+  Converting hami;
+  json word = Defaulted(
+      PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}, {"nvidia.com/gpumem", "4096"}}));
+  word["metadata"]["annotations"] = {{"nvidia.com/use-gputype", "A100"}};
+  hami.After(word);
+  ASSERT_EQ(hami.made.size(), 1u);
+  EXPECT_EQ(
+      hami.made[0].second.spec["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"],
+      "device.attributes[\"gpu.tessera.dev\"].model.lowerAscii().contains(\"a100\")");
+  // A model name that would need escaping in CEL is refused, not pasted.
+  Converting hostile;
+  json quote = word;
+  quote["metadata"]["annotations"] = {{"tessera.dev/gpu-model", "A100\") || true || (\""}};
+  json out = hostile.Out(quote);
+  EXPECT_FALSE(out["allowed"]);
+  EXPECT_THAT(out["status"]["message"].get<std::string>(), HasSubstr("CEL selector"));
+  EXPECT_TRUE(hostile.made.empty());
+}
+
+TEST(AdmissionDraTest, DryRunCreatesNothing) {
+  Converting w;
+  json after = w.After(Defaulted(PodWith({{"tessera.dev/gpu", "1"}})), /*dry_run=*/true);
+  EXPECT_TRUE(w.made.empty());
+  EXPECT_EQ(after["spec"]["resourceClaims"][0]["resourceClaimTemplateName"], "tessera-gpu-x1");
+}
+
+TEST(AdmissionDraTest, ATemplateThatCannotBeMadeRefusesThePodSayingWhy) {
+  Converting w;
+  w.ensure_error = absl::FailedPreconditionError(
+      "ResourceClaimTemplate default/tessera-gpu-x1 exists but was not made by tessera-scheduler");
+  json out = w.Out(Defaulted(PodWith({{"tessera.dev/gpu", "1"}})));
+  EXPECT_FALSE(out["allowed"]);
+  EXPECT_THAT(out["status"]["message"].get<std::string>(),
+              HasSubstr("tessera: pod default/p: ResourceClaimTemplate"));
+  EXPECT_EQ(w.admission.decisions(Admission::Verb::kMutate, Admission::Decision::kDenied), 1u);
+}
+
+TEST(AdmissionDraTest, WhenToConvert) {
+  const json pod = Defaulted(PodWith({{"tessera.dev/gpu", "1"}}));
+  auto converts = [&](ExtendedToDra mode, DraOffer offer) {
+    Converting w(mode, offer);
+    return w.After(pod)["spec"].contains("resourceClaims");
+  };
+  EXPECT_TRUE(converts(ExtendedToDra::kAuto, {.driver = true}));
+  EXPECT_FALSE(converts(ExtendedToDra::kAuto, {.device_plugin = true, .driver = true}));
+  EXPECT_FALSE(converts(ExtendedToDra::kAuto, {}));
+  EXPECT_TRUE(converts(ExtendedToDra::kAlways, {.device_plugin = true}));
+  EXPECT_FALSE(converts(ExtendedToDra::kNever, {.driver = true}));
+  // Not converted: the device-plugin path's patch, as before.
+  Converting never(ExtendedToDra::kNever);
+  json after = never.After(Defaulted(PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "30"}})));
+  EXPECT_EQ(after["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-cores"], "30");
+  EXPECT_EQ(after["spec"]["schedulerName"], "tessera-scheduler");
+  EXPECT_TRUE(never.made.empty());
+  // A pod without GPUs is never touched.
+  Converting w;
+  EXPECT_EQ(w.After(PodWith({{"cpu", "1"}})), PodWith({{"cpu", "1"}}));
+  EXPECT_TRUE(w.made.empty());
+}
+
+TEST(AdmissionDraTest, HostileRequestsAreRefusedBeforeAnythingIsMade) {
+  struct Case {
+    json limits;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {{{"tessera.dev/gpu", "1000000"}}, "tessera.dev/gpu"},
+      {{{"tessera.dev/gpu", "9223372036854775807"}}, "tessera.dev/gpu"},
+      {{{"tessera.dev/gpu-cores", "-5"}}, "gpu-cores"},
+      {{{"tessera.dev/gpu-cores", "30"}, {"tessera.dev/gpu-memory", "-1"}}, "gpu-memory"},
+      {{{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "99999999999999999999"}}, "nvidia.com/gpumem"},
+  };
+  for (const Case& c : cases) {
+    Converting w;
+    json out = w.Out(Defaulted(PodWith(c.limits)));
+    EXPECT_FALSE(out["allowed"]) << c.limits.dump();
+    EXPECT_THAT(out["status"]["message"].get<std::string>(), HasSubstr(c.message)) << c.limits.dump();
+    EXPECT_TRUE(w.made.empty()) << c.limits.dump();
+  }
+  // The pod's own claim of the name the webhook would give: refused, saying which.
+  Converting w;
+  json pod = Defaulted(PodWith({{"tessera.dev/gpu", "1"}}));
+  pod["spec"]["resourceClaims"] = json::array({{{"name", "gpu-main"}, {"resourceClaimName", "mine"}}});
+  json out = w.Out(pod);
+  EXPECT_FALSE(out["allowed"]);
+  EXPECT_THAT(out["status"]["message"].get<std::string>(), HasSubstr("\"gpu-main\""));
+  EXPECT_TRUE(w.made.empty());
+  // Memory in proportion when the DRA GPUs differ in memory: no claim can say it; the message says what to
+  // write.
+  Converting mixed(ExtendedToDra::kAlways, {.driver = true, .memory_mib = {16384, 32768}});
+  out = mixed.Out(Defaulted(PodWith({{"aliyun.com/gpu-mem", "8"}})));
+  EXPECT_FALSE(out["allowed"]);
+  EXPECT_THAT(out["status"]["message"].get<std::string>(), HasSubstr("16384, 32768 MiB"));
+  EXPECT_THAT(out["status"]["message"].get<std::string>(), HasSubstr("tessera.dev/gpu-memory"));
+  EXPECT_TRUE(mixed.made.empty());
+  // The same pod with both stated converts on that cluster.
+  Converting stated(ExtendedToDra::kAlways, {.driver = true, .memory_mib = {16384, 32768}});
+  stated.After(Defaulted(
+      PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "25"}, {"nvidia.com/gpumem", "8192"}})));
+  EXPECT_EQ(stated.made.size(), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::scheduler
