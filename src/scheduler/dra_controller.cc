@@ -55,6 +55,16 @@ bool Placed(const Json& pod) {
          Str(Field(Field(pod, "metadata"), "labels"), formats::kDraPlacementLabel) == formats::kDraPlaced;
 }
 
+// kube-scheduler's finalizer on the claims it allocates (resourceapi.Finalizer): kube-controller-manager's
+// resourceclaim controller deallocates a claim that carries it once no pod holds it any more, then removes
+// it. Without it, a claim made by hand keeps its allocation (and its GPU share) after its pods are gone.
+constexpr char kClaimFinalizer[] = "resource.kubernetes.io/delete-protection";
+
+bool HasFinalizer(const Json& claim) {
+  const Json& f = Field(Field(claim, "metadata"), "finalizers");
+  return f.is_array() && std::find(f.begin(), f.end(), Json(kClaimFinalizer)) != f.end();
+}
+
 bool ReservedFor(const Json& claim, const std::string& pod_uid) {
   const Json& reserved = Field(Field(claim, "status"), "reservedFor");
   if (!reserved.is_array()) return false;
@@ -575,8 +585,19 @@ void DraController::Round() {
     for (size_t k = 0; k < inputs[i].claims.size() && ok; ++k) {
       const Json& claim = inputs[i].claims[k];
       if (!d.allocations[k] && ReservedFor(claim, pod_uid)) continue;
+      const std::string ns = Str(Field(claim, "metadata"), "namespace");
       Json updated = claim;
-      if (d.allocations[k]) {
+      absl::StatusOr<Json> st = claim;
+      if (d.allocations[k] && !HasFinalizer(claim)) {
+        // First the finalizer, as kube-scheduler does (a PUT of the claim: a status write ignores metadata).
+        Json with = claim;
+        Json& finalizers = with["metadata"]["finalizers"];
+        if (!finalizers.is_array()) finalizers = Json::array();
+        finalizers.push_back(kClaimFinalizer);
+        st = api_.Update(k8s::kResourceClaims, ns, with);
+        if (st.ok()) updated = *st;
+      }
+      if (st.ok() && d.allocations[k]) {
         updated["status"]["allocation"] = *d.allocations[k];
         // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in
         // reservedFor adds the stamp to the stored allocation, which the API refuses ("field cannot be
@@ -586,8 +607,7 @@ void DraController::Round() {
       Json& reserved = updated["status"]["reservedFor"];
       if (!reserved.is_array()) reserved = Json::array();
       reserved.push_back({{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}});
-      absl::StatusOr<Json> st =
-          api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated, "status");
+      if (st.ok()) st = api_.Update(k8s::kResourceClaims, ns, updated, "status");
       if (!st.ok()) {
         ok = false;
         MutexLock lock(&mu_);

@@ -327,6 +327,28 @@ def test_tessera_places_the_claim_and_lifts_the_gate(c):
     tc.delete(c, "dra-placed")
 
 
+def test_a_claim_made_by_hand_is_deallocated_when_its_pod_is_gone(c):
+    # A standalone ResourceClaim (not a template's) outlives its pod. kube-controller-manager's resourceclaim
+    # controller deallocates it only when it carries kube-scheduler's finalizer (pkg/controller/resourceclaim,
+    # v1.37.2), which Tessera puts on before allocating: without it the share stayed allocated, held by nobody.
+    c.apply(yaml.safe_dump({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "by-hand", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.tessera.dev", "capacity": {"requests": {"cores": "30", "memory": "4Gi"}}}}]}}}))
+    pod = yaml.safe_load(claim_pod("dra-by-hand", "unused"))
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "by-hand"}]
+    c.apply(yaml.safe_dump(pod))
+    tc.running(c, "dra-by-hand")
+    claim = c.get("resourceclaim", "by-hand", ns="default")
+    assert claim["status"].get("allocation") and claim["metadata"].get("finalizers") == [
+        "resource.kubernetes.io/delete-protection"], claim
+    tc.delete(c, "dra-by-hand")
+    c.wait_for(lambda: not c.get("resourceclaim", "by-hand", ns="default")["status"].get("allocation"),
+               "kube-controller-manager to deallocate the claim its pod no longer holds", 120)
+    c.kubectl("delete", "resourceclaim", "by-hand", "-n", "default", "--wait=true", "--timeout=60s")
+
+
 def test_a_first_available_claim_gets_the_first_alternative_that_fits(c):
     c.apply(template("first-available", {"name": "gpu", "firstAvailable": [
         {"name": "four", "deviceClassName": "gpu.tessera.dev", "count": 4},

@@ -220,6 +220,9 @@ TEST_F(DraControllerTest, ARefusedPodsClaimIsReleasedAfterTheBoundAndPlacedOnAno
   ASSERT_FALSE(first.empty()) << claim.dump();
   EXPECT_TRUE(DraAllocator::AllocatedByTessera(claim)) << claim.dump();
   EXPECT_EQ(claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"]);
+  // kube-scheduler's finalizer, without which kube-controller-manager never deallocates the claim (docs/dra.md).
+  EXPECT_EQ(claim["metadata"]["finalizers"], Json::array({"resource.kubernetes.io/delete-protection"}))
+      << claim.dump();
 
   pod = Refuse(pod);
   LetRoundsPass();  // the controller's clock for the refusal starts when a round first sees it
