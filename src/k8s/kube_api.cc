@@ -6,7 +6,7 @@
 
 #include "core/strings.h"
 #include "k8s/api_status.h"
-#include "k8s/clock.h"
+#include "common/clock.h"
 
 namespace tessera::k8s {
 

@@ -79,7 +79,7 @@ class ABSL_SCOPED_LOCKABLE CacheLock {
 }  // namespace
 
 std::chrono::steady_clock::time_point ClusterCache::SteadyNow() const {
-  return options_.clock != nullptr ? options_.clock->Steady() : std::chrono::steady_clock::now();
+  return options_.clock->Steady();
 }
 
 ClusterCache::ClusterCache(CacheOptions options)

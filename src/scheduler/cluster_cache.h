@@ -46,7 +46,7 @@
 #include "core/random.h"
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
-#include "k8s/clock.h"
+#include "common/clock.h"
 
 namespace tessera::scheduler {
 
@@ -67,8 +67,8 @@ struct CacheOptions {
   // pod that triggered the change pays. The answers are the ones a request would compute (deterministic
   // policies only; it draws from its own Rng). 0: no thread, no warming.
   size_t warm_shapes = 16;
-  // Time (reservations' age) through the clock seam; null: the real clock. Must outlive the cache.
-  const k8s::Clock* clock = nullptr;
+  // Time (reservations' age) through the clock seam; never null (common/clock.h). Must outlive the cache.
+  const Clock* clock = &RealClock();
 };
 
 struct FilterOutcome {

@@ -36,7 +36,7 @@
 #include "hook/common/region.h"
 #include "hook/common/region_snapshot.h"
 #include "hook/common/registration.h"
-#include "k8s/clock.h"
+#include "common/clock.h"
 #include "kubelet/device_plugin.h"
 #include "kubelet/fake_kubelet.h"
 #include "node/cgroup.h"
