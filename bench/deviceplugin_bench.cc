@@ -31,7 +31,7 @@
 
 #include "core/strings.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 
 namespace {
 

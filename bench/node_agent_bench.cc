@@ -38,7 +38,7 @@
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 #include "node/agent.h"
 
 namespace {

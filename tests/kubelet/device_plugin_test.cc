@@ -15,7 +15,7 @@
 
 #include "core/strings.h"
 #include "kubelet/device_ids.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 #include "kubelet/preferred_allocation.h"
 #include "temp_dir.h"
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/strings.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 #include "temp_dir.h"
 
 namespace tessera::kubelet {

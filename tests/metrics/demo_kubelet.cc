@@ -1,5 +1,5 @@
 // metrics_demo_kubelet: the kubelet's side of a tessera-node run on this machine, for tests/metrics/scrape.py
-// (the promtool check and the dashboard's picture). The fake kubelet (src/kubelet/fake_kubelet.h) serves the
+// (the promtool check and the dashboard's picture). The fake kubelet (tools/fake-kubelet/fake_kubelet.h) serves the
 // registration and pod-resources sockets over real gRPC; once tessera-node's device plugin registers, this
 // calls its Allocate for each container named, as the kubelet does when the container starts, tells
 // pod-resources who holds which devices, and then stays up until its standard input closes.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 
 namespace {
 

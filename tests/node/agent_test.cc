@@ -38,7 +38,7 @@
 #include "hook/common/registration.h"
 #include "common/clock.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
 #include "node/cgroup.h"
 #include "temp_dir.h"
 

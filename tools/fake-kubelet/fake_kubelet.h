@@ -1,19 +1,14 @@
 // A fake kubelet for tests and demos: the kubelet's side of the device-plugin and pod-resources protocols,
-// over real gRPC on unix sockets, with the real protos. Not linked into tessera-node (target
-// tessera_fake_kubelet).
-//
-// What it does, as the kubelet does it:
-//   - serves v1beta1.Registration on <plugin_dir>/kubelet.sock, checks each request (API version v1beta1, an
-//     extended resource name, the endpoint's socket exists) and records it;
-//   - after a registration, dials the plugin, calls GetDevicePluginOptions and follows ListAndWatch, keeping
-//     the resource's device list (what the kubelet would advertise as capacity);
-//   - Restart(): stops, deletes kubelet.sock and every other socket in plugin_dir (the real kubelet empties the
-//     directory when it starts), and serves again;
-//   - serves v1.PodResourcesLister (List, Get, GetAllocatableResources) on its own socket from content the test
-//     sets (Get of an unknown pod fails like the kubelet's: code UNKNOWN, "pod <name> in namespace <ns> not
-//     found").
-// And, to drive a plugin as the kubelet would: FakePluginClient calls GetDevicePluginOptions, ListAndWatch
-// (a stream read on a thread), GetPreferredAllocation, Allocate and PreStartContainer.
+// over real gRPC on unix sockets, with the real protos. A test double: nothing under src/ links it (target
+// tessera_fake_kubelet, tools/fake-kubelet). Split by the job it fakes:
+//   - this file, the device manager's side: serves v1beta1.Registration on <plugin_dir>/kubelet.sock, checks
+//     each request (API version v1beta1, an extended resource name, the endpoint's socket exists) and records
+//     it; after a registration, dials the plugin, calls GetDevicePluginOptions and follows ListAndWatch,
+//     keeping the resource's device list (what the kubelet would advertise as capacity); Restart(): stops,
+//     deletes kubelet.sock and every other socket in plugin_dir (the real kubelet empties the directory when it
+//     starts), and serves again;
+//   - pod_resources_server.h: v1.PodResourcesLister on its own socket, from content the test sets;
+//   - plugin_client.h: the kubelet's calls into a plugin (FakePluginClient), to drive one as the kubelet would.
 //
 //   FakeKubeletOptions o;
 //   o.plugin_dir = tmp + "/device-plugins";
@@ -25,40 +20,29 @@
 //   absl::StatusOr<std::vector<kubelet::ContainerAllocation>> a = (*client)->Allocate({{"GPU-a::0"}});
 //
 // Thread-safety: every method may be called from any thread.
-#ifndef TESSERA_KUBELET_FAKE_KUBELET_H_
-#define TESSERA_KUBELET_FAKE_KUBELET_H_
+#ifndef TESSERA_TOOLS_FAKE_KUBELET_FAKE_KUBELET_H_
+#define TESSERA_TOOLS_FAKE_KUBELET_FAKE_KUBELET_H_
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "kubelet/allocation_backend.h"
+#include "common/mutex.h"
 #include "kubelet/pod_resources_client.h"
+#include "plugin_client.h"
+#include "pod_resources_server.h"
 
 namespace grpc {
-class Channel;
-class ClientContext;
 class Server;
 }  // namespace grpc
 
 namespace tessera::kubelet {
-
-// A device as the kubelet received it in ListAndWatch.
-struct FakeDevice {
-  std::string id;
-  std::string health;           // "Healthy" or "Unhealthy"
-  std::vector<int64_t> numa;    // topology NUMA node IDs
-
-  bool operator==(const FakeDevice&) const = default;
-};
 
 // One Register call the fake received.
 struct FakeRegistration {
@@ -69,54 +53,6 @@ struct FakeRegistration {
   bool get_preferred_allocation_available = false;
   std::chrono::steady_clock::time_point at;  // when it arrived
   std::string error;                         // non-empty: the fake refused it, with this message
-};
-
-struct PluginOptionsView {
-  bool pre_start_required = false;
-  bool get_preferred_allocation_available = false;
-};
-
-// One container's GetPreferredAllocation question.
-struct PreferredRequest {
-  std::vector<std::string> available;
-  std::vector<std::string> must_include;
-  int size = 0;
-};
-
-// A ListAndWatch stream: a thread reads it into a queue.
-class FakeDeviceStream {
- public:
-  ~FakeDeviceStream();
-  // The next device list, or DeadlineExceeded after `timeout`, or the stream's end status (OK: ended).
-  absl::StatusOr<std::vector<FakeDevice>> Next(std::chrono::milliseconds timeout);
-  void Cancel();
-
- private:
-  friend class FakePluginClient;
-  struct State;
-  std::shared_ptr<State> state_;
-  std::thread reader_;
-};
-
-// Drives one device plugin over its socket, with the kubelet's calls.
-class FakePluginClient {
- public:
-  ~FakePluginClient();
-  absl::StatusOr<PluginOptionsView> GetDevicePluginOptions(
-      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
-  absl::StatusOr<std::unique_ptr<FakeDeviceStream>> ListAndWatch() const;
-  absl::StatusOr<std::vector<std::vector<std::string>>> GetPreferredAllocation(
-      const std::vector<PreferredRequest>& containers) const;
-  // One list of device IDs per container; errors carry the plugin's gRPC code and message.
-  absl::StatusOr<std::vector<ContainerAllocation>> Allocate(
-      const std::vector<std::vector<std::string>>& containers,
-      std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
-  absl::Status PreStartContainer(const std::vector<std::string>& device_ids) const;
-
- private:
-  friend class FakeKubelet;
-  struct Stub;
-  std::unique_ptr<Stub> stub_;
 };
 
 struct FakeKubeletOptions {
@@ -164,7 +100,6 @@ class FakeKubelet {
 
  private:
   class RegistrationService;
-  class PodResourcesService;
   struct Follower;
 
   explicit FakeKubelet(FakeKubeletOptions options);
@@ -174,23 +109,23 @@ class FakeKubelet {
   void Follow(const FakeRegistration& r);
 
   const FakeKubeletOptions options_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::vector<FakeRegistration> registrations_;
-  std::map<std::string, std::vector<FakeDevice>> devices_;  // resource -> devices
-  std::vector<PodResources> pods_;
-  AllocatableResources allocatable_;
-  std::chrono::steady_clock::time_point last_start_;
-  std::vector<std::unique_ptr<Follower>> followers_;
-  bool serving_ = false;
+  // Guards what the Registration service and the followers record, and whether the fake serves; cv_ is
+  // signalled at each change.
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  std::vector<FakeRegistration> registrations_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<FakeDevice>> devices_ ABSL_GUARDED_BY(mu_);  // resource -> devices
+  std::chrono::steady_clock::time_point last_start_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Follower>> followers_ ABSL_GUARDED_BY(mu_);
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::mutex server_mu_;  // serializes Serve/Stop
-  std::unique_ptr<RegistrationService> registration_service_;
-  std::unique_ptr<PodResourcesService> pod_resources_service_;
-  std::unique_ptr<grpc::Server> registration_server_;
-  std::unique_ptr<grpc::Server> pod_resources_server_;
+  Mutex server_mu_;  // serializes Serve/Stop, and guards the servers they start and stop
+  std::unique_ptr<RegistrationService> registration_service_ ABSL_GUARDED_BY(server_mu_);
+  std::unique_ptr<grpc::Server> registration_server_ ABSL_GUARDED_BY(server_mu_);
+  // Null without FakeKubeletOptions::pod_resources_socket; its content outlives restarts.
+  const std::unique_ptr<FakePodResourcesServer> pod_resources_;
 };
 
 }  // namespace tessera::kubelet
 
-#endif  // TESSERA_KUBELET_FAKE_KUBELET_H_
+#endif  // TESSERA_TOOLS_FAKE_KUBELET_FAKE_KUBELET_H_
