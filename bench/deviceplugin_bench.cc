@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "core/strings.h"
-#include "kubelet/device_plugin.h"
 #include "fake_kubelet.h"
+#include "kubelet/device_plugin.h"
 
 namespace {
 

@@ -34,11 +34,11 @@
 
 #include "common/log.h"
 #include "core/strings.h"
+#include "fake_kubelet.h"
 #include "formats/assignment.h"
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "kubelet/device_plugin.h"
-#include "fake_kubelet.h"
 #include "node/agent.h"
 
 namespace {

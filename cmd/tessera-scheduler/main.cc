@@ -105,7 +105,8 @@ int Run(const Options& o) {
   std::string mode;
   std::string api_server;
   if (!o.cluster_file.empty()) {
-    if (absl::Status st = scheduler::LoadClusterFile(cache, o.cluster_file); !st.ok()) return Fail(Message(st));
+    if (absl::Status st = scheduler::LoadClusterFile(cache, o.cluster_file); !st.ok())
+      return Fail(Message(st));
     mode = StrCat("standalone: ", cache.node_count(), " nodes from ", o.cluster_file);
   } else {
     absl::StatusOr<k8s::ClientConfig> config =

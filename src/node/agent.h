@@ -45,12 +45,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/request.h"
 #include "formats/assignment.h"
 #include "formats/inventory.h"
 #include "hook/common/region_snapshot.h"
-#include "common/clock.h"
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"

@@ -30,7 +30,8 @@ absl::StatusOr<GpuSplit> SplitGpus(const formats::GpuInventory& inventory, std::
       split.dra_indices.insert(i);
     }
   }
-  for (int i : split.dra_indices) split.dra_uuids.insert(inventory.gpus[static_cast<size_t>(i)].info.uuid.value());
+  for (int i : split.dra_indices)
+    split.dra_uuids.insert(inventory.gpus[static_cast<size_t>(i)].info.uuid.value());
   split.device_plugin_inventory = inventory;
   for (formats::InventoryGpu& g : split.device_plugin_inventory.gpus) {
     if (!split.dra_indices.contains(g.info.index)) continue;

@@ -31,8 +31,8 @@ struct HealthRoute {
 };
 
 struct GpuSplit {
-  std::set<int> dra_indices;              // the inventory's GPU indices given to DRA
-  std::set<std::string> dra_uuids;        // their UUIDs (NodeAgentConfig::dra_gpu_uuids)
+  std::set<int> dra_indices;                      // the inventory's GPU indices given to DRA
+  std::set<std::string> dra_uuids;                // their UUIDs (NodeAgentConfig::dra_gpu_uuids)
   formats::GpuInventory device_plugin_inventory;  // every GPU; those given to DRA unhealthy, kDraHealthReason
 
   bool has_dra() const { return !dra_indices.empty(); }

@@ -102,9 +102,10 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
   k8s::BindOptions options;
   options.pod_uid = pod.uid;
   if (!placement.containers.empty()) {
-    options.annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
-                           {formats::kAnnotationAssignedAt, formats::FormatHeartbeat(options_.sync.clock->Now())},
-                           {formats::kAnnotationPhase, formats::kPhaseBound}};
+    options.annotations = {
+        {formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
+        {formats::kAnnotationAssignedAt, formats::FormatHeartbeat(options_.sync.clock->Now())},
+        {formats::kAnnotationPhase, formats::kPhaseBound}};
   }
   absl::Status st = api_.Bind(pod.ns, pod.name, pod.node, options);
   const bool conflict = absl::IsAlreadyExists(st) || absl::IsFailedPrecondition(st) || k8s::IsConflict(st);

@@ -38,6 +38,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/cluster.h"
 #include "core/placement/evaluation_cache.h"
@@ -46,7 +47,6 @@
 #include "core/random.h"
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
-#include "common/clock.h"
 
 namespace tessera::scheduler {
 

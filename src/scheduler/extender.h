@@ -23,10 +23,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/request.h"
 #include "formats/pod_object.h"
-#include "common/clock.h"
 #include "scheduler/cluster_cache.h"
 
 namespace tessera::scheduler {

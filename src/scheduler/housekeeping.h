@@ -1,7 +1,7 @@
 // The scheduler's housekeeping, off the request path every half second: reservations whose bind never
 // finished are released after a minute (ClusterCache::ExpireReservations), shares changed by compression or
-// give-back are written to their pods (Extender::SyncChangedShares), and on a cluster stale heartbeats and the
-// problems found become Events (ApiBackend::Housekeeping). Failures are logged; none stops the loop.
+// give-back are written to their pods (Extender::SyncChangedShares), and on a cluster stale heartbeats and
+// the problems found become Events (ApiBackend::Housekeeping). Failures are logged; none stops the loop.
 //
 //   Housekeeping housekeeping(cache, extender, backend.get());   // backend: null in the standalone mode
 //   housekeeping.Start();
@@ -33,8 +33,8 @@ class Housekeeping {
   static constexpr std::chrono::seconds kReservationTtl{60};
 
   struct Round {
-    int expired = 0;                         // reservations released
-    std::vector<std::string> share_failures; // pods whose changed share could not be written
+    int expired = 0;                          // reservations released
+    std::vector<std::string> share_failures;  // pods whose changed share could not be written
   };
 
   // `backend` may be null (standalone); every part must outlive the housekeeping.

@@ -43,8 +43,7 @@ TEST(RegistrationServerTest, ConcurrentRegistrationsReloadsAndIdleConnections) {
                             {[](int, const hook::Hello&) -> absl::StatusOr<RegistrationServer::Accepted> {
                                return RegistrationServer::Accepted{"uid/main", 1};
                              },
-                             [&](int, const std::string&) { ++gone; },
-                             [](int pid) { return StrCat(pid); }},
+                             [&](int, const std::string&) { ++gone; }, [](int pid) { return StrCat(pid); }},
                             limits, RealClock());
   ASSERT_TRUE(server.Start().ok());
   std::atomic<bool> done{false};

@@ -7,9 +7,9 @@
 
 #include <thread>
 
+#include "common/clock.h"
 #include "formats/assignment.h"
 #include "formats/cluster_file.h"
-#include "common/clock.h"
 #include "scheduler/quota_file.h"
 #include "temp_dir.h"
 #include "test_util.h"

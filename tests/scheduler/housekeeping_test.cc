@@ -50,9 +50,7 @@ TEST(HousekeepingTest, StopsPromptlyWhetherStartedOrNot) {
   ClusterCache cache(CacheOptions{});
   StandaloneBinder binder;
   Extender extender(cache, binder, nullptr);
-  {
-    Housekeeping never_started(cache, extender, nullptr);
-  }
+  { Housekeeping never_started(cache, extender, nullptr); }
   Housekeeping housekeeping(cache, extender, nullptr);
   housekeeping.Start();
   housekeeping.Start();  // once is enough

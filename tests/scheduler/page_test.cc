@@ -5,8 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "httplib.h"
 #include "common/clock.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/standalone.h"
 #include "test_util.h"

@@ -1,9 +1,8 @@
 // The object store's fault injection: watches dropped, expired or fed raw data, history compacted.
-#include "store.h"
-
 #include <algorithm>
 #include <mutex>
 
+#include "store.h"
 #include "store_internal.h"
 
 namespace tessera::fake {

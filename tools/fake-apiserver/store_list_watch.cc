@@ -1,12 +1,11 @@
 // The object store's reads: lists (paginated over snapshots, continue tokens) and watches (history replay,
 // bookmarks, the ends a watch can have).
-#include "store.h"
-
 #include <algorithm>
 #include <mutex>
 
 #include "absl/strings/escaping.h"
 #include "core/strings.h"
+#include "store.h"
 #include "store_internal.h"
 
 namespace tessera::fake {

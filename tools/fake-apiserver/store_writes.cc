@@ -1,12 +1,11 @@
 // The object store's writes: create, get, update, patch, delete and pods/binding, with the API's rules
 // (optimistic concurrency, finalizers, status subresources, pod spec immutability).
-#include "store.h"
-
 #include <ctime>
 #include <mutex>
 #include <random>
 
 #include "core/strings.h"
+#include "store.h"
 #include "store_internal.h"
 
 namespace tessera::fake {

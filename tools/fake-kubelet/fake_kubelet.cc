@@ -179,7 +179,8 @@ void FakeKubelet::Follow(const FakeRegistration& r) {
   const std::string target = "unix:" + options_.plugin_dir + "/" + r.endpoint;
   const std::string resource = r.resource_name;
   f->thread = std::thread([this, f, target, resource] {
-    auto stub = ::v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    auto stub =
+        ::v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -249,7 +250,8 @@ void FakeKubelet::SetAllocatable(AllocatableResources allocatable) {
   if (pod_resources_ != nullptr) pod_resources_->SetAllocatable(std::move(allocatable));
 }
 
-absl::StatusOr<std::unique_ptr<FakePluginClient>> FakeKubelet::ConnectPlugin(const std::string& endpoint) const {
+absl::StatusOr<std::unique_ptr<FakePluginClient>> FakeKubelet::ConnectPlugin(
+    const std::string& endpoint) const {
   const std::string path = options_.plugin_dir + "/" + endpoint;
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {

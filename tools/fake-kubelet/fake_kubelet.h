@@ -5,10 +5,11 @@
 //     each request (API version v1beta1, an extended resource name, the endpoint's socket exists) and records
 //     it; after a registration, dials the plugin, calls GetDevicePluginOptions and follows ListAndWatch,
 //     keeping the resource's device list (what the kubelet would advertise as capacity); Restart(): stops,
-//     deletes kubelet.sock and every other socket in plugin_dir (the real kubelet empties the directory when it
-//     starts), and serves again;
+//     deletes kubelet.sock and every other socket in plugin_dir (the real kubelet empties the directory when
+//     it starts), and serves again;
 //   - pod_resources_server.h: v1.PodResourcesLister on its own socket, from content the test sets;
-//   - plugin_client.h: the kubelet's calls into a plugin (FakePluginClient), to drive one as the kubelet would.
+//   - plugin_client.h: the kubelet's calls into a plugin (FakePluginClient), to drive one as the kubelet
+//   would.
 //
 //   FakeKubeletOptions o;
 //   o.plugin_dir = tmp + "/device-plugins";
@@ -56,7 +57,7 @@ struct FakeRegistration {
 };
 
 struct FakeKubeletOptions {
-  std::string plugin_dir;            // required; created if missing
+  std::string plugin_dir;  // required; created if missing
   std::string kubelet_socket_name = "kubelet.sock";
   std::string pod_resources_socket;  // empty: no pod-resources server
   bool follow_plugins = true;        // after a registration, follow the plugin's ListAndWatch
@@ -79,7 +80,8 @@ class FakeKubelet {
   // The devices the fake follows for `resource` (from the plugin's ListAndWatch), and a wait for a condition
   // on them; false on timeout.
   std::vector<FakeDevice> Devices(const std::string& resource) const;
-  bool WaitForDevices(const std::string& resource, const std::function<bool(const std::vector<FakeDevice>&)>& pred,
+  bool WaitForDevices(const std::string& resource,
+                      const std::function<bool(const std::vector<FakeDevice>&)>& pred,
                       std::chrono::milliseconds timeout) const;
 
   // Like a kubelet restart: Stop(), delete every socket in plugin_dir, then serve kubelet.sock again.

@@ -47,7 +47,8 @@ std::unique_ptr<FakePluginClient> FakePluginClient::Connect(const std::string& p
   return client;
 }
 
-absl::StatusOr<PluginOptionsView> FakePluginClient::GetDevicePluginOptions(std::chrono::milliseconds timeout) const {
+absl::StatusOr<PluginOptionsView> FakePluginClient::GetDevicePluginOptions(
+    std::chrono::milliseconds timeout) const {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   ::v1beta1::Empty request;
@@ -156,7 +157,8 @@ absl::StatusOr<std::vector<ContainerAllocation>> FakePluginClient::Allocate(
   for (const ::v1beta1::ContainerAllocateResponse& c : response.container_responses()) {
     ContainerAllocation a;
     for (const auto& [k, v] : c.envs()) a.envs[k] = v;
-    for (const ::v1beta1::Mount& m : c.mounts()) a.mounts.push_back({m.container_path(), m.host_path(), m.read_only()});
+    for (const ::v1beta1::Mount& m : c.mounts())
+      a.mounts.push_back({m.container_path(), m.host_path(), m.read_only()});
     for (const ::v1beta1::DeviceSpec& d : c.devices()) {
       a.devices.push_back({d.container_path(), d.host_path(), d.permissions()});
     }

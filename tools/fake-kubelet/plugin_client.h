@@ -8,7 +8,8 @@
 //   auto stream = (*client)->ListAndWatch();
 //   absl::StatusOr<std::vector<FakeDevice>> devices = (*stream)->Next(std::chrono::seconds(10));
 //
-// Thread-safety: a FakePluginClient may be used from any thread; a FakeDeviceStream's Next from one at a time.
+// Thread-safety: a FakePluginClient may be used from any thread; a FakeDeviceStream's Next from one at a
+// time.
 #ifndef TESSERA_TOOLS_FAKE_KUBELET_PLUGIN_CLIENT_H_
 #define TESSERA_TOOLS_FAKE_KUBELET_PLUGIN_CLIENT_H_
 

@@ -43,7 +43,8 @@ class FakePodResourcesServer::Service final : public ::v1::PodResourcesLister::S
   FakePodResourcesServer* const s_;
 };
 
-FakePodResourcesServer::FakePodResourcesServer(std::string socket_path) : socket_path_(std::move(socket_path)) {}
+FakePodResourcesServer::FakePodResourcesServer(std::string socket_path)
+    : socket_path_(std::move(socket_path)) {}
 
 FakePodResourcesServer::~FakePodResourcesServer() {
   Stop(std::chrono::milliseconds(200));
@@ -58,7 +59,8 @@ absl::Status FakePodResourcesServer::Serve() {
   builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
-  if (server_ == nullptr) return absl::UnavailableError(StrCat("the fake kubelet cannot serve ", socket_path_));
+  if (server_ == nullptr)
+    return absl::UnavailableError(StrCat("the fake kubelet cannot serve ", socket_path_));
   return absl::OkStatus();
 }
 
