@@ -3,7 +3,9 @@
 // reconcile periods, records' ages), its registration server (HELLO timeouts), the GPU health checks' period,
 // leader election, events' deduplication, informers' backoff, the scheduler's API sync (heartbeats' age,
 // the node's heartbeat written), its cluster cache (reservations' age), its extender and operators' page
-// (pending pods' ages). Tests give them a FakeClock and drive time by hand instead of sleeping:
+// (pending pods' ages), DRA placement (the webhook's gated-at stamp, the controller's allocationTimestamp and
+// the age of its own writes) and the node's DRA fallback (pods' waits, the Lease's age). Tests give them a
+// FakeClock and drive time by hand instead of sleeping:
 //
 //   FakeClock clock;                                   // starts at 2024-01-01T00:00:00Z
 //   LeaderElectionConfig config; config.clock = &clock;

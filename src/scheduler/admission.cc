@@ -346,8 +346,7 @@ Response Admission::MutateDra(std::string_view body) const {
       const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
       const std::pair<const char*, std::pair<const char*, std::string>> marks[] = {
           {"labels", {formats::kDraPlacementLabel, formats::kDraGated}},
-          {"annotations",
-           {formats::kDraGatedAtAnnotation, formats::FormatHeartbeat(std::chrono::system_clock::now())}}};
+          {"annotations", {formats::kDraGatedAtAnnotation, formats::FormatHeartbeat(options_.clock->Now())}}};
       for (const auto& [map, kv] : marks) {
         if (metadata.is_object() && metadata.contains(map) && metadata[map].is_object()) {
           patch.push_back({{"op", "add"},

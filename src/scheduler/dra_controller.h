@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
@@ -41,6 +42,9 @@ struct DraControllerOptions {
   std::chrono::milliseconds period{200};  // between rounds while pods wait
   std::string component = "tessera-scheduler";
   std::string identity;
+  // Time (allocationTimestamp, how long a claim written is counted before the informer shows it, the
+  // informers' backoff); never null (common/clock.h). Must outlive the controller.
+  const Clock* clock = &RealClock();
 };
 
 struct DraCounters {
