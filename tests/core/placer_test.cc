@@ -14,6 +14,7 @@ using ::tessera::testing::ReadTestData;
 using ::tessera::testing::Share;
 using ::tessera::testing::Whole;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class PlacerTest : public ::testing::Test {
  protected:
@@ -300,6 +301,16 @@ TEST_F(PlacerTest, ExplainsTwoAndAHalfGpus) {
       "node a: container main needs 2 whole GPUs and another GPU with 50% and 8192 MiB free; only 1 wholly "
       "free (GPU 3); GPU 0 is shared (30% in use); a whole GPU is needed");
   EXPECT_FALSE(e.unresolvable);
+}
+
+TEST_F(PlacerTest, ExplainsAGpuHeldWholeAsFullyInUseNotShared) {
+  // GPU 0 is one tenant's whole GPU: "shared (100% in use)" would tell the operator the wrong story.
+  ASSERT_TRUE(cluster_.AddNode(MakeNode("a", 1, MiB(16384))).ok());
+  Occupy("a", 0, 1000, 16384, "whole");
+  Placer placer = MakePlacer("gaia");
+  Explanation e = placer.Explain(cluster_, *cluster_.FindNode(NodeName("a")), MakePod("p", {Whole()}));
+  EXPECT_THAT(e.message, HasSubstr("GPU 0 is fully in use; a whole GPU is needed"));
+  EXPECT_THAT(e.message, Not(HasSubstr("is shared (100%")));
 }
 
 TEST_F(PlacerTest, ExplainSkipsModelsThePodCannotUse) {

@@ -97,6 +97,8 @@ std::string DescribeShortfall(const NodeScratch& s, const VGpuDemand& d, int g) 
     return StrCat("GPU ", g, " has ", gpu.memory.value(), " MiB in all, ", r.memory_limit.value(), " needed");
   }
   if (d.exclusive() && s.free_cores(g) < kWholeGpu) {
+    // A GPU with nothing free may be one tenant's whole GPU: "shared" would be wrong there.
+    if (s.free_cores(g).value() == 0) return StrCat("GPU ", g, " is fully in use; a whole GPU is needed");
     return StrCat("GPU ", g, " is shared (", Pct(kWholeGpu - s.free_cores(g)),
                   " in use); a whole GPU is needed");
   }
