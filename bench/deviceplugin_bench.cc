@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "fake_kubelet.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
 
 namespace {
 
 using namespace tessera;  // NOLINT
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // 100 tenants: pods bound to this node, each with its vGPUs; Allocate finds an unallocated one asking for as
 // many vGPUs as the kubelet sent slots (oldest first) and marks it allocated. When all are allocated they are
@@ -139,7 +139,7 @@ Stats Summarize(std::vector<double> us) {
   return s;
 }
 
-double Micros(Clock::duration d) {
+double Micros(SteadyClock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
 
@@ -204,9 +204,9 @@ int main(int argc, char** argv) {
     const size_t a = static_cast<size_t>(i) % slots.size();
     std::vector<std::string> ids = {slots[a].id};
     if (i % 2 == 1) ids.push_back(slots[(a + 17) % slots.size()].id);
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     auto r = (*client)->Allocate({ids});
-    const double us = Micros(Clock::now() - start);
+    const double us = Micros(SteadyClock::now() - start);
     if (!r.ok()) {
       std::fprintf(stderr, "Allocate failed: %s\n", std::string(r.status().message()).c_str());
       std::exit(1);
@@ -221,9 +221,9 @@ int main(int argc, char** argv) {
     return us;
   };
   auto one_empty = [&]() {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     auto r = (*client)->GetDevicePluginOptions();
-    const double us = Micros(Clock::now() - start);
+    const double us = Micros(SteadyClock::now() - start);
     if (!r.ok()) std::exit(1);
     return us;
   };

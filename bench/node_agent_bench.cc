@@ -34,17 +34,17 @@
 
 #include "common/log.h"
 #include "core/strings.h"
+#include "fake_kubelet.h"
 #include "formats/assignment.h"
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
 #include "node/agent.h"
 
 namespace {
 
 using namespace tessera;  // NOLINT
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Shares small enough that every GPU fits its residents and a round of fresh pods at any moment (the agent
 // refuses an assignment that would put a GPU over its compute): 13 residents at up to 40 and 13 fresh at 20
@@ -151,9 +151,9 @@ int main(int argc, char** argv) {
     // Slots 0-99 stay with the resident tenants; the others cycle through the rest (a slot is given again
     // only long after its pod was deleted: the agent refuses a slot a live container holds).
     const int slot = i < 100 ? i : 100 + (i - 100) % 700;
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     auto r = (*client)->Allocate({{StrCat("GPU-", slot % 8, "::", slot / 8)}});
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    const double us = std::chrono::duration<double, std::micro>(SteadyClock::now() - start).count();
     if (!r.ok()) {
       std::fprintf(stderr, "Allocate failed: %s\n", std::string(r.status().message()).c_str());
       std::exit(1);
@@ -191,9 +191,9 @@ int main(int argc, char** argv) {
     if (agent.Records().size() != n) ++stray;
   };
   auto empty = [&]() {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     if (!(*client)->GetDevicePluginOptions().ok()) std::exit(1);
-    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    return std::chrono::duration<double, std::micro>(SteadyClock::now() - start).count();
   };
   // 100 tenants that stay for the whole run.
   for (int i = 0; i < 100; ++i) api.UpsertPod(Pod(i));

@@ -4,16 +4,13 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <set>
 #include <thread>
 
 #include "common/log.h"
 #include "core/strings.h"
-#include "core/topology.h"
 #include "gpu/gpu_source.h"
 #include "gpu/health_monitor.h"
 #include "http/guarded_server.h"
@@ -26,6 +23,7 @@
 #include "node/agent.h"
 #include "node/dra_driver.h"
 #include "node/dra_fallback.h"
+#include "node/gpu_split.h"
 #include "node/kube_node_api.h"
 #include "node/node_api.h"
 
@@ -95,33 +93,12 @@ int Run(const Options& o) {
   absl::StatusOr<formats::GpuInventory> inventory = (*source)->Read();
   if (!inventory.ok()) return Fail(Message(inventory.status()));
 
-  // GPUs given to DRA leave the device-plugin path: the inventory the extender reads and the device plugin's
-  // slots show them unhealthy for that reason, so nothing but a ResourceClaim can get them (docs/dra.md).
-  std::set<int> dra_gpus;
-  if (!o.dra_gpus.empty()) {
-    if (kube == nullptr) return Fail("--dra-gpus needs the API server (ResourceSlices, ResourceClaims), not --fake-api");
-    if (o.dra_gpus == "all") {
-      for (const formats::InventoryGpu& g : inventory->gpus) dra_gpus.insert(g.info.index);
-    } else {
-      absl::StatusOr<std::vector<int>> list = core::ParseCpuList(o.dra_gpus);
-      if (!list.ok()) {
-        return Fail(StrCat("--dra-gpus \"", o.dra_gpus, "\": ", Message(list.status()),
-                           "; give \"all\" or GPU indices such as 6,7 or 4-7"));
-      }
-      for (int i : *list) {
-        if (i < 0 || static_cast<size_t>(i) >= inventory->gpus.size()) {
-          return Fail(StrCat("--dra-gpus names GPU ", i, "; this node has GPUs 0-", inventory->gpus.size() - 1));
-        }
-        dra_gpus.insert(i);
-      }
-    }
+  if (!o.dra_gpus.empty() && kube == nullptr) {
+    return Fail("--dra-gpus needs the API server (ResourceSlices, ResourceClaims), not --fake-api");
   }
-  formats::GpuInventory device_plugin_inventory = *inventory;
-  for (formats::InventoryGpu& g : device_plugin_inventory.gpus) {
-    if (!dra_gpus.contains(g.info.index)) continue;
-    g.info.health = core::GpuHealth::kUnhealthy;
-    g.health_reason = node::kDraHealthReason;
-  }
+  // Which GPUs go to DRA, and the device-plugin path's view of the rest (node/gpu_split.h).
+  absl::StatusOr<node::GpuSplit> split = node::SplitGpus(*inventory, o.dra_gpus);
+  if (!split.ok()) return Fail(Message(split.status()));
 
   absl::StatusOr<std::unique_ptr<kubelet::PodResourcesClient>> pod_resources =
       kubelet::PodResourcesClient::Connect(o.pod_resources_socket);
@@ -132,8 +109,8 @@ int Run(const Options& o) {
   config.state_dir = o.state_dir;
   config.hook_dir = o.hook_dir;
   config.device_nodes = o.device_nodes;
-  for (int i : dra_gpus) config.dra_gpu_uuids.insert(inventory->gpus[static_cast<size_t>(i)].info.uuid.value());
-  node::NodeAgent agent(config, api.get(), device_plugin_inventory, pod_resources->get());
+  config.dra_gpu_uuids = split->dra_uuids;
+  node::NodeAgent agent(config, api.get(), split->device_plugin_inventory, pod_resources->get());
   if (absl::Status s = agent.Start(); !s.ok()) return Fail(Message(s));
 
   // Lifts the DRA placement gate of pods tessera-scheduler left waiting while it stays unavailable
@@ -152,11 +129,11 @@ int Run(const Options& o) {
 
   std::unique_ptr<node::DraDriver> dra;
   std::unique_ptr<kubelet::DraPlugin> dra_plugin;
-  if (!dra_gpus.empty()) {
+  if (split->has_dra()) {
     node::DraDriverConfig dc;
     dc.node_name = o.node_name;
     dc.cdi_dir = o.cdi_dir;
-    dc.gpus = dra_gpus;
+    dc.gpus = split->dra_indices;
     dra = std::make_unique<node::DraDriver>(dc, kube.get(), &agent, *inventory);
     dra->Start();
     kubelet::DraPluginConfig dpc;
@@ -173,18 +150,15 @@ int Run(const Options& o) {
   pc.slots_per_gpu = o.slots_per_gpu;
   pc.links = inventory->links;
   absl::StatusOr<std::unique_ptr<kubelet::DevicePlugin>> plugin =
-      kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(device_plugin_inventory), &agent);
+      kubelet::DevicePlugin::Create(pc, kubelet::PluginGpusFrom(split->device_plugin_inventory), &agent);
   if (!plugin.ok()) return Fail(Message(plugin.status()));
   if (absl::Status s = (*plugin)->Start(); !s.ok()) return Fail(Message(s));
 
   gpu::HealthMonitor monitor(source->get(), *inventory, [&](const gpu::HealthUpdate& u) {
     const bool healthy = u.health == core::GpuHealth::kHealthy;
-    if (dra) dra->SetGpuHealth(u.uuid, healthy);
-    if (healthy && std::any_of(dra_gpus.begin(), dra_gpus.end(), [&](int i) {
-          return inventory->gpus[static_cast<size_t>(i)].info.uuid == u.uuid;
-        })) {
-      return;  // stays out of the device-plugin path
-    }
+    const node::HealthRoute route = split->RouteHealth(u.uuid, healthy);
+    if (route.dra && dra) dra->SetGpuHealth(u.uuid, healthy);
+    if (!route.device_plugin) return;
     (*plugin)->SetGpuHealth(u.uuid, healthy);
     agent.SetGpuHealth(u.uuid, healthy, u.reason);
     log::Warn(healthy ? "GPU healthy again" : "GPU unhealthy",

@@ -4,16 +4,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <chrono>
 #include <iostream>
-#include <thread>
 
-#include "common/files.h"
 #include "common/log.h"
 #include "core/placement/policy.h"
 #include "core/strings.h"
-#include "formats/cluster_file.h"
 #include "k8s/config.h"
 #include "k8s/kube_api.h"
 #include "scheduler/admission.h"
@@ -22,6 +18,7 @@
 #include "scheduler/dra_controller.h"
 #include "scheduler/dra_conversion.h"
 #include "scheduler/extender.h"
+#include "scheduler/housekeeping.h"
 #include "scheduler/http_server.h"
 #include "scheduler/page.h"
 #include "scheduler/quota_file.h"
@@ -120,14 +117,8 @@ int Run(const Options& o) {
   std::string api_server;
   std::string backend_identity;
   if (!o.cluster_file.empty()) {
-    absl::StatusOr<std::string> text = ReadTextFile(o.cluster_file);
-    if (!text.ok()) return Fail(Message(text.status()));
-    absl::StatusOr<formats::ClusterFile> file = formats::ParseClusterFile(*text, o.cluster_file);
-    if (!file.ok()) return Fail(Message(file.status()));
-    for (core::NodeInfo& node : file->nodes) {
-      if (absl::Status st = cache.UpsertNode(std::move(node)); !st.ok()) return Fail(Message(st));
-    }
-    for (const formats::QuotaEntry& q : file->quotas) cache.SetQuota(q.ns, q.model, q.limit);
+    if (absl::Status st = scheduler::LoadClusterFile(cache, o.cluster_file); !st.ok())
+      return Fail(Message(st));
     mode = StrCat("standalone: ", cache.node_count(), " nodes from ", o.cluster_file);
   } else {
     absl::StatusOr<k8s::ClientConfig> config =
@@ -268,23 +259,12 @@ int Run(const Options& o) {
   }
   std::cout << std::endl;
 
-  std::atomic<bool> stop{false};
-  std::thread housekeeping([&] {
-    while (!stop.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      if (int n = cache.ExpireReservations(std::chrono::seconds(60)); n > 0) {
-        log::Warn("released reservations whose bind never finished", {{"count", std::to_string(n)}});
-      }
-      for (const std::string& f : extender.SyncChangedShares())
-        log::Warn("share update failed", {{"pod", f}});
-      if (backend != nullptr) backend->Housekeeping();
-    }
-  });
+  scheduler::Housekeeping housekeeping(cache, extender, backend.get());
+  housekeeping.Start();
   int sig = 0;
   sigwait(&signals, &sig);
   log::Info("stopping", {{"signal", std::to_string(sig)}});
-  stop = true;
-  housekeeping.join();
+  housekeeping.Stop();
   if (page != nullptr) page->Stop();
   server.Stop();
   if (backend != nullptr) backend->Stop();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "core/cluster_types.h"
 #include "core/ids.h"
 #include "formats/inventory.h"
@@ -68,6 +69,8 @@ struct GpuSourceOptions {
   // answers (a GPU that has fallen off the bus answers NVML_ERROR_GPU_IS_LOST).
   std::set<unsigned long long> ignored_xids = DefaultIgnoredXids();
   std::chrono::milliseconds check_interval{10000};
+  // Time of those checks; never null (common/clock.h).
+  const Clock* clock = &RealClock();
 };
 
 // NVML when fake_gpus_file is empty, else the fake-GPU file. Errors say what to do (e.g. no NVML here:

@@ -314,7 +314,7 @@ absl::StatusOr<std::vector<HealthUpdate>> NvmlGpuSource::WaitForHealthEvents(std
   } else {
     std::this_thread::sleep_for(timeout);
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = options_.clock->Steady();
   if (now >= next_check_) {
     next_check_ = now + options_.check_interval;
     std::vector<HealthUpdate> checks = RunChecks();

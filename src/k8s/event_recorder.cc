@@ -7,7 +7,7 @@
 namespace tessera::k8s {
 
 EventRecorder::EventRecorder(KubeApi& api, EventRecorderOptions options)
-    : api_(api), options_(std::move(options)), clock_(options_.clock ? *options_.clock : RealClock()) {
+    : api_(api), options_(std::move(options)), clock_(*options_.clock) {
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -21,8 +21,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/mutex.h"
-#include "k8s/clock.h"
 #include "k8s/kube_api.h"
 
 namespace tessera::k8s {
@@ -34,7 +34,7 @@ struct EventRecorderOptions {
   size_t queue_limit = 1000;
   std::chrono::seconds aggregate_window{600};
   size_t cache_limit = 4096;  // remembered events for aggregation
-  const Clock* clock = nullptr;
+  const Clock* clock = &RealClock();  // never null (common/clock.h)
 };
 
 struct EventRecorderStats {

@@ -209,7 +209,7 @@ void Informer::Run(std::stop_token stop) {
       ++stats_.watches;
     }
     watch_events_ = 0;
-    auto started = std::chrono::steady_clock::now();
+    const auto started = options_.clock->Steady();
     absl::Status s = api_.Watch(type_, options_.ns, wo, [this](WatchEvent&& e) { Apply(std::move(e)); });
     if (stop.stop_requested()) break;
     if (IsGone(s)) {
@@ -222,7 +222,7 @@ void Informer::Run(std::stop_token stop) {
       need_list = true;
       continue;
     }
-    bool lasted = std::chrono::steady_clock::now() - started > std::chrono::seconds(1);
+    bool lasted = options_.clock->Steady() - started > std::chrono::seconds(1);
     if (s.ok() && (watch_events_ > 0 || lasted)) {
       backoff.Reset();  // the server ended a healthy watch: watch again at once
       continue;

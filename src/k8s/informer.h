@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "k8s/backoff.h"
 #include "k8s/kube_api.h"
@@ -50,6 +51,8 @@ struct InformerOptions {
   // connections are renewed now and then (as client-go's reflector does).
   std::chrono::seconds watch_timeout{300};
   uint64_t seed = 0;  // 0: random
+  // Time (whether a watch lasted long enough to reset the backoff); never null (common/clock.h).
+  const Clock* clock = &RealClock();
 };
 
 struct InformerHandlers {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "core/strings.h"
 #include "k8s/api_status.h"
-#include "k8s/clock.h"
 
 namespace tessera::k8s {
 

@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<LeaderElector>> LeaderElector::Create(KubeApi& ap
 }
 
 LeaderElector::LeaderElector(KubeApi& api, LeaderElectionConfig config)
-    : api_(api), config_(std::move(config)), clock_(config_.clock ? *config_.clock : RealClock()) {}
+    : api_(api), config_(std::move(config)), clock_(*config_.clock) {}
 
 LeaderElector::~LeaderElector() {
   Stop();

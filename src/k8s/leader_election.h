@@ -30,8 +30,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
-#include "k8s/clock.h"
 #include "k8s/kube_api.h"
 
 namespace tessera::k8s {
@@ -47,7 +47,7 @@ struct LeaderElectionConfig {
   std::function<void()> on_started_leading;
   std::function<void()> on_stopped_leading;
   std::function<void(const std::string& leader)> on_new_leader;  // whenever the observed holder changes
-  const Clock* clock = nullptr;                                  // null: the real clock
+  const Clock* clock = &RealClock();                             // never null (common/clock.h)
 };
 
 class LeaderElector {

@@ -25,15 +25,15 @@ NodeAgent::NodeAgent(NodeAgentConfig config, NodeApi* api, formats::GpuInventory
       RegistrationServer::Handlers{[this](int pid, const hook::Hello& h) { return OnHello(pid, h); },
                                    [this](int pid, const std::string& tenant) { OnGone(pid, tenant); },
                                    [this](int pid) { return PeerOf(pid); }},
-      config_.registration);
+      config_.registration, *config_.clock);
 }
 
 std::chrono::system_clock::time_point NodeAgent::WallNow() const {
-  return config_.clock != nullptr ? config_.clock->Now() : std::chrono::system_clock::now();
+  return config_.clock->Now();
 }
 
 std::chrono::steady_clock::time_point NodeAgent::SteadyNow() const {
-  return config_.clock != nullptr ? config_.clock->Steady() : std::chrono::steady_clock::now();
+  return config_.clock->Steady();
 }
 
 NodeAgent::~NodeAgent() {

@@ -45,12 +45,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/request.h"
 #include "formats/assignment.h"
 #include "formats/inventory.h"
 #include "hook/common/region_snapshot.h"
-#include "k8s/clock.h"
 #include "kubelet/allocation_backend.h"
 #include "kubelet/pod_resources_client.h"
 #include "node/node_api.h"
@@ -85,7 +85,7 @@ struct NodeAgentConfig {
   // allocated through the device plugin, whatever the extender decided (docs/dra.md, "One node, two paths").
   std::set<std::string> dra_gpu_uuids;
   RegistrationLimits registration;    // caps of the registration socket
-  const k8s::Clock* clock = nullptr;  // null: the real clock
+  const Clock* clock = &RealClock();  // never null (common/clock.h); the registration server reads it too
 };
 
 struct AgentStats {

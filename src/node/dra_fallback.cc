@@ -59,8 +59,9 @@ bool IsDnsName(std::string_view s, bool subdomain) {
                      [&](char c) { return alnum(c) || c == '-' || (subdomain && c == '.'); });
 }
 
-k8s::InformerOptions GatedPodsInformer() {
+k8s::InformerOptions GatedPodsInformer(const DraFallbackConfig& config) {
   k8s::InformerOptions o;
+  o.clock = config.clock;
   o.label_selector = StrCat(formats::kDraPlacementLabel, "=", formats::kDraGated);
   return o;
 }
@@ -186,11 +187,11 @@ DraFallback::DraFallback(DraFallbackConfig config, k8s::KubeApi& api, std::strin
                          std::string lease_name)
     : config_(std::move(config)),
       api_(api),
-      clock_(config_.clock != nullptr ? *config_.clock : k8s::RealClock()),
+      clock_(*config_.clock),
       lease_ns_(std::move(lease_ns)),
       lease_name_(std::move(lease_name)),
       stagger_(StaggerFor(config_.node_name, config_.stagger_window)),
-      informer_(api, k8s::kPods, GatedPodsInformer(), {}),
+      informer_(api, k8s::kPods, GatedPodsInformer(config_), {}),
       events_(api, EventOptions(config_)) {}
 
 DraFallback::~DraFallback() {

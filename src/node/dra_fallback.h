@@ -42,7 +42,8 @@
 //   tessera_node_dra_fallback_errors_total
 //   (*f)->Stop();
 //
-// Tests set period to 0 (no thread of rounds), drive RunRound() by hand and the time with a k8s::FakeClock.
+// Tests set period to 0 (no thread of rounds), drive RunRound() by hand and the time with a FakeClock
+// (common/clock.h).
 //
 // Thread-safety: every method is safe from any thread; rounds never overlap (RunRound holds a lock).
 #ifndef TESSERA_NODE_DRA_FALLBACK_H_
@@ -57,8 +58,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
-#include "k8s/clock.h"
 #include "k8s/event_recorder.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
@@ -81,7 +82,8 @@ struct DraFallbackConfig {
   // This node waits a further hash(node_name) mod stagger_window before acting on a pod.
   std::chrono::milliseconds stagger_window{10000};
   int max_writes_per_round = 50;
-  const k8s::Clock* clock = nullptr;  // null: the real clock
+  // Time (pods' waits, the Lease's age, events, the informer's backoff); never null (common/clock.h).
+  const Clock* clock = &RealClock();
 };
 
 // What the decision reads of a pod (pure; exposed for tests).
@@ -179,7 +181,7 @@ class DraFallback {
 
   const DraFallbackConfig config_;
   k8s::KubeApi& api_;
-  const k8s::Clock& clock_;
+  const Clock& clock_;
   const std::string lease_ns_, lease_name_;
   const std::chrono::milliseconds stagger_;
   k8s::Informer informer_;

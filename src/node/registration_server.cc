@@ -27,8 +27,9 @@ constexpr std::chrono::milliseconds kPollCap{1000};
 
 }  // namespace
 
-RegistrationServer::RegistrationServer(std::string socket_path, Handlers handlers, Limits limits)
-    : socket_path_(std::move(socket_path)), handlers_(std::move(handlers)), limits_(limits) {}
+RegistrationServer::RegistrationServer(std::string socket_path, Handlers handlers, Limits limits,
+                                       const Clock& clock)
+    : socket_path_(std::move(socket_path)), handlers_(std::move(handlers)), limits_(limits), clock_(clock) {}
 
 RegistrationServer::~RegistrationServer() {
   Stop();
@@ -151,7 +152,7 @@ void RegistrationServer::AcceptAll() {
     socklen_t len = sizeof(cred);
     Conn c;
     c.fd = fd;
-    c.opened = std::chrono::steady_clock::now();
+    c.opened = clock_.Steady();
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.pid = cred.pid;
     if (handlers_.peer && c.pid > 0) c.peer = handlers_.peer(c.pid);
     MutexLock lock(&mu_);
@@ -188,7 +189,7 @@ bool RegistrationServer::EvictPending() {
 }
 
 std::chrono::milliseconds RegistrationServer::ExpirePending() {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.Steady();
   std::vector<Conn*> expired;
   auto next = std::chrono::steady_clock::time_point::max();
   {

@@ -9,7 +9,8 @@
 // a tenant.
 //
 //   RegistrationServer server(path, {.hello = [&](int pid, const hook::Hello& h) -> absl::StatusOr<Accepted>
-//                                      { ... }, .gone = [&](int pid, const std::string& tenant) { ... }});
+//                                      { ... }, .gone = [&](int pid, const std::string& tenant) { ... }},
+//                             {}, RealClock());
 //   server.Start();
 //   server.PushReload("uid/main", 4);
 //
@@ -35,6 +36,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "hook/common/registration.h"
 
@@ -69,7 +71,8 @@ class RegistrationServer {
     std::function<std::string(int host_pid)> peer;
   };
 
-  RegistrationServer(std::string socket_path, Handlers handlers, Limits limits = {});
+  // `clock` times the HELLO timeouts (common/clock.h); it must outlive the server.
+  RegistrationServer(std::string socket_path, Handlers handlers, Limits limits, const Clock& clock);
   ~RegistrationServer();
   RegistrationServer(const RegistrationServer&) = delete;
   RegistrationServer& operator=(const RegistrationServer&) = delete;
@@ -112,6 +115,7 @@ class RegistrationServer {
   const std::string socket_path_;
   const Handlers handlers_;
   Limits limits_;
+  const Clock& clock_;
   int listen_fd_ = -1;
   int reserve_fd_ = -1;  // held so that a descriptor can be freed to shed connections when none is left
   int wake_fd_ = -1;

@@ -401,8 +401,7 @@ Response Admission::DoMutate(std::string_view body, Decision* decision) const {
     // dra.tessera.dev webhook then finds the gate there and adds nothing).
     if (dra_gate_ && dra_gate_(pod_copy)) {
       AppendGate(*review->object, &patch);
-      annotations[formats::kDraGatedAtAnnotation] =
-          formats::FormatHeartbeat(std::chrono::system_clock::now());
+      annotations[formats::kDraGatedAtAnnotation] = formats::FormatHeartbeat(options_.clock->Now());
     }
     gpu = false;  // kube-scheduler's own profile places it: no schedulerName set
   }
@@ -461,7 +460,7 @@ Response Admission::MutateDra(std::string_view body) const {
       json patch = json::array();
       AppendGate(pod, &patch);
       const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
-      const std::string at = formats::FormatHeartbeat(std::chrono::system_clock::now());
+      const std::string at = formats::FormatHeartbeat(options_.clock->Now());
       if (metadata.is_object() && metadata.contains("annotations") && metadata["annotations"].is_object()) {
         patch.push_back(
             {{"op", "add"},

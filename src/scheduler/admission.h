@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
 #include "core/request_parser.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
@@ -44,6 +45,8 @@ struct AdmissionOptions {
   // Set on GPU pods whose schedulerName is empty or "default-scheduler"; empty: leave schedulerName alone.
   std::string scheduler_name = "tessera-scheduler";
   core::ParseOptions parse;
+  // Time (the gated-at annotation /mutate-dra writes); never null (common/clock.h). Must outlive the webhook.
+  const Clock* clock = &RealClock();
 };
 
 class Admission {

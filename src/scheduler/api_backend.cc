@@ -10,14 +10,6 @@
 
 namespace tessera::scheduler {
 
-namespace {
-
-std::string Now() {
-  return formats::FormatHeartbeat(std::chrono::system_clock::now());
-}
-
-}  // namespace
-
 ApiBackend::ApiBackend(k8s::KubeApi& api, ClusterCache& cache, ApiBackendOptions options)
     : api_(api), cache_(cache), options_(std::move(options)), sync_(cache, options_.sync) {}
 
@@ -27,8 +19,10 @@ ApiBackend::~ApiBackend() {
 
 absl::Status ApiBackend::Start() {
   if (started_.exchange(true)) return absl::OkStatus();
+  k8s::InformerOptions informer_options;
+  informer_options.clock = options_.sync.clock;
   nodes_ = std::make_unique<k8s::Informer>(
-      api_, k8s::kNodes, k8s::InformerOptions{},
+      api_, k8s::kNodes, informer_options,
       k8s::InformerHandlers{.on_add = [this](const k8s::Json& n) { OnNode(n); },
                             .on_update = [this](const k8s::Json&, const k8s::Json& n) { OnNode(n); },
                             .on_delete =
@@ -39,7 +33,7 @@ absl::Status ApiBackend::Start() {
                                 },
                             .on_synced = nullptr});
   pods_ = std::make_unique<k8s::Informer>(
-      api_, k8s::kPods, k8s::InformerOptions{},
+      api_, k8s::kPods, informer_options,
       k8s::InformerHandlers{.on_add = [this](const k8s::Json& p) { OnPod(p); },
                             .on_update = [this](const k8s::Json&, const k8s::Json& p) { OnPod(p); },
                             .on_delete =
@@ -63,6 +57,7 @@ absl::Status ApiBackend::Start() {
     c.lease_namespace = options_.lease_namespace;
     c.lease_name = options_.lease_name;
     c.identity = options_.identity;
+    c.clock = options_.sync.clock;
     c.on_started_leading = [this] { log::Info("leading", {{"identity", options_.identity}}); };
     c.on_stopped_leading = [this] { log::Info("no longer leading", {{"identity", options_.identity}}); };
     absl::StatusOr<std::unique_ptr<k8s::LeaderElector>> elector =
@@ -100,7 +95,7 @@ bool ApiBackend::Ready() const {
 }
 
 void ApiBackend::Housekeeping() {
-  sync_.CheckHeartbeats(std::chrono::system_clock::now());
+  sync_.CheckHeartbeats(options_.sync.clock->Now());
   for (const Problem& p : sync_.TakeProblems()) {
     k8s::EventSpec e;
     e.involved_object.kind = p.kind;
@@ -127,9 +122,10 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
   k8s::BindOptions options;
   options.pod_uid = pod.uid;
   if (!placement.containers.empty()) {
-    options.annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
-                           {formats::kAnnotationAssignedAt, Now()},
-                           {formats::kAnnotationPhase, formats::kPhaseBound}};
+    options.annotations = {
+        {formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
+        {formats::kAnnotationAssignedAt, formats::FormatHeartbeat(options_.sync.clock->Now())},
+        {formats::kAnnotationPhase, formats::kPhaseBound}};
   }
   absl::Status st = api_.Bind(pod.ns, pod.name, pod.node, options);
   const bool conflict = absl::IsAlreadyExists(st) || absl::IsFailedPrecondition(st) || k8s::IsConflict(st);

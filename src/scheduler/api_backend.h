@@ -33,6 +33,8 @@
 namespace tessera::scheduler {
 
 struct ApiBackendOptions {
+  // sync.clock is the backend's clock: the informers' backoff, the leader election, heartbeats' age and the
+  // time written on a bind read it.
   SyncOptions sync;
   std::chrono::seconds sync_timeout{60};
   // Leader election: off when lease_name is empty.

@@ -89,7 +89,7 @@ void ApiSync::OnNode(const json& node) {
                      "; tessera-node writes it, check that the agent on this node is a matching version")});
     }
   }
-  const auto now = options_.clock != nullptr ? options_.clock->Now() : std::chrono::system_clock::now();
+  const auto now = options_.clock->Now();
   r.stale = !Schedulable(r, now) && !r.cordoned;
   const bool schedulable = Schedulable(r, now);
   if (inventory_text != r.inventory) {

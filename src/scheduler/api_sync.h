@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/clock.h"
 #include "common/mutex.h"
-#include "k8s/clock.h"
 #include "nlohmann/json_fwd.hpp"
 #include "scheduler/cluster_cache.h"
 
@@ -36,8 +36,8 @@ namespace tessera::scheduler {
 struct SyncOptions {
   // A node whose agent has not refreshed tessera.dev/heartbeat for this long gets no new pods.
   std::chrono::seconds heartbeat_timeout{60};
-  // Wall time (heartbeats' age) through the clock seam; null: the real clock. Must outlive the sync.
-  const k8s::Clock* clock = nullptr;
+  // Wall time (heartbeats' age) through the clock seam; never null (common/clock.h). Must outlive the sync.
+  const Clock* clock = &RealClock();
 };
 
 // Something wrong with an object, to be reported on it (as an Event).

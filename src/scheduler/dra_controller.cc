@@ -84,10 +84,6 @@ DraController::~DraController() {
   Stop();
 }
 
-const k8s::Clock& DraController::clock() const {
-  return options_.clock != nullptr ? *options_.clock : k8s::RealClock();
-}
-
 void DraController::Start() {
   // Any change of slices or classes may make room; of claims, a deletion or an allocation that went away.
   auto wake = k8s::InformerHandlers{.on_add = [this](const Json&) { Wake(true); },
@@ -104,13 +100,14 @@ void DraController::Start() {
           },
       .on_delete = [this](const Json&, bool) { Wake(true); },
       .on_synced = nullptr};
-  k8s::InformerOptions tessera_slices;
+  k8s::InformerOptions every;
+  every.clock = options_.clock;
+  k8s::InformerOptions tessera_slices = every;
   tessera_slices.field_selector = StrCat("spec.driver=", formats::kDraDriver);
   slices_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceSlices, tessera_slices, wake);
-  classes_ = std::make_unique<k8s::Informer>(api_, kDeviceClasses, k8s::InformerOptions{}, wake);
-  claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, k8s::InformerOptions{}, claim_wake);
-  templates_ =
-      std::make_unique<k8s::Informer>(api_, kClaimTemplates, k8s::InformerOptions{}, k8s::InformerHandlers{});
+  classes_ = std::make_unique<k8s::Informer>(api_, kDeviceClasses, every, wake);
+  claims_ = std::make_unique<k8s::Informer>(api_, k8s::kResourceClaims, every, claim_wake);
+  templates_ = std::make_unique<k8s::Informer>(api_, kClaimTemplates, every, k8s::InformerHandlers{});
   for (k8s::Informer* i : {slices_.get(), classes_.get(), claims_.get(), templates_.get()}) i->Start();
   thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
 }
@@ -387,7 +384,7 @@ void DraController::Round() {
   for (const auto& c : classes_->Items())
     classes[Str(Field(*c, "metadata"), "name")] = dra::ParseDeviceClass(*c);
   // The claims allocated, with this controller's own writes until the informer shows them.
-  const auto now = clock().Steady();
+  const auto now = options_.clock->Steady();
   std::vector<Json> allocated;
   std::set<std::string> seen;
   for (const auto& c : claims_->Items()) {
@@ -602,7 +599,7 @@ void DraController::Round() {
         // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in
         // reservedFor adds the stamp to the stored allocation, which the API refuses ("field cannot be
         // modified once set"), on every retry (docs/dra.md).
-        updated["status"]["allocation"]["allocationTimestamp"] = k8s::FormatTime(clock().Now());
+        updated["status"]["allocation"]["allocationTimestamp"] = k8s::FormatTime(options_.clock->Now());
       }
       Json& reserved = updated["status"]["reservedFor"];
       if (!reserved.is_array()) reserved = Json::array();
@@ -620,7 +617,7 @@ void DraController::Round() {
         }
         break;
       }
-      written_[Str(Field(claim, "metadata"), "uid")] = {*st, clock().Steady()};
+      written_[Str(Field(claim, "metadata"), "uid")] = {*st, options_.clock->Steady()};
     }
     if (!ok) continue;  // decided again from fresh state; what was written is counted meanwhile
     told_.erase(pod_uid);

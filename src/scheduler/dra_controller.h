@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/clock.h"
 #include "common/mutex.h"
-#include "k8s/clock.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
 #include "scheduler/dra_allocator.h"
@@ -51,8 +51,9 @@ struct DraControllerOptions {
   // How long kube-scheduler may refuse to bind a pod whose claims Tessera placed (PodScheduled False,
   // Unschedulable) before they are deallocated and placed again; 0: never. A node gone or full: at once.
   std::chrono::seconds rebind_after{30};
-  // Time (k8s/clock.h); null: the real clock. Must outlive the controller.
-  const k8s::Clock* clock = nullptr;
+  // Time (allocationTimestamp, how long a claim written is counted before the informer shows it, how long a
+  // pod has been refused, the informers' backoff); never null (common/clock.h). Must outlive the controller.
+  const Clock* clock = &RealClock();
 };
 
 struct DraCounters {
@@ -96,7 +97,6 @@ class DraController {
   // UID, into `fresh`. False when a write failed.
   bool Release(const k8s::Json& pod, const std::vector<k8s::Json>& claims, const std::vector<size_t>& which,
                const std::string& node, const std::string& reason, std::map<std::string, k8s::Json>& fresh);
-  const k8s::Clock& clock() const;
   std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
   void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
   void Event(const k8s::Json& pod, const std::string& type, const std::string& reason,

@@ -32,10 +32,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/request.h"
 #include "core/request_parser.h"
-#include "k8s/clock.h"
 #include "k8s/kube_api.h"
 #include "nlohmann/json.hpp"
 
@@ -73,7 +73,7 @@ bool ShouldConvert(ExtendedToDra mode, const DraOffer& offer);
 class DraOfferTracker {
  public:
   using Slices = std::function<std::vector<std::shared_ptr<const nlohmann::json>>()>;
-  explicit DraOfferTracker(Slices slices, const k8s::Clock& clock = k8s::RealClock())
+  explicit DraOfferTracker(Slices slices, const Clock& clock = RealClock())
       : slices_(std::move(slices)), clock_(clock) {}
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
@@ -81,7 +81,7 @@ class DraOfferTracker {
 
  private:
   const Slices slices_;
-  const k8s::Clock& clock_;
+  const Clock& clock_;
   mutable Mutex mu_;
   std::set<std::string> device_plugin_nodes_ ABSL_GUARDED_BY(mu_);
   mutable std::optional<std::pair<std::chrono::steady_clock::time_point, DraOffer>> from_slices_

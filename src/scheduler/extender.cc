@@ -589,7 +589,7 @@ void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<c
                    : StrCat(verdicts.fits.size(), " of ", nodes_asked,
                             " nodes have room; waiting for kube-scheduler to choose one and bind it");
   }
-  p.last_filtered = Clock().Now();
+  p.last_filtered = options_.clock->Now();
   MutexLock lock(&mu_);
   if (auto it = pending_index_.find(uid); it != pending_index_.end()) {
     p.filtered = it->second->filtered;
@@ -605,10 +605,6 @@ void Extender::NotePending(const formats::PodObject& pod, const absl::StatusOr<c
   }
 }
 
-const k8s::Clock& Extender::Clock() const {
-  return options_.clock != nullptr ? *options_.clock : k8s::RealClock();
-}
-
 void Extender::ForgetPending(const std::string& uid) {
   MutexLock lock(&mu_);
   auto it = pending_index_.find(uid);
@@ -618,7 +614,7 @@ void Extender::ForgetPending(const std::string& uid) {
 }
 
 std::vector<PendingPod> Extender::Pending() const {
-  const auto oldest = Clock().Now() - options_.pending_ttl;
+  const auto oldest = options_.clock->Now() - options_.pending_ttl;
   std::vector<PendingPod> out;
   MutexLock lock(&mu_);
   for (const PendingPod& p : pending_) {

@@ -23,10 +23,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/request.h"
 #include "formats/pod_object.h"
-#include "k8s/clock.h"
 #include "scheduler/cluster_cache.h"
 
 namespace tessera::scheduler {
@@ -99,8 +99,8 @@ struct ExtenderOptions {
   // for it.
   size_t pending_pods = 0;
   std::chrono::seconds pending_ttl{600};
-  // Time of the pending pods' filters (k8s/clock.h); null: the real clock. Must outlive the extender.
-  const k8s::Clock* clock = nullptr;
+  // Time of the pending pods' filters; never null (common/clock.h). Must outlive the extender.
+  const Clock* clock = &RealClock();
   // ... and at most this many bytes of them (a pod's annotations can make its request large: an 8 MB model
   // list). A pod larger than the whole budget is not remembered; its bind reads it from the API.
   size_t remembered_bytes = size_t{64} << 20;
@@ -131,6 +131,8 @@ class Extender {
   // Pending GPU pods, most recently filtered first (PendingPod); none older than
   // ExtenderOptions::pending_ttl.
   std::vector<PendingPod> Pending() const;
+  // The clock the pending pods' times are read on (options.clock).
+  const Clock& clock() const { return *options_.clock; }
 
   // Bytes the remembered pods take (ApproxBytes), for tests and metrics.
   size_t remembered_bytes() const;
@@ -155,8 +157,6 @@ class Extender {
   void NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
                    size_t nodes_asked, const FilterVerdicts& verdicts);
   void ForgetPending(const std::string& uid);
-  // options_.clock, or the real clock.
-  const k8s::Clock& Clock() const;
 
   ClusterCache& cache_;
   Binder& binder_;

@@ -283,7 +283,7 @@ std::string PageServer::DataJson() const {
   // Pending first: a pod bound between the two reads is then in the snapshot and left out of the list.
   std::vector<PendingPod> pending = extender_.Pending();
   PageView view = cache_.PageSnapshot();
-  return PageDataJson(view, pending, std::chrono::system_clock::now());
+  return PageDataJson(view, pending, extender_.clock().Now());
 }
 
 absl::Status PageServer::Listen(std::string_view listen) {

@@ -1,11 +1,25 @@
 #include "scheduler/standalone.h"
 
+#include "common/files.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
 #include "formats/bounded_json.h"
+#include "formats/cluster_file.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
+
+absl::Status LoadClusterFile(ClusterCache& cache, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<formats::ClusterFile> file = formats::ParseClusterFile(*text, path);
+  if (!file.ok()) return file.status();
+  for (core::NodeInfo& node : file->nodes) {
+    if (absl::Status st = cache.UpsertNode(std::move(node)); !st.ok()) return st;
+  }
+  for (const formats::QuotaEntry& q : file->quotas) cache.SetQuota(q.ns, q.model, q.limit);
+  return absl::OkStatus();
+}
 
 absl::Status StandaloneBinder::Bind(const BindTarget& pod, const core::Placement& placement) {
   MutexLock lock(&mu_);

@@ -2,6 +2,7 @@
 // Binds are recorded in memory; pods leave through POST /standalone/release. For demos, for trying policies
 // with a real kube-scheduler-shaped client, and for tests.
 //
+//   absl::Status loaded = LoadClusterFile(cache, "examples/cluster-small.yaml");
 //   StandaloneBinder binder;
 //   Extender extender(cache, binder, nullptr);
 //
@@ -31,6 +32,10 @@ class StandaloneBinder : public Binder {
   mutable Mutex mu_;
   std::map<std::string, std::string> assignments_ ABSL_GUARDED_BY(mu_);
 };
+
+// --cluster-file: the nodes and quotas of a cluster file (YAML or JSON, docs/file-formats.md) into the cache.
+// Errors name the file and what is wrong in it.
+absl::Status LoadClusterFile(ClusterCache& cache, const std::string& path);
 
 // POST /standalone/release {"PodUID": "...", "PodNamespace": "...", "PodName": "..."}: the pod is gone.
 Response ReleaseStandalone(ClusterCache& cache, StandaloneBinder& binder, std::string_view body);

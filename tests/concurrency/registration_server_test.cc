@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "core/strings.h"
 #include "hook/common/registration.h"
 #include "temp_dir.h"
@@ -41,9 +43,8 @@ TEST(RegistrationServerTest, ConcurrentRegistrationsReloadsAndIdleConnections) {
                             {[](int, const hook::Hello&) -> absl::StatusOr<RegistrationServer::Accepted> {
                                return RegistrationServer::Accepted{"uid/main", 1};
                              },
-                             [&](int, const std::string&) { ++gone; },
-                             [](int pid) { return StrCat(pid); }},
-                            limits);
+                             [&](int, const std::string&) { ++gone; }, [](int pid) { return StrCat(pid); }},
+                            limits, RealClock());
   ASSERT_TRUE(server.Start().ok());
   std::atomic<bool> done{false};
   std::thread reader([&] {
@@ -87,6 +88,42 @@ TEST(RegistrationServerTest, ConcurrentRegistrationsReloadsAndIdleConnections) {
   }
   EXPECT_EQ(server.connection_count(), 0u);
   EXPECT_EQ(gone.load(), registered.load());
+  server.Stop();
+}
+
+// The HELLO timeout is measured on the server's clock (common/clock.h): on a FakeClock a silent connection
+// stays however long the test takes, and goes once the clock passes hello_timeout.
+TEST(RegistrationServerTest, TheHelloTimeoutRunsOnTheServersClock) {
+  tessera::testing::TempDir dir;
+  FakeClock clock;
+  RegistrationLimits limits;
+  limits.hello_timeout = std::chrono::seconds(5);
+  RegistrationServer server(dir.path() + "/agent.sock",
+                            {[](int, const hook::Hello&) -> absl::StatusOr<RegistrationServer::Accepted> {
+                               return RegistrationServer::Accepted{"uid/main", 1};
+                             },
+                             [](int, const std::string&) {}, nullptr},
+                            limits, clock);
+  ASSERT_TRUE(server.Start().ok());
+  const int fd = Connect(server.socket_path());
+  ASSERT_GE(fd, 0);
+  auto wait_for = [](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] { return server.connection_count() == 1; }));
+  // Real time passes (more than one turn of the server's loop, which wakes at least every second); the
+  // fake clock does not, so nothing times out, however slow the machine.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(server.stats().timed_out, 0u);
+  EXPECT_EQ(server.connection_count(), 1u);
+  clock.Advance(std::chrono::seconds(6));
+  EXPECT_TRUE(wait_for([&] { return server.stats().timed_out == 1; }));
+  EXPECT_TRUE(wait_for([&] { return server.connection_count() == 0; }));
+  close(fd);
   server.Stop();
 }
 

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "core/strings.h"
+#include "fake_kubelet.h"
 #include "kubelet/device_ids.h"
-#include "kubelet/fake_kubelet.h"
 #include "kubelet/preferred_allocation.h"
 #include "temp_dir.h"
 

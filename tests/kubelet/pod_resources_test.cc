@@ -1,11 +1,10 @@
 // The pod-resources client against the fake kubelet's PodResourcesLister, over a real unix socket.
-#include "kubelet/pod_resources_client.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/strings.h"
-#include "kubelet/fake_kubelet.h"
+#include "fake_kubelet.h"
+#include "kubelet/pod_resources_client.h"
 #include "temp_dir.h"
 
 namespace tessera::kubelet {

@@ -1,8 +1,8 @@
 // metrics_demo_kubelet: the kubelet's side of a tessera-node run on this machine, for tests/metrics/scrape.py
-// (the promtool check and the dashboard's picture). The fake kubelet (src/kubelet/fake_kubelet.h) serves the
-// registration and pod-resources sockets over real gRPC; once tessera-node's device plugin registers, this
-// calls its Allocate for each container named, as the kubelet does when the container starts, tells
-// pod-resources who holds which devices, and then stays up until its standard input closes.
+// (the promtool check and the dashboard's picture). The fake kubelet (tools/fake-kubelet/fake_kubelet.h)
+// serves the registration and pod-resources sockets over real gRPC; once tessera-node's device plugin
+// registers, this calls its Allocate for each container named, as the kubelet does when the container starts,
+// tells pod-resources who holds which devices, and then stays up until its standard input closes.
 //
 //   metrics_demo_kubelet PLUGIN_DIR POD_RESOURCES_SOCKET NS/POD/CONTAINER=DEVICE[,DEVICE...] ...
 //
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "fake_kubelet.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
 
 namespace {
 

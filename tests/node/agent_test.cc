@@ -29,16 +29,16 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/files.h"
 #include "core/strings.h"
+#include "fake_kubelet.h"
 #include "formats/assignment.h"
 #include "hook/common/limits.h"
 #include "hook/common/region.h"
 #include "hook/common/region_snapshot.h"
 #include "hook/common/registration.h"
-#include "k8s/clock.h"
 #include "kubelet/device_plugin.h"
-#include "kubelet/fake_kubelet.h"
 #include "node/cgroup.h"
 #include "temp_dir.h"
 

@@ -1,6 +1,6 @@
 // The DRA placement fallback (src/node/dra_fallback.h): what it reads of a gated pod and of
 // tessera-scheduler's Lease (pure), and whole rounds against the fake API server (tools/fake-apiserver) with
-// the time driven by a k8s::FakeClock, never by sleeping. The marks are src/formats/dra_placement.h's; the
+// the time driven by a FakeClock, never by sleeping. The marks are src/formats/dra_placement.h's; the
 // Lease's fields are coordination.k8s.io/v1's (k8s.io/api coordination/v1/types.go: renewTime is a MicroTime,
 // leaseDurationSeconds an int32); spec.schedulingGates is core/v1's list of {name}.
 #include "node/dra_fallback.h"
@@ -246,7 +246,7 @@ class DraFallbackTest : public ::testing::Test {
     return out;
   }
 
-  k8s::FakeClock clock_;
+  FakeClock clock_;
   FakeCluster c_;
   std::unique_ptr<DraFallback> fallback_;
 };

@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/clock.h"
 #include "core/request_parser.h"
+#include "formats/dra_placement.h"
 #include "formats/pod_object.h"
 #include "nlohmann/json.hpp"
 
@@ -736,6 +738,33 @@ TEST(AdmissionDraTest, HostileRequestsAreRefusedBeforeAnythingIsMade) {
   stated.After(Defaulted(
       PodWith({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "25"}, {"nvidia.com/gpumem", "8192"}})));
   EXPECT_EQ(stated.made.size(), 1u);
+}
+
+TEST(AdmissionTest, MutateDraStampsTheGateWithItsClock) {
+  // The gated-at annotation is the time tessera-node's fallback measures a pod's wait from (docs/dra.md), so
+  // the webhook reads it from its clock. The expected text is FakeClock's start, 2024-01-01T00:00:00Z, as
+  // formats::FormatHeartbeat writes RFC 3339 (milliseconds, UTC; src/formats/dra_placement.h).
+  FakeClock clock;
+  AdmissionOptions options;
+  options.clock = &clock;
+  Admission admission(options);
+  admission.SetDraGate([](const json&) { return true; });
+  const json pod = {{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"metadata", {{"name", "p"}, {"namespace", "default"}}},
+                    {"spec", {{"containers", {{{"name", "main"}, {"image", "x"}}}}}}};
+  auto gated_at = [&] {
+    const Response r = admission.MutateDra(Review(pod));
+    EXPECT_EQ(r.status, 200);
+    const json out = json::parse(r.body);
+    EXPECT_TRUE(out["response"]["allowed"]);
+    const json patched = Apply(pod, json::parse(Decode64(out["response"]["patch"])));
+    EXPECT_EQ(patched["metadata"]["labels"][formats::kDraPlacementLabel], formats::kDraGated);
+    return patched["metadata"]["annotations"][formats::kDraGatedAtAnnotation].get<std::string>();
+  };
+  EXPECT_EQ(gated_at(), "2024-01-01T00:00:00.000Z");
+  clock.Advance(std::chrono::milliseconds(90'500));
+  EXPECT_EQ(gated_at(), "2024-01-01T00:01:30.500Z");
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 
 #include <thread>
 
+#include "common/clock.h"
 #include "formats/assignment.h"
 #include "formats/cluster_file.h"
-#include "k8s/clock.h"
 #include "scheduler/quota_file.h"
 #include "temp_dir.h"
 #include "test_util.h"
@@ -149,7 +149,7 @@ TEST(ClusterCacheTest, ReservationsHoldUntilConfirmedOrReleased) {
   cache.Unreserve(b.uid);  // confirmed: not a reservation any more
   EXPECT_EQ(cache.pod_count(), 1);
   // A reservation whose bind never finishes expires (time through the clock seam, no sleeping).
-  k8s::FakeClock clock;
+  FakeClock clock;
   CacheOptions o = Options();
   o.clock = &clock;
   ClusterCache other(o);

@@ -1,6 +1,6 @@
 // The DRA controller (src/scheduler/dra_controller.h) against the fake API server (tools/fake-apiserver, real
 // HTTP): a gated pod placed (claim allocated and reserved, gate lifted), and a placed pod that kube-scheduler
-// refuses to bind released and placed again on another node, with the time driven by a k8s::FakeClock. There
+// refuses to bind released and placed again on another node, with the time driven by a FakeClock. There
 // is no kube-scheduler here: the test writes the PodScheduled condition as kube-scheduler v1.37 writes it for
 // a pod no node takes (False, Unschedulable, its message), and feeds the pods and nodes to the controller as
 // tessera-scheduler's informers do (OnPod, OnNode). The slices are what tessera-node publishes
@@ -208,7 +208,7 @@ class DraControllerTest : public ::testing::Test {
 
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<k8s::KubeApi> api_;
-  k8s::FakeClock clock_;
+  FakeClock clock_;
   std::unique_ptr<DraController> dra_;
 };
 

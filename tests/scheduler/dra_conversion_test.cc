@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "k8s/clock.h"
+#include "common/clock.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::scheduler {
@@ -64,7 +64,7 @@ TEST(DraConversionTest, ModeFlag) {
 }
 
 TEST(DraConversionTest, TrackerFollowsNodesAndRereadsSlicesAtMostOnceASecond) {
-  k8s::FakeClock clock;
+  FakeClock clock;
   int reads = 0;
   std::vector<std::shared_ptr<const json>> slices;
   DraOfferTracker tracker(

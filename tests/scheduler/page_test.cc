@@ -5,8 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/clock.h"
 #include "httplib.h"
-#include "k8s/clock.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/standalone.h"
 #include "test_util.h"
@@ -40,7 +40,7 @@ class PageTest : public ::testing::Test {
     o.warm_shapes = 0;
     return o;
   }
-  static ExtenderOptions ExtenderOpts(const k8s::Clock* clock) {
+  static ExtenderOptions ExtenderOpts(const Clock* clock) {
     ExtenderOptions o;
     o.clock = clock;
     o.pending_pods = 3;
@@ -76,7 +76,7 @@ class PageTest : public ::testing::Test {
     return none;
   }
 
-  k8s::FakeClock clock_;
+  FakeClock clock_;
   ClusterCache cache_;
   StandaloneBinder binder_;
   Extender extender_;

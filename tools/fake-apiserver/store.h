@@ -17,6 +17,9 @@
 // has its own lock; resourceVersions come from one atomic counter, taken under the resource's lock, so every
 // resource's history is in resourceVersion order.
 //
+// One file per job: store.cc (the resources), store_writes.cc (writes and their rules), store_list_watch.cc
+// (lists and watches), store_faults.cc (fault injection); store_internal.h is what they share.
+//
 // Thread-safety: every method is safe from any thread. A WatchCursor is used by one thread at a time.
 #ifndef TESSERA_TOOLS_FAKE_APISERVER_STORE_H_
 #define TESSERA_TOOLS_FAKE_APISERVER_STORE_H_

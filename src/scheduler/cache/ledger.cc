@@ -20,7 +20,7 @@ CacheLedger::CacheLedger(const CacheOptions& options) : options_(options) {
 }
 
 std::chrono::steady_clock::time_point CacheLedger::SteadyNow() const {
-  return options_.clock != nullptr ? options_.clock->Steady() : std::chrono::steady_clock::now();
+  return options_.clock->Steady();
 }
 
 void CacheLedger::RebuildPolicyLocked() {

@@ -25,13 +25,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/cluster.h"
 #include "core/placement/evaluation_cache.h"
 #include "core/placement/placer.h"
 #include "core/random.h"
 #include "core/request_parser.h"
-#include "k8s/clock.h"
 
 namespace tessera::scheduler {
 
@@ -52,8 +52,8 @@ struct CacheOptions {
   // pod that triggered the change pays. The answers are the ones a request would compute (deterministic
   // policies only; it draws from its own Rng). 0: no thread, no warming.
   size_t warm_shapes = 16;
-  // Time (reservations' age) through the clock seam; null: the real clock. Must outlive the cache.
-  const k8s::Clock* clock = nullptr;
+  // Time (reservations' age) through the clock seam; never null (common/clock.h). Must outlive the cache.
+  const Clock* clock = &RealClock();
 };
 
 // What the cache holds for one pod.

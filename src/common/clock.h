@@ -1,20 +1,34 @@
-// The clock seam: wall time and monotonic time through one interface. Leader election, token reloading, the
-// scheduler's cluster cache and the node agent read time through it, so tests drive time by
-// hand instead of sleeping.
+// The clock seam: wall time and monotonic time through one interface (envoy's TimeSource is the model). Every
+// timer, timeout, expiry and period of the daemons reads time through a Clock: the node agent (heartbeats,
+// reconcile periods, records' ages), its registration server (HELLO timeouts), the GPU health checks' period,
+// leader election, events' deduplication, informers' backoff, the scheduler's API sync (heartbeats' age,
+// the node's heartbeat written), its cluster cache (reservations' age), its extender and operators' page
+// (pending pods' ages), DRA placement (the webhook's gated-at stamp, the controller's allocationTimestamp and
+// the age of its own writes) and the node's DRA fallback (pods' waits, the Lease's age). Tests give them a
+// FakeClock and drive time by hand instead of sleeping:
 //
 //   FakeClock clock;                                   // starts at 2024-01-01T00:00:00Z
 //   LeaderElectionConfig config; config.clock = &clock;
 //   clock.Advance(std::chrono::seconds(20));           // the lease has now expired for every elector
 //
+// A part's clock is never null: options that hold one start with &RealClock(), and the parts read it without
+// a fallback. Read directly, and on purpose:
+//   - deadlines handed to the OS or to gRPC (poll and condition-variable waits, ClientContext::set_deadline):
+//     they are real waits on real peers, which a fake time would cut short or stretch without end;
+//   - measurements of how long something took (latency metrics, the simulator's and benchmarks' timings) and
+//     the seed of a random tie-breaker: they describe the machine, not the program's logic;
+//   - the test doubles under tools/ (the fake API server, the fake kubelet), which serve real clients in real
+//     time.
+//
 // Thread-safety: RealClock() and FakeClock are safe to use from any thread.
-#ifndef TESSERA_K8S_CLOCK_H_
-#define TESSERA_K8S_CLOCK_H_
+#ifndef TESSERA_COMMON_CLOCK_H_
+#define TESSERA_COMMON_CLOCK_H_
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 
-namespace tessera::k8s {
+namespace tessera {
 
 class Clock {
  public:
@@ -63,6 +77,6 @@ class FakeClock final : public Clock {
   std::atomic<int64_t> steady_{int64_t{1} << 40};
 };
 
-}  // namespace tessera::k8s
+}  // namespace tessera
 
-#endif  // TESSERA_K8S_CLOCK_H_
+#endif  // TESSERA_COMMON_CLOCK_H_

@@ -1,6 +1,6 @@
-#include "k8s/clock.h"
+#include "common/clock.h"
 
-namespace tessera::k8s {
+namespace tessera {
 
 namespace {
 
@@ -17,4 +17,4 @@ const Clock& RealClock() {
   return clock;
 }
 
-}  // namespace tessera::k8s
+}  // namespace tessera
