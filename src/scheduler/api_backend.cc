@@ -42,16 +42,27 @@ absl::Status ApiBackend::Start() {
                                   if (dra_ != nullptr) dra_->OnPodDeleted(p);
                                 },
                             .on_synced = nullptr});
-  // Nodes first, so that the pods find their nodes (pods of unknown nodes wait for them anyway).
-  nodes_->Start();
-  pods_->Start();
+  // Nodes first, listed whole before the pods, so that the pods find their nodes. Listed side by side, the
+  // pods' list could end first (a failed or slow page of nodes): every bound pod was then reported as
+  // assigned to a node the scheduler does not know ("delete the pod to reschedule it", as an Event) and kept
+  // aside, though its node came a moment later (pods of unknown nodes still wait for them).
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.sync_timeout);
-  if (!nodes_->WaitForSync(timeout) || !pods_->WaitForSync(timeout)) {
-    absl::Status why = nodes_->HasSynced() ? pods_->last_error() : nodes_->last_error();
-    return absl::UnavailableError(StrCat("could not list nodes and pods within ",
-                                         options_.sync_timeout.count(), " s (", Message(why),
+  const auto unsynced = [&](const k8s::Informer& informer, const char* what) {
+    const absl::Status why = informer.last_error();
+    if (why.ok()) {
+      return absl::UnavailableError(StrCat("the list of ", what, " did not end within ",
+                                           options_.sync_timeout.count(),
+                                           " s, though no request failed: a large cluster or a busy machine "
+                                           "needs a longer wait (tessera-scheduler --sync-timeout)"));
+    }
+    return absl::UnavailableError(StrCat("could not list ", what, " within ", options_.sync_timeout.count(),
+                                         " s (", Message(why),
                                          "); check the API server address, credentials and RBAC"));
-  }
+  };
+  nodes_->Start();
+  if (!nodes_->WaitForSync(timeout)) return unsynced(*nodes_, "nodes");
+  pods_->Start();
+  if (!pods_->WaitForSync(timeout)) return unsynced(*pods_, "pods");
   if (!options_.lease_name.empty()) {
     k8s::LeaderElectionConfig c;
     c.lease_namespace = options_.lease_namespace;

@@ -128,16 +128,14 @@ absl::Status ClusterCache::UpsertNode(core::NodeInfo info) {
       const PodUid uid = e.request.uid;
       if (!ledger_.RecordLocked(e.request, e.placement).ok()) ledger_.orphans[uid.value()] = std::move(e);
     }
+    // Pods that waited for a GPU the node did not have.
+    ledger_.AdoptOrphansLocked(info.name);
     return absl::OkStatus();
   }
+  const NodeName name = info.name;
   if (absl::Status st = ledger_.cluster.AddNode(std::move(info)); !st.ok()) return st;
-  // Pods that waited for this node (their node was removed and has come back).
-  std::vector<std::string> adopt;
-  for (const auto& [uid, entry] : ledger_.orphans) adopt.push_back(uid);
-  for (const std::string& uid : adopt) {
-    PodEntry e = ledger_.orphans[uid];
-    if (ledger_.RecordLocked(e.request, e.placement).ok()) ledger_.orphans.erase(uid);
-  }
+  // Pods that waited for this node (seen before it, or their node was removed and has come back).
+  ledger_.AdoptOrphansLocked(name);
   return absl::OkStatus();
 }
 

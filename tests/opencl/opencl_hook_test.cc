@@ -282,6 +282,25 @@ TEST_F(OpenClHookTest, ADeviceWithoutAUuidIsTheGpuTheAgentsLineNamesAtItsPlace) 
 
 // --- Compute shares (the seed's Figure 2) -----------------------------------------------------------------
 
+// The mean share of the windows that start in [from_ms, to_ms).
+double MeanShare(const Report& r, double from_ms, double to_ms) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& [ms, share] : r.Windows()) {
+    if (ms >= from_ms && ms < to_ms) {
+      sum += share;
+      ++n;
+    }
+  }
+  return n == 0 ? std::nan("") : sum / n;
+}
+
+double NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
 struct TenantSpec {
   int cores;
   std::string region;
@@ -317,25 +336,53 @@ void ExpectShares(const std::vector<Report>& reports, const std::vector<int>& co
   }
 }
 
+// The tenant under the library (exclusive: 100) and the same program without it, side by side on the one CPU
+// device over the same 3 s: the mean share of each over the windows both ran whole.
+struct SideBySide {
+  double hooked = 0;
+  double plain = 0;
+};
+
+SideBySide ExclusiveBesidePlain(const std::string& region) {
+  const std::vector<std::string> args{
+      "spin", "60", "--cpu", SharedCpu(), "--kernel-ms", "5", "--until-stdin-closes"};
+  Tenant plain;
+  Tenant hooked;
+  EXPECT_TRUE(plain.Start(args, {}, false));
+  EXPECT_TRUE(hooked.Start(args, {{"TESSERA_GPU_CORES", "100"}, {"TESSERA_REGION", region}}));
+  // Both calibrated and launching: the windows from here on are the ones compared.
+  EXPECT_NE(plain.ReadLineStartingWith("iters="), "");
+  EXPECT_NE(hooked.ReadLineStartingWith("iters="), "");
+  const double from = NowMs() + 250;
+  usleep(3250000);
+  const double to = NowMs() - 250;  // windows that start before this one ended before both stop
+  const Report rp = plain.Wait();   // closes stdin: it stops
+  const Report rh = hooked.Wait();
+  EXPECT_EQ(rp.exit_code, 0) << rp.output;
+  EXPECT_EQ(rh.exit_code, 0) << rh.output;
+  return {MeanShare(rh, from, to), MeanShare(rp, from, to)};
+}
+
 TEST_F(OpenClHookTest, OneTenantWithTheWholeDevice) {
-  // Exclusive mode is not paced: the tenant gets what the device gives any program. On a loaded machine that
-  // is less than 100% (PoCL's worker thread is descheduled between kernels), so the target is the share the
-  // same program reaches without the library, measured just before (at most 1.0).
-  std::vector<Report> plain;
-  {
-    Tenant t;
-    ASSERT_TRUE(t.Start({"spin", "2", "--cpu", SharedCpu(), "--kernel-ms", "5"}, {}, false));
-    plain.push_back(t.Wait());
+  // Exclusive mode is not paced: the tenant gets what the device gives any program. What the device gives
+  // depends on the machine (on a loaded one PoCL's threads wait for a CPU between kernels), so the target is
+  // what the same program without the library gets beside it, on the same device in the same windows.
+  // Measured one after the other instead, the baseline's 0.944 met the tenant's 0.786 at load 5-12 (the
+  // machine was busier for the second), and at load 20-30 the time waited for a CPU (summed over PoCL's
+  // threads) read 1.0 and took the bound to nothing. Side by side at load 20-30 on 2 cores: 0.86 beside 0.88,
+  // 0.88 beside 0.89, 0.86 beside 0.85; the library pacing the tenant at 80 instead read 0.79 beside 0.94, at
+  // 60 0.52 beside 0.95 (deliberate breaks). A window in which even the program without the library did not
+  // get the whole device (below 0.9) is run again, up to five times; a window the machine gave whole decides
+  // at once.
+  constexpr double kWholeDevice = 0.9;
+  SideBySide s;
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    s = ExclusiveBesidePlain(dir_.File("a" + std::to_string(attempt)));
+    std::printf("attempt %d: exclusive tenant %.4f, same program without the library beside it %.4f\n",
+                attempt, s.hooked, s.plain);
+    if (s.hooked >= s.plain - kTolerance || s.plain >= kWholeDevice) break;
   }
-  ASSERT_EQ(plain[0].exit_code, 0) << plain[0].output;
-  const double baseline = std::min(1.0, plain[0].Number("share"));
-  std::vector<Report> r = RunConcurrently({{100, dir_.File("a")}}, "2");
-  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
-  // The machine may be busier now than during the baseline: what the tenant waited for a CPU comes off.
-  const double starved = r[0].Number("starved");
-  std::printf("exclusive tenant: %.4f (waited for a CPU %.4f), same program without the library: %.4f\n",
-              r[0].Number("share"), starved, baseline);
-  EXPECT_GE(r[0].Number("share"), std::max(0.5, baseline - kTolerance) - starved);
+  EXPECT_GE(s.hooked, s.plain - kTolerance);
 }
 
 TEST_F(OpenClHookTest, TwoTenantsHalfEach) {
@@ -360,25 +407,6 @@ TEST_F(OpenClHookTest, TwoProcessesOfOneContainerShareOneBudget) {
 }
 
 // --- Priority (the seed's Figure 3) ------------------------------------------------------------------------
-
-// The mean share of the windows that start in [from_ms, to_ms).
-double MeanShare(const Report& r, double from_ms, double to_ms) {
-  double sum = 0;
-  int n = 0;
-  for (const auto& [ms, share] : r.Windows()) {
-    if (ms >= from_ms && ms < to_ms) {
-      sum += share;
-      ++n;
-    }
-  }
-  return n == 0 ? std::nan("") : sum / n;
-}
-
-double NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
 
 void WriteLimits(const std::string& path, uint64_t generation, uint32_t cores, hook::Priority priority,
                  hook::ComputePolicy policy = hook::ComputePolicy::kHard, uint32_t ceiling = 100,

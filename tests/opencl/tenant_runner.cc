@@ -1,5 +1,6 @@
 #include "tenant_runner.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,10 +81,12 @@ Tenant::~Tenant() {
 
 bool Tenant::Start(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                    bool preload) {
+  // Close-on-exec: a tenant started later must not hold this one's stdin open (closing it would then not stop
+  // this one) nor its stdout; dup2 gives the child its own ends without the flag.
   int out[2];
   int in[2];
-  if (pipe(out) != 0) return false;
-  if (pipe(in) != 0) {
+  if (pipe2(out, O_CLOEXEC) != 0) return false;
+  if (pipe2(in, O_CLOEXEC) != 0) {
     close(out[0]);
     close(out[1]);
     return false;

@@ -113,6 +113,29 @@ TEST(ClusterCacheTest, PodsOfAnUnknownNodeWaitForIt) {
   EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("late"))->free_cores(0).value(), 700);
 }
 
+// A node that arrives takes the pods that waited for it, and only those: the others keep waiting for theirs.
+// (Every waiting pod was tried at every node's arrival, which made a restart that listed 5,000 pods before
+// 5,000 nodes quadratic.) A node whose hardware changes takes those that waited for a GPU it now has; before,
+// they waited for some other node to arrive.
+TEST(ClusterCacheTest, ANodeAdoptsThePodsThatWaitedForIt) {
+  ClusterCache cache(Options());
+  EXPECT_TRUE(absl::IsNotFound(cache.ObservePod(BoundPod("a", "n1", "GPU-n1-0"))));
+  EXPECT_TRUE(absl::IsNotFound(cache.ObservePod(BoundPod("b", "n2", "GPU-n2-0"))));
+  EXPECT_TRUE(absl::IsNotFound(cache.ObservePod(BoundPod("c", "n1", "GPU-n1-1"))));
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  EXPECT_TRUE(cache.FindPod(core::PodUid("a")).has_value());
+  ASSERT_EQ(cache.Orphans().size(), 2u);  // b's node and c's GPU are not there
+  // n1 gets a second GPU: c's.
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  EXPECT_TRUE(cache.FindPod(core::PodUid("c")).has_value());
+  ASSERT_EQ(cache.Orphans().size(), 1u);
+  EXPECT_THAT(cache.Orphans()[0], HasSubstr("(b)"));
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(1).value(), 700);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n2", 1)).ok());
+  EXPECT_TRUE(cache.Orphans().empty());
+  EXPECT_EQ(cache.pod_count(), 3);
+}
+
 TEST(ClusterCacheTest, ChangedHardwareKeepsThePodsThatStillFit) {
   ClusterCache cache(Options());
   ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());

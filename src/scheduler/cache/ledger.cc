@@ -101,6 +101,17 @@ absl::Status CacheLedger::RecordLocked(const core::PodRequest& request, core::Pl
   return absl::OkStatus();
 }
 
+void CacheLedger::AdoptOrphansLocked(const core::NodeName& node) {
+  std::vector<std::string> for_node;
+  for (const auto& [uid, entry] : orphans) {
+    if (entry.placement.node == node) for_node.push_back(uid);
+  }
+  for (const std::string& uid : for_node) {
+    auto it = orphans.find(uid);
+    if (RecordLocked(it->second.request, it->second.placement).ok()) orphans.erase(it);
+  }
+}
+
 void CacheLedger::ReleaseLocked(const PodUid& uid) {
   orphans.erase(uid.value());
   if (!pods.contains(uid)) return;
