@@ -19,6 +19,7 @@
 #include "formats/dra_placement.h"
 #include "k8s/objects.h"
 #include "scheduler/dra_allocator.h"
+#include "scheduler/dra_slice.h"
 
 namespace tessera::scheduler {
 namespace {
@@ -29,35 +30,9 @@ using ::testing::HasSubstr;
 
 const k8s::ResourceType kDeviceClasses{"resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false};
 
+// Two V100s per node.
 Json Slice(const std::string& node) {
-  Json devices = Json::array();
-  for (int i = 0; i < 2; ++i) {
-    devices.push_back(
-        {{"name", StrCat("gpu-", i)},
-         {"allowMultipleAllocations", true},
-         {"attributes",
-          {{"model", {{"string", "Tesla V100-SXM2-32GB"}}},
-           {"uuid", {{"string", StrCat(node, "-GPU-", i)}}},
-           {"index", {{"int", i}}}}},
-         {"capacity",
-          {{"cores",
-            {{"value", "100"},
-             {"requestPolicy",
-              {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}},
-           {"memory",
-            {{"value", "32Gi"},
-             {"requestPolicy",
-              {{"default", "32Gi"},
-               {"validRange", {{"min", "1Mi"}, {"max", "32Gi"}, {"step", "1Mi"}}}}}}}}}});
-  }
-  return {{"apiVersion", "resource.k8s.io/v1"},
-          {"kind", "ResourceSlice"},
-          {"metadata", {{"name", node + "-gpu.tessera.dev"}}},
-          {"spec",
-           {{"driver", "gpu.tessera.dev"},
-            {"nodeName", node},
-            {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
-            {"devices", devices}}}};
+  return ::tessera::testing::TesseraSlice(node, 2);
 }
 
 Json NodeObject(const std::string& name) {
