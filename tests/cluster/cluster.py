@@ -322,7 +322,7 @@ class ContainerProcess:
 
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
-                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None, fake_gpus=FAKE_GPUS):
+                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None, fake_gpus=FAKE_GPUS, api_front=None):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -346,6 +346,10 @@ class Cluster:
         self.fake_gpus = fake_gpus
         # More kube-apiserver flags (test_kueue.py: an audit log, where the order of the webhook calls shows).
         self.apiserver_args = list(apiserver_args)
+        # Called with the cluster once kube-apiserver is up; returns the port tessera-scheduler and tessera-node
+        # reach the API at instead of kube-apiserver's own (a fault proxy in front of it: tests/cluster/chaos.py).
+        # Their kubeconfigs say https://127.0.0.1:<port>; the proxy serves the API server's certificate.
+        self.api_front = api_front
         for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
                   "cri-fake"):
             if not os.access(os.path.join(self.k8s_bin, b), os.X_OK):
@@ -456,12 +460,12 @@ class Cluster:
         self._openssl("genrsa", "-out", "sa.key", "2048")
         self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
-    def kubeconfig(self, name, user):
+    def kubeconfig(self, name, user, port=None):
         path = self.path(name + ".kubeconfig")
         doc = {
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "harness", "cluster": {
-                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                "server": f"https://127.0.0.1:{port or self.ports['apiserver']}",
                 "certificate-authority": self.path("pki", "ca.crt")}}],
             "users": [{"name": name, "user": user}],
             "contexts": [{"name": "harness", "context": {"cluster": "harness", "user": name}}],
@@ -471,12 +475,35 @@ class Cluster:
             yaml.safe_dump(doc, f)
         return path
 
-    def token_kubeconfig(self, ns, sa):
-        """A kubeconfig with a token of the service account, so the component has exactly deploy/'s RBAC."""
+    def token_kubeconfig(self, ns, sa, port=None):
+        """A kubeconfig with a token of the service account, so the component has exactly deploy/'s RBAC; `port`:
+        another address of the API than kube-apiserver's own (api_front)."""
         token = self.kubectl("create", "token", sa, "-n", ns, "--duration", "6h").stdout.strip()
-        return self.kubeconfig(f"{ns}-{sa}", {"token": token})
+        return self.kubeconfig(f"{ns}-{sa}", {"token": token}, port)
 
     # ---- components ----
+    def kill(self, name):
+        """SIGKILLs a component (tests/cluster/chaos.py); `restart` starts it again with the same argv."""
+        self.procs[name].stop(signal.SIGKILL)
+
+    def restart(self, name):
+        """Starts a stopped component again, with the command line and environment it was first started with."""
+        p = self.procs[name]
+        if not p.alive():
+            p.start()
+        return p
+
+    def pause(self, name):
+        """SIGSTOP: the component keeps its sockets and state but answers nothing until `resume` (SIGCONT)."""
+        p = self.procs[name]
+        if p.alive():
+            os.kill(p.proc.pid, signal.SIGSTOP)
+
+    def resume(self, name):
+        p = self.procs[name]
+        if p.alive():
+            os.kill(p.proc.pid, signal.SIGCONT)
+
     def _start(self, name, argv, env=None):
         p = Process(name, argv, self.logs, env).start()
         self.procs[name] = p
@@ -768,9 +795,10 @@ class Cluster:
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/00-namespace.yaml"))
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/10-rbac.yaml"))
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/node/daemonset.yaml"))
-        self.scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-scheduler")
+        front = self.api_front(self) if self.api_front else None
+        self.scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-scheduler", front)
         self.kube_scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-kube-scheduler")
-        self.node_kubeconfig = self.token_kubeconfig("kube-system", "tessera-node")
+        self.node_kubeconfig = self.token_kubeconfig("kube-system", "tessera-node", front)
         self.extender_proxy = ServiceProxy("tessera-scheduler:8888")
         self.webhook_proxy = ServiceProxy("tessera-scheduler:443")
         self.start_tessera_scheduler("r1")
