@@ -68,6 +68,12 @@ def table(reports):
               f"{total('pods deleted while bound, before running')} |",
               f"| creations refused (webhook unreachable; retried) | {total('creations refused')} |",
               f"| invariant checks | {total('invariant checks')} |",
+              f"| pods whose allocation the kubelet swapped, corrected by tessera-node | "
+              f"{total('swapped allocations corrected (pods)')} |",
+              f"| of them between pods of different shapes (AllocationSwapped warnings) | "
+              f"{total('AllocationSwapped warnings (different shapes)')} |",
+              f"| moments a GPU showed over capacity in annotations or limits files while a split write landed "
+              f"(< {chaos.SPLIT_WRITE_S} s, not violations) | {total('moments over capacity while split writes land')} |",
               f"| violations | {sum(len(r['violations']) for r in reports)} |",
               f"| longest pod wait, creation to running (s) | {max(r['longest pod wait (s)'] for r in reports)} |",
               f"| longest from deletion to freed (s) | "
@@ -95,11 +101,11 @@ def main():
     reports = []
     for seed in chosen:
         r = one(seed, args.minutes, args.build, lambda line: print(line, flush=True))
-        print(chaos.format_report(r), flush=True)
         reports.append(r)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(reports, f, indent=1)
+        if args.json:  # after each seed, so a later failure keeps the earlier reports
+            with open(args.json, "w") as f:
+                json.dump(reports, f, indent=1)
+        print(chaos.format_report(r), flush=True)
     print(table(reports) if args.markdown else "\n".join(chaos.format_report(r) for r in reports))
     bad = sum(len(r["violations"]) for r in reports)
     if bad:

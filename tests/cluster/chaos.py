@@ -352,6 +352,7 @@ class ApiFaultProxy:
         self.counts = {}
         self.port = None
         self._stop = threading.Event()
+        self._counts_lock = threading.Lock()
 
     def front(self, cluster):
         self.upstream = cluster.ports["apiserver"]
@@ -372,7 +373,8 @@ class ApiFaultProxy:
             self._server.close()
 
     def _count(self, what):
-        self.counts[what] = self.counts.get(what, 0) + 1
+        with self._counts_lock:
+            self.counts[what] = self.counts.get(what, 0) + 1
 
     def _accept(self):
         while not self._stop.is_set():
@@ -813,8 +815,14 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler-tessera", "tessera-sched
 API_MODES = ["slow", "fail", "gone", "drop"]
 
 
+# tessera-scheduler's Lease: 15 s (src/k8s/leader_election.h's default, which tessera-scheduler keeps). The
+# leader paused past it: the standby takes the Lease meanwhile, and the old leader, resumed, must not act.
+LEASE_S = 15
+PAST_LEASE = "pause the leading tessera-scheduler past its lease"
+
+
 def fault_kinds():
-    kinds = [f"kill {c}" for c in COMPONENTS] + [f"pause {c}" for c in COMPONENTS]
+    kinds = [f"kill {c}" for c in COMPONENTS] + [f"pause {c}" for c in COMPONENTS] + [PAST_LEASE]
     kinds += [f"api {m}" for m in API_MODES] + ["state dir read-only", "delete in Allocate"]
     return kinds
 
@@ -834,7 +842,9 @@ class FaultSchedule:
                 pool = fault_kinds()
                 rng.shuffle(pool)
             kind = pool.pop()
-            if kind.startswith("kill"):
+            if kind == PAST_LEASE:
+                held = rng.uniform(LEASE_S + 5, LEASE_S + 10) / hold  # never held shorter
+            elif kind.startswith("kill"):
                 held = rng.uniform(0, 3)
             elif kind.startswith("pause"):
                 held = rng.uniform(2, 12)
@@ -876,6 +886,12 @@ def prepare(c, source):
 
 
 class ChaosRun:
+    """One run: the schedule printed, then a loop (its own thread) that snapshots the cluster every second, feeds
+    the Checker and drives the Workload, while this thread injects each fault, undoes it and measures how long the
+    cluster takes to be healthy again; after the last, no new pods, the drain, the final checks. `run()` returns
+    the report (format_report prints it). Faults that start processes run on the calling thread: the harness's
+    children die with the thread that started them (PR_SET_PDEATHSIG)."""
+
     def __init__(self, cluster, proxy, seed, seconds, log=print, max_live=12, gap=(3, 8), hold=1.0, replay=None):
         self.c, self.proxy, self.seed, self.seconds, self.log = cluster, proxy, seed, seconds, log
         self.replay = replay
@@ -885,6 +901,7 @@ class ChaosRun:
         self.observer = Observer(cluster, self.api)
         self.workload = Workload(self.api, random.Random(seed + 1), max_live=max_live)
         self.recovery = {}
+        self.injected = {}
         self.unrecovered = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -940,6 +957,16 @@ class ChaosRun:
             c.kill(what)
             time.sleep(held)
             c.restart(what)
+        elif kind == PAST_LEASE:
+            leader = [n for n in c.procs if n.startswith("tessera-scheduler-") and
+                      c.ports.get(n) == c.extender_proxy.ready_port]
+            if not leader:
+                return
+            c.pause(leader[0])
+            try:
+                time.sleep(held)
+            finally:
+                c.resume(leader[0])
         elif verb == "pause":
             c.pause(what)
             try:
@@ -976,6 +1003,7 @@ class ChaosRun:
                 self.log(f"+{time.monotonic() - self.t0:6.1f} s  fault: {kind}" + (f" for {held} s" if held else ""))
                 before = self.c.plugin_registrations() if kind == "kill tessera-node" else None
                 self._inject(kind, held)
+                self.injected[kind] = self.injected.get(kind, 0) + 1
                 undone = time.monotonic()
                 deadline = undone + RECOVERY_S
                 while not self.healthy(before):
@@ -1008,7 +1036,7 @@ class ChaosRun:
                     self.c.resume(name)
             self.proxy.mode = None
         end = time.monotonic()
-        events = self._events()
+        events, self.swap_warnings = self._events()
         with self._lock:
             snap = self.observer.snapshot()
             self.checker.observe(snap)
@@ -1024,30 +1052,33 @@ class ChaosRun:
             not any(c["reservedFor"] for c in (snap.get("claims") or {}).values())
 
     def _events(self):
-        out = {}
+        """Pod UID -> the reasons of its Warning and scheduling events; and how many AllocationSwapped warnings
+        tessera-node posted (a swap between pods of different shapes, docs/node-agent.md)."""
+        out, swaps = {}, 0
         ev = self.api.get("/api/v1/namespaces/default/events", timeout=30) or {"items": []}
         for e in ev["items"]:
+            if e.get("reason") == "AllocationSwapped":
+                swaps += e.get("count", 1)
             uid = e.get("involvedObject", {}).get("uid")
             if uid and (e.get("type") == "Warning" or e.get("reason") in ("FailedScheduling", "SchedulingGated")):
                 out.setdefault(uid, []).append(e.get("reason"))
-        return out
+        return out, swaps
 
     def report(self, end, last_fault_end):
-        by_kind = {}
-        for _, kind, _ in self.schedule.faults:
-            by_kind[kind] = by_kind.get(kind, 0) + 1
         return {
             "seed": self.seed, "seconds": round(end - self.t0, 1),
             "pods created": self.workload.created, "pods deleted": self.workload.deleted,
             "pods deleted while bound, before running": self.workload.deleted_in_allocate,
             "creations refused": self.workload.refused, "pods by form": dict(self.workload.by_form),
-            "faults": by_kind, "api proxy": dict(self.proxy.counts),
+            "faults": dict(self.injected), "api proxy": dict(self.proxy.counts),
             "snapshots": self.snapshots, "invariant checks": self.checker.checks,
             "violations": list(self.checker.violations),
             "longest recovery by fault (s)": {k: round(v, 1) for k, v in sorted(self.recovery.items())},
             "longest pod wait (s)": round(self.checker.longest_wait(), 1),
             "swapped allocations corrected (pods)": self.checker.swaps,
+            "AllocationSwapped warnings (different shapes)": self.swap_warnings,
             "moments over capacity while split writes land": len(self.checker.transient),
+            "such moments (first 5)": [f"+{t - self.t0:.1f} s {what}" for t, _, _, what in self.checker.transient[:5]],
             "longest from deletion to freed (s)": {k: round(v, 1) for k, v in self.checker.freed_after.items()},
         }
 
@@ -1061,7 +1092,8 @@ def format_report(r):
              f"  invariant checks: {r['invariant checks']} over {r['snapshots']} snapshots; violations: "
              f"{len(r['violations'])}",
              f"  allocations swapped by the kubelet and corrected by tessera-node: "
-             f"{r['swapped allocations corrected (pods)']} pods; moments over capacity in annotations or limits "
+             f"{r['swapped allocations corrected (pods)']} pods (AllocationSwapped warnings, different shapes: "
+             f"{r['AllocationSwapped warnings (different shapes)']}); moments over capacity in annotations or limits "
              f"files while a split write landed (< {SPLIT_WRITE_S} s): "
              f"{r['moments over capacity while split writes land']}",
              f"  longest pod wait: {r['longest pod wait (s)']} s; longest from deletion to freed: "
@@ -1069,6 +1101,8 @@ def format_report(r):
              "  fault                                  count  longest recovery (s)"]
     for kind, n in sorted(r["faults"].items()):
         lines.append(f"  {kind:38s} {n:5d}  {r['longest recovery by fault (s)'].get(kind, '-')}")
+    for m in r["such moments (first 5)"]:
+        lines.append(f"  over capacity for a moment: {m}")
     for v in r["violations"]:
         lines.append(f"  VIOLATION {v['kind']}: {v['what']}")
     return "\n".join(lines)
