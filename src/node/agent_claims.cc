@@ -108,9 +108,10 @@ absl::Status NodeAgent::UnprepareClaim(const std::string& claim_uid) {
     }
   }
   if (!gone) return absl::OkStatus();
-  RemoveTenantFiles(*gone);
+  const bool removed = RemoveOrKeep(*gone);
   Nudge();  // the co-tenants' counts
-  log::Info("claim unprepared; its directory and region were removed", {{"tenant", gone->key()}});
+  if (removed)
+    log::Info("claim unprepared; its directory and region were removed", {{"tenant", gone->key()}});
   return absl::OkStatus();
 }
 

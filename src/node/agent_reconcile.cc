@@ -24,10 +24,12 @@ constexpr auto kOrphanAge = std::chrono::minutes(2);
 
 // A container's region directory is writable from inside the container (its processes create the region
 // there): removed without following links and within a bounded number of entries (common/files.h).
-void RemoveTenantDir(const std::string& dir) {
-  if (absl::Status s = RemoveUntrustedTree(dir); !s.ok()) {
+bool RemoveTenantDir(const std::string& dir, bool quiet) {
+  absl::Status s = RemoveUntrustedTree(dir);
+  if (!s.ok() && !quiet) {
     log::Warn("a gone container's region directory was not wholly removed", {{"error", Message(s)}});
   }
+  return s.ok();
 }
 
 }  // namespace
@@ -455,19 +457,44 @@ absl::StatusOr<std::pair<const NodePod*, std::string>> NodeAgent::ExchangeLedger
   return std::pair<const NodePod*, std::string>{&*y_pod, after};
 }
 
-void NodeAgent::RemoveTenantFiles(const ContainerRecord& r) {
+bool NodeAgent::RemoveTenantFiles(const ContainerRecord& r, bool quiet) {
   std::error_code ec;
   fs::remove_all(r.dir, ec);  // the agent's own: read-only in the container
-  RemoveTenantDir(r.region_dir);
+  bool removed = !ec;
+  if (ec && !quiet) {
+    log::Warn("cannot remove a gone container's directory; trying again at the next pass",
+              {{"tenant", r.key()}, {"error", ec.message()}});
+  }
+  removed &= RemoveTenantDir(r.region_dir, quiet);
   if (absl::Status s = records_.Remove(records_.PathOf(r)); !s.ok()) {
-    log::Error("cannot remove a record", {{"tenant", r.key()}, {"error", Message(s)}});
-    MutexLock lock(&mu_);
-    ++stats_.record_errors;
+    removed = false;
+    if (!quiet) {
+      log::Error("cannot remove a record; trying again at the next pass",
+                 {{"tenant", r.key()}, {"error", Message(s)}});
+      MutexLock lock(&mu_);
+      ++stats_.record_errors;
+    }
   }
+  // The pod directories that held them, once empty: those of the record's directories, which are named after
+  // another pod when the record came to this one in a swap (docs/node-agent.md, "Swapped allocations");
+  // naming them after the record's own pod left the other's empty directories behind for good (the fault
+  // harness, tests/cluster/chaos.py, found them after a run).
   for (const char* top : {"containers", "regions"}) {
-    const fs::path pod_dir = fs::path(config_.state_dir) / top / r.pod_uid;
-    if (fs::is_empty(pod_dir, ec)) fs::remove(pod_dir, ec);
+    const fs::path base = fs::path(config_.state_dir) / top;
+    for (const std::string& d : {r.dir, r.region_dir}) {
+      const fs::path pod_dir = fs::path(d).parent_path();
+      if (pod_dir.parent_path() == base && fs::is_empty(pod_dir, ec)) fs::remove(pod_dir, ec);
+    }
+    if (fs::is_empty(base / r.pod_uid, ec)) fs::remove(base / r.pod_uid, ec);
   }
+  return removed;
+}
+
+bool NodeAgent::RemoveOrKeep(const ContainerRecord& r) {
+  if (RemoveTenantFiles(r)) return true;
+  MutexLock lock(&mu_);
+  unremoved_.push_back(r);
+  return false;
 }
 
 void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
@@ -477,6 +504,21 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   const std::map<int, std::string> live = registration_->All();
   std::vector<ContainerRecord> gone;
   std::set<std::string> known_dirs;
+  // What earlier passes could not remove first: once it is, it is gone for good.
+  std::vector<ContainerRecord> retry;
+  {
+    MutexLock lock(&mu_);
+    retry.swap(unremoved_);
+  }
+  for (const ContainerRecord& r : retry) {
+    if (RemoveTenantFiles(r, /*quiet=*/true)) {
+      log::Info("a gone container's files were removed at last", {{"tenant", r.key()}});
+    } else {
+      MutexLock lock(&mu_);
+      unremoved_.push_back(r);
+      known_dirs.insert(r.dir);
+    }
+  }
   {
     MutexLock lock(&mu_);
     for (auto it = tenants_.begin(); it != tenants_.end();) {
@@ -513,8 +555,8 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       known_dirs.insert((fs::path(config_.state_dir) / "containers" / key).string());
   }
   for (const ContainerRecord& r : gone) {
-    RemoveTenantFiles(r);
-    log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
+    if (RemoveOrKeep(r))
+      log::Info("container gone; its directory and region were removed", {{"tenant", r.key()}});
   }
   // Orphan directories (a crash between creating a directory and writing its record). Only old ones: an
   // Allocate may have created a directory after this pass listed the pods and the claims (it used to be
@@ -536,7 +578,9 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       if (!old_enough(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
       RemoveTenantDir(
-          (fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename()).string());
+          (fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename())
+              .string(),
+          /*quiet=*/false);
     }
     if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
