@@ -56,6 +56,11 @@ def table(reports):
     for k in sorted(faults):
         lines.append(f"| {k} | {faults[k]} | {recovery.get(k, '-')} |")
     total = lambda key: sum(r[key] for r in reports)  # noqa: E731
+    counts = {}
+    for r in reports:
+        for k, n in r["components that exited on their own (started again)"].items():
+            counts[k] = counts.get(k, 0) + n
+    exited = ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
     freed = {}
     for r in reports:
         for k, s in r["longest from deletion to freed (s)"].items():
@@ -68,6 +73,8 @@ def table(reports):
               f"{total('pods deleted while bound, before running')} |",
               f"| creations refused (webhook unreachable; retried) | {total('creations refused')} |",
               f"| invariant checks | {total('invariant checks')} |",
+              f"| components that exited on their own, started again (as their Deployment would) | "
+              f"{exited or 'none'} |",
               f"| pods whose allocation the kubelet swapped, corrected by tessera-node | "
               f"{total('swapped allocations corrected (pods)')} |",
               f"| of them between pods of different shapes (AllocationSwapped warnings) | "

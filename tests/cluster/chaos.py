@@ -79,6 +79,8 @@ class Checker:
       containers: {pod uid: the newest cri-fake CreateContainer record of its container "main"}
       leaders:    {replica: True (its /readyz says it leads) / False / None (no answer)}
       swapped:    {pod uid} tessera-node has said were in a swapped allocation it corrected (its log), so far
+      dirs:       {pod uid} with a directory under the agent's containers/ or regions/ that no record uses (a record
+                  that came to a pod in a swap keeps directories named after the pod it was made for)
     Any part may be missing (None) when it could not be read (a component down): then it is not checked.
     """
 
@@ -282,6 +284,8 @@ class Checker:
             held["scheduler ledger"] = {u for g in snap["ledger"].values() for u in g["tenants"]}
         if snap.get("records") is not None:
             held["agent records"] = {r["podUID"] for r in snap["records"] if not r.get("claim")}
+        if snap.get("dirs") is not None:
+            held["agent's directories"] = set(snap["dirs"])
         if snap.get("claims") is not None:
             held["claim reservations"] = {u for c in snap["claims"].values() for u in c["reservedFor"]}
         for place, uids in held.items():
@@ -659,6 +663,7 @@ class Observer:
         self._read_agent_log()
         snap["swapped"] = set(self.swapped)
         snap["records"] = self._records()
+        snap["dirs"] = self._dirs(snap["records"])
         self._read_containers()
         snap["containers"] = dict(self._newest)
         snap["leaders"] = {r: self._leads(r) for r in self.replicas if f"tessera-scheduler-{r}" in self.c.procs}
@@ -669,6 +674,15 @@ class Observer:
             return False
         code, _ = http_get(self.c.extender_url(replica) + "/readyz", timeout=1)
         return None if code is None else code == 200
+
+    def _dirs(self, records):
+        out = set()
+        for top in ("containers", "regions"):
+            with contextlib.suppress(OSError):
+                out.update(os.listdir(self.c.path("tessera", top)))
+        for r in records or []:
+            out -= {os.path.basename(os.path.dirname(d)) for d in r["dirs"]}
+        return out
 
     def _records(self):
         d = self.c.path("tessera", "records")
@@ -688,7 +702,7 @@ class Observer:
             limits = None
             with contextlib.suppress(OSError, ValueError, KeyError):
                 limits = read_limits(os.path.join(r["dir"], "limits"))
-            out.append({"podUID": r["podUID"], "container": r["container"],
+            out.append({"podUID": r["podUID"], "container": r["container"], "dirs": [r["dir"], r["regionDir"]],
                         "claim": (r.get("claim") or {}).get("uid"), "vgpus": r["vgpus"],
                         "confirmed": r.get("confirmed"), "deviceIDs": r.get("deviceIDs"), "limits": limits})
         return out
@@ -902,6 +916,7 @@ class ChaosRun:
         self.workload = Workload(self.api, random.Random(seed + 1), max_live=max_live)
         self.recovery = {}
         self.injected = {}
+        self.exited = {}  # component -> times it exited on its own and was started again
         self.unrecovered = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -949,6 +964,17 @@ class ChaosRun:
         leader = c.extender_proxy.ready_port
         return ready and alloc == expected and leader is not None and \
             http_get(f"http://127.0.0.1:{leader}/readyz")[0] == 200
+
+    def supervise(self):
+        """Starts again any component that exited on its own, as its static pod, Deployment or systemd unit would
+        (kube-scheduler exits when it loses its leader lease: a 10 s pause of kube-apiserver does that). Runs on
+        the calling thread, which must be the one that injects faults (the children die with their thread)."""
+        for name, p in self.c.procs.items():
+            if p.proc is not None and not p.alive():
+                self.exited[name] = self.exited.get(name, 0) + 1
+                self.log(f"+{time.monotonic() - self.t0:6.1f} s  {name} exited on its own "
+                         f"({p.proc.returncode}); started again")
+                self.c.restart(name)
 
     def _inject(self, kind, held):
         c = self.c
@@ -999,6 +1025,7 @@ class ChaosRun:
         try:
             for at, kind, held in self.schedule.faults:
                 while time.monotonic() < self.t0 + at:
+                    self.supervise()
                     time.sleep(0.2)
                 self.log(f"+{time.monotonic() - self.t0:6.1f} s  fault: {kind}" + (f" for {held} s" if held else ""))
                 before = self.c.plugin_registrations() if kind == "kill tessera-node" else None
@@ -1007,6 +1034,7 @@ class ChaosRun:
                 undone = time.monotonic()
                 deadline = undone + RECOVERY_S
                 while not self.healthy(before):
+                    self.supervise()
                     if time.monotonic() > deadline:
                         self.unrecovered.append(kind)
                         with self._lock:
@@ -1023,6 +1051,7 @@ class ChaosRun:
             self.workload.creating = False
             deadline = last_fault_end + PROGRESS_S
             while time.monotonic() < deadline and self.workload.live:
+                self.supervise()
                 time.sleep(1)
             # 4: the shares of the last pods freed everywhere (the loop keeps checking).
             free_deadline = time.monotonic() + LEAK_S + 10
@@ -1048,7 +1077,7 @@ class ChaosRun:
     def _all_free(self):
         snap = self.observer.snapshot()
         return not (snap.get("pods") or {}) and not any(g["tenants"] for g in (snap.get("ledger") or {}).values()) \
-            and not [r for r in snap.get("records") or [] if not r.get("claim")] and \
+            and not [r for r in snap.get("records") or [] if not r.get("claim")] and not snap.get("dirs") and \
             not any(c["reservedFor"] for c in (snap.get("claims") or {}).values())
 
     def _events(self):
@@ -1075,6 +1104,7 @@ class ChaosRun:
             "violations": list(self.checker.violations),
             "longest recovery by fault (s)": {k: round(v, 1) for k, v in sorted(self.recovery.items())},
             "longest pod wait (s)": round(self.checker.longest_wait(), 1),
+            "components that exited on their own (started again)": dict(self.exited),
             "swapped allocations corrected (pods)": self.checker.swaps,
             "AllocationSwapped warnings (different shapes)": self.swap_warnings,
             "moments over capacity while split writes land": len(self.checker.transient),
@@ -1091,6 +1121,8 @@ def format_report(r):
              f"  API proxy: {r['api proxy']}",
              f"  invariant checks: {r['invariant checks']} over {r['snapshots']} snapshots; violations: "
              f"{len(r['violations'])}",
+             f"  components that exited on their own and were started again: "
+             f"{r['components that exited on their own (started again)'] or 'none'}",
              f"  allocations swapped by the kubelet and corrected by tessera-node: "
              f"{r['swapped allocations corrected (pods)']} pods (AllocationSwapped warnings, different shapes: "
              f"{r['AllocationSwapped warnings (different shapes)']}); moments over capacity in annotations or limits "
@@ -1098,9 +1130,9 @@ def format_report(r):
              f"{r['moments over capacity while split writes land']}",
              f"  longest pod wait: {r['longest pod wait (s)']} s; longest from deletion to freed: "
              f"{r['longest from deletion to freed (s)']}",
-             "  fault                                  count  longest recovery (s)"]
+             "  " + "fault".ljust(52) + " count  longest recovery (s)"]
     for kind, n in sorted(r["faults"].items()):
-        lines.append(f"  {kind:38s} {n:5d}  {r['longest recovery by fault (s)'].get(kind, '-')}")
+        lines.append(f"  {kind:52s} {n:5d}  {r['longest recovery by fault (s)'].get(kind, '-')}")
     for m in r["such moments (first 5)"]:
         lines.append(f"  over capacity for a moment: {m}")
     for v in r["violations"]:

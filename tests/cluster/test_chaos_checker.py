@@ -56,7 +56,9 @@ def snap(t, pods, ledger=None, claims=None, records=None, containers=None, leade
                    for uid, p in pods.items() if p["assignment"]]
     if containers is None:
         containers = {uid: container(uid) for uid, p in pods.items() if p["phase"] == "Running"}
+    dirs = {uid for uid, p in pods.items() if p["assignment"]}
     return {"t": t, "capacity": CAPACITY, "devices": {"gpu-0": A, "gpu-1": B}, "pods": pods, "ledger": ledger,
+            "dirs": dirs,
             "claims": claims if claims is not None else {}, "records": records, "containers": containers,
             "leaders": leaders if leaders is not None else {"r1": True, "r2": False}}
 
@@ -189,8 +191,8 @@ def test_a_leak_is_reported_after_the_bound():
         s = copy.deepcopy(held)
         s["t"], s["pods"], s["containers"] = t, {}, {}
         got = c.observe(s)
-    assert kinds(got) == ["leak"] and {v["what"].split("in the ")[1] for v in got} == {"scheduler ledger",
-                                                                                      "agent records"}, got
+    assert kinds(got) == ["leak"] and {v["what"].split("in the ")[1] for v in got} == {
+        "scheduler ledger", "agent records", "agent's directories"}, got
 
 
 def test_no_progress_and_no_reason_are_reported():
