@@ -405,10 +405,12 @@ Response Extender::Bind(std::string_view body) {
   }
   core::Placement placement;
   placement.node = core::NodeName(target.node);
+  bool compressed = false;
   if (request->wants_gpu()) {
     absl::StatusOr<Reservation> reservation = cache_.Reserve(*request, core::NodeName(target.node));
     if (reservation.ok()) {
       placement = reservation->placement;
+      compressed = !reservation->compressions.empty();
     } else if (absl::IsAlreadyExists(reservation.status())) {
       // A retried bind of a pod we hold already on this node: write it again.
       std::optional<PodEntry> entry = cache_.FindPod(request->uid);
@@ -418,6 +420,12 @@ Response Extender::Bind(std::string_view body) {
       return fail(Message(reservation.status()));
     }
   }
+  // The pods this placement compresses get their lowered shares written before the pod is bound. Bound first,
+  // a replica killed before housekeeping wrote them left the GPU over its capacity in the pods' annotations
+  // for good: the next leader counted the new pod nowhere and tessera-node refused its Allocate (the fault
+  // harness, docs/faults.md). A crash between the two now leaves the compressed pods below their request:
+  // room unused, never a GPU over its capacity. A write that fails is retried by housekeeping, as before.
+  if (compressed) SyncChangedShares();
   if (absl::Status st = binder_.Bind(target, placement); !st.ok()) {
     if (request->wants_gpu()) cache_.Unreserve(request->uid);
     return fail(Message(st));
@@ -506,6 +514,7 @@ Response Extender::Preempt(std::string_view body) {
 }
 
 std::vector<std::string> Extender::SyncChangedShares() {
+  MutexLock sync(&sync_mu_);
   std::vector<PodEntry> todo = cache_.TakeChangedShares();
   {
     MutexLock lock(&mu_);

@@ -117,8 +117,10 @@ class Extender {
   Response Preempt(std::string_view body);
 
   // Writes out the assignments of pods whose share changed (see ClusterCache::TakeChangedShares). Returns
-  // the failures; those pods are retried on the next call.
-  std::vector<std::string> SyncChangedShares();
+  // the failures; those pods are retried on the next call. Housekeeping calls it, and Bind before it binds a
+  // pod whose placement compressed others; one call at a time (each writes a pod's newest share, so a later
+  // call never writes an older share over a newer one).
+  std::vector<std::string> SyncChangedShares() ABSL_LOCKS_EXCLUDED(sync_mu_, mu_);
 
   // Counters, for metrics.
   struct Counters {
@@ -164,6 +166,8 @@ class Extender {
   core::ParseOptions parse_;
   ExtenderOptions options_;
 
+  // One SyncChangedShares at a time; held across the binder's calls.
+  Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;  // guards the members below; never held across a call to the cache or binder
   // Requests, most recent first (bounded: ExtenderOptions::remembered_pods and remembered_bytes).
   std::list<Remembered> recent_ ABSL_GUARDED_BY(mu_);

@@ -446,6 +446,66 @@ TEST(ExtenderMemoryTest, RememberedPodsAreBoundedByBytes) {
   EXPECT_EQ(json::parse(bind.body)["Error"], "");
 }
 
+// Every write in the order the extender made it ("bind <pod>" / "update <pod>"); StandaloneBinder's
+// UpdateAssignment binds again, which is not the extender's call.
+class RecordingBinder : public StandaloneBinder {
+ public:
+  absl::Status Bind(const BindTarget& pod, const core::Placement& placement) override {
+    if (!updating_) calls.push_back("bind " + pod.name);
+    return StandaloneBinder::Bind(pod, placement);
+  }
+  absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override {
+    calls.push_back("update " + pod.name);
+    updating_ = true;
+    absl::Status s = StandaloneBinder::UpdateAssignment(pod, placement);
+    updating_ = false;
+    return s;
+  }
+  std::vector<std::string> calls;
+
+ private:
+  bool updating_ = false;
+};
+
+// The fault harness (bench/chaos.py --seeds 3, docs/faults.md) SIGKILLed the leading tessera-scheduler
+// between a high-priority pod's bind and housekeeping's writing of the shares it compressed: the pods'
+// annotations held 112.5% of a GPU from then on, the next leader counted the new pod nowhere
+// (TesseraBadAssignment) and tessera-node refused its Allocate. The compressed shares are written first now.
+TEST_F(ExtenderTest, TheSharesABindCompressesAreWrittenBeforeTheBind) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
+  RecordingBinder binder;
+  Extender extender(cache, binder, nullptr);
+  auto filter_bind = [&](const json& pod) {
+    const std::string name = pod["metadata"]["name"];
+    json f = json::parse(extender.Filter(json{{"Pod", pod}, {"NodeNames", {"solo"}}}.dump()).body);
+    EXPECT_THAT(f["NodeNames"].get<std::vector<std::string>>(), ElementsAre("solo")) << f.dump();
+    return json::parse(extender
+                           .Bind(json{{"PodName", name},
+                                      {"PodNamespace", "default"},
+                                      {"PodUID", pod["metadata"]["uid"]},
+                                      {"Node", "solo"}}
+                                     .dump())
+                           .body);
+  };
+  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
+  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
+  binder.calls.clear();
+  EXPECT_EQ(filter_bind(Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}}))["Error"], "");
+  // Before housekeeping runs: both lowered shares are written, then the bind.
+  ASSERT_EQ(binder.calls.size(), 3u) << ::testing::PrintToString(binder.calls);
+  EXPECT_THAT(std::vector<std::string>(binder.calls.begin(), binder.calls.begin() + 2),
+              ::testing::UnorderedElementsAre("update low-a", "update low-b"));
+  EXPECT_EQ(binder.calls[2], "bind high");
+  absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(binder.Assignments()["default/low-a"]);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->containers[0].vgpus[0].cores.value(), 250);
+  // Nothing is left for housekeeping.
+  binder.calls.clear();
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  EXPECT_TRUE(binder.calls.empty()) << ::testing::PrintToString(binder.calls);
+}
+
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
   // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
   ClusterCache cache(Options());
