@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/status/status.h"
+#include "common/log.h"
 #include "core/strings.h"
 #include "deviceplugin-v1beta1-api.grpc.pb.h"
 #include "socket_file.h"
@@ -59,7 +60,8 @@ class FakeKubelet::RegistrationService final : public ::v1beta1::Registration::S
 };
 
 struct FakeKubelet::Follower {
-  grpc::ClientContext ctx;
+  grpc::ClientContext options_ctx;  // GetDevicePluginOptions
+  grpc::ClientContext ctx;          // ListAndWatch
   std::thread thread;
 };
 
@@ -123,6 +125,7 @@ void FakeKubelet::Stop() {
     serving_ = false;
   }
   for (auto& f : followers) {
+    f->options_ctx.TryCancel();
     f->ctx.TryCancel();
     f->thread.join();
   }
@@ -182,11 +185,23 @@ void FakeKubelet::Follow(const FakeRegistration& r) {
     auto stub =
         ::v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      // The kubelet waits for the connection to a plugin that just registered (grpc.WithBlock in its dial,
+      // pkg/kubelet/cm/devicemanager/plugin/v1beta1/client.go, v1.37.2). The deadline here is generous: it
+      // only guards against a plugin that never answers, and Stop() cancels the call. With 5 s and no wait
+      // for the connection, beside the rest of the suite at load 26-31 on 2 cores one follower in 28 runs
+      // gave up, and the fake kubelet never listed the plugin's devices.
+      f->options_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      f->options_ctx.set_wait_for_ready(true);
       ::v1beta1::Empty request;
       ::v1beta1::DevicePluginOptions options;
-      if (!stub->GetDevicePluginOptions(&ctx, request, &options).ok()) return;
+      if (const grpc::Status st = stub->GetDevicePluginOptions(&f->options_ctx, request, &options);
+          !st.ok()) {
+        if (st.error_code() != grpc::StatusCode::CANCELLED) {
+          log::Warn("fake kubelet: GetDevicePluginOptions failed; the plugin's devices are not followed",
+                    {{"target", target}, {"error", st.error_message()}});
+        }
+        return;
+      }
     }
     ::v1beta1::Empty request;
     auto reader = stub->ListAndWatch(&f->ctx, request);
