@@ -368,13 +368,14 @@ int64_t ChargedNs(const std::string& region_path) {
 // the one before, then caps at C: the first refill after the run starts may add what was earned before it, so
 // the launches that went before that refill (at most C and one launch) come on top of C. So the last of N
 // launches of `cost` goes no sooner than ((N - 2) * cost - 2 * C) / rate after the first, and ends `cost`
-// later: 746 ms (781 ms measured unloaded, 773 ms at load 20 with the refill late; 620 ms for ten graphs of
-// ten kernels). The probe waits, after one launch of the kind, until the hook has charged its measurement: a
-// kind not measured yet is charged the last measurement of any kind, nothing before the first. The old test
-// only slept 50 ms after a 1 ms kernel of the same kind, and beside the rest of the suite at load 14-25 on 2
-// cores the `launch` and `coop` paths ran their 100 kernels in 0.20 s (nothing charged: the limiter thread,
-// which measures launches, had not yet measured one) and the `ex` path finished in 0.69 s against its 0.7 s
-// floor. Deliberate break: run at 50% against the floor for 25% and every path fails (0.38-0.39 s).
+// later: 746 ms (781 ms measured unloaded, 773 ms once at load 20, below a floor counting C once; 620 ms for
+// ten graphs of ten kernels). The probe waits, after one launch of the kind, until the hook has charged its
+// measurement: a kind not measured yet is charged the last measurement of any kind, nothing before the first.
+// The old test only slept 50 ms after a 1 ms kernel of the same kind, and beside the rest of the suite at
+// load 14-25 on 2 cores the `launch` and `coop` paths ran their 100 kernels in 0.20 s (nothing charged: the
+// limiter thread, which measures launches, had not yet measured one) and the `ex` path finished in 0.69 s
+// against its 0.7 s floor. Deliberate break: run at 50% against the floor for 25% and every path fails
+// (0.38-0.39 s).
 TEST(HookTest, EveryLaunchPathIsThrottled) {
   constexpr uint32_t kCores = 25;
   constexpr int64_t kKernelNs = 2000000;
@@ -435,8 +436,8 @@ struct Starved {
 // Samples what each of `pids` waited for a CPU from `from` (called at or before it) every 20 ms until `to`.
 // The window is from the first sample to the last one taken by `to`, and the share is to be measured over the
 // same window: on a loaded machine this thread wakes late too, and a share over [from, to) beside waits
-// counted from a late first sample missed what the tenant waited in between (the 30% tenant at 26.14 against
-// 28 - 1.82, beside the rest of the suite at load 20-28 on 2 cores).
+// counted from a late first sample misses what the tenant waited in between (one way the 30% tenant could
+// measure 26.14 against 28 - 1.82, as it did beside the rest of the suite at load 20-28 on 2 cores).
 // `except` names a thread left out (RunDelayNs).
 Starved StarvedWindow(const std::vector<pid_t>& pids, uint64_t from, uint64_t to,
                       const std::string& except = "") {
