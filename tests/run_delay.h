@@ -16,14 +16,19 @@ namespace tessera::testing {
 
 // Nanoseconds the threads of `pid` (0: this process) have spent runnable but not running, summed over its
 // threads: the second field of /proc/<pid>/task/<tid>/schedstat (the kernel's run_delay, kept whenever the
-// kernel has CONFIG_SCHED_INFO). 0 when it cannot be read.
-inline uint64_t RunDelayNs(pid_t pid = 0) {
+// kernel has CONFIG_SCHED_INFO). A thread named `except` (its comm) is left out. 0 when it cannot be read.
+inline uint64_t RunDelayNs(pid_t pid = 0, const std::string& except = "") {
   const std::string tasks = pid == 0 ? "/proc/self/task" : "/proc/" + std::to_string(pid) + "/task";
   DIR* dir = opendir(tasks.c_str());
   if (dir == nullptr) return 0;
   uint64_t total = 0;
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] == '.') continue;
+    if (!except.empty()) {
+      std::ifstream comm(tasks + "/" + e->d_name + "/comm");
+      std::string name;
+      if (std::getline(comm, name) && name == except) continue;
+    }
     std::ifstream f(tasks + "/" + e->d_name + "/schedstat");
     uint64_t on_cpu = 0;
     uint64_t waiting = 0;

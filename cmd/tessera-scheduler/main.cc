@@ -163,6 +163,7 @@ int Run(const Options& o) {
   scheduler::Extender extender(cache, *binder, pods, cache_options.parse, extender_options);
   // DRA placement by Tessera (docs/dra.md): on a cluster, unless turned off.
   std::unique_ptr<scheduler::DraController> dra;
+  scheduler::CacheQuotaExchange dra_quotas(cache);  // one quota for both paths
   if (backend != nullptr && o.dra_placement) {
     scheduler::DraControllerOptions dra_options;
     dra_options.allocator.policy = o.policy;
@@ -173,6 +174,7 @@ int Run(const Options& o) {
     }
     dra_options.identity = backend_identity;
     dra_options.rebind_after = std::chrono::seconds(o.dra_rebind_after);
+    dra_options.quotas = &dra_quotas;
     dra = std::make_unique<scheduler::DraController>(*api, dra_options, [&] { return backend->IsLeader(); });
     backend->SetDra(dra.get());
   }

@@ -491,9 +491,37 @@ std::optional<MilliGpu> Cluster::Quota(const Namespace& ns, int model_id) const 
 }
 
 MilliGpu Cluster::QuotaUsed(const Namespace& ns, int model_id) const {
-  auto it = quota_used_.find({ns, model_id});
-  if (it == quota_used_.end()) return MilliGpu(0);
-  return MilliGpu(static_cast<int32_t>(std::min<int64_t>(it->second, std::numeric_limits<int32_t>::max())));
+  int64_t used = 0;
+  if (auto it = quota_used_.find({ns, model_id}); it != quota_used_.end()) used += it->second;
+  if (auto it = quota_elsewhere_.find({ns, model_id}); it != quota_elsewhere_.end()) used += it->second;
+  return MilliGpu(static_cast<int32_t>(std::clamp<int64_t>(used, 0, std::numeric_limits<int32_t>::max())));
+}
+
+void Cluster::SetQuotaHeldElsewhere(std::span<const QuotaStanding> held) {
+  quota_elsewhere_.clear();
+  for (const QuotaStanding& h : held) {
+    // Clamped per entry: a figure from outside never wraps the sum, nor frees quota by being negative.
+    const int64_t milli = std::clamp<int64_t>(h.held_elsewhere, 0, int64_t{1} << 40);
+    if (milli > 0) quota_elsewhere_[{h.ns, InternModel(h.model)}] += milli;
+  }
+}
+
+std::vector<QuotaStanding> Cluster::QuotaStandings() const {
+  std::map<std::pair<std::string, std::string>, QuotaStanding> by_key;
+  auto at = [&](const Namespace& ns, int model) -> QuotaStanding& {
+    QuotaStanding& q = by_key[{ns.value(), models_[static_cast<size_t>(model)]}];
+    q.ns = ns;
+    q.model = models_[static_cast<size_t>(model)];
+    return q;
+  };
+  for (const auto& [key, limit] : quota_) at(key.first, key.second).limit = limit;
+  for (const auto& [key, used] : quota_used_) {
+    if (used != 0) at(key.first, key.second).held_here = used;
+  }
+  for (const auto& [key, used] : quota_elsewhere_) at(key.first, key.second).held_elsewhere = used;
+  std::vector<QuotaStanding> out;
+  for (auto& [key, q] : by_key) out.push_back(std::move(q));
+  return out;
 }
 
 }  // namespace tessera::core

@@ -199,7 +199,16 @@ class Cluster {
   // Removes every quota (what is held stays counted: a quota set again sees it).
   void ClearQuotas() { quota_.clear(); }
   std::optional<MilliGpu> Quota(const Namespace& ns, int model_id) const;
+  // What the namespace holds of the model: its pods here and what SetQuotaHeldElsewhere says it holds
+  // elsewhere.
   MilliGpu QuotaUsed(const Namespace& ns, int model_id) const;
+  // What a namespace holds of a model on GPUs this cluster does not place on, counted against its quota with
+  // what it holds here: the DRA path's claims for the extender's cluster, the device-plugin path's pods for
+  // the DRA allocator's (docs/dra.md, "Quotas on both paths"). Replaces every earlier figure.
+  void SetQuotaHeldElsewhere(std::span<const QuotaStanding> held);
+  // Every namespace and model with a quota or a holding: the limit, what this cluster's pods hold (held_here)
+  // and what is held elsewhere; in namespace, then model order.
+  std::vector<QuotaStanding> QuotaStandings() const;
 
  private:
   struct PodRecord {
@@ -231,6 +240,7 @@ class Cluster {
   // Summed in 64 bits: one namespace may hold more than 2^31 thousandths (2.1 million GPUs) of a model in a
   // large enough cluster, and a wrapped sum would free its quota. QuotaUsed clamps what it returns.
   std::map<std::pair<Namespace, int>, int64_t> quota_used_;
+  std::map<std::pair<Namespace, int>, int64_t> quota_elsewhere_;
 };
 
 }  // namespace tessera::core

@@ -72,6 +72,16 @@ struct Tenant {
   bool operator==(const Tenant&) const = default;
 };
 
+// A namespace's quota of a GPU model and what it holds of it, in thousandths of a GPU (Gaia's heterogeneous
+// cluster quota; Cluster::QuotaStandings).
+struct QuotaStanding {
+  Namespace ns;
+  std::string model;
+  std::optional<MilliGpu> limit = std::nullopt;  // none: no quota
+  int64_t held_here = 0;                         // by the cluster's own pods
+  int64_t held_elsewhere = 0;  // by what the cluster does not place (Cluster::SetQuotaHeldElsewhere)
+};
+
 }  // namespace tessera::core
 
 #endif  // TESSERA_CORE_CLUSTER_TYPES_H_

@@ -42,6 +42,14 @@ void ClusterCache::ReplaceQuotas(
   quota_.Replace(quotas);
 }
 
+std::vector<core::QuotaStanding> ClusterCache::QuotaStandings() const {
+  return quota_.Standings();
+}
+
+void ClusterCache::SetQuotaHeldByDra(std::span<const core::QuotaStanding> held) {
+  quota_.SetHeldElsewhere(held);
+}
+
 FilterVerdicts ClusterCache::FilterAt(const core::PodRequest& request,
                                       std::span<const std::string_view> nodes) {
   return filter_.FilterAt(request, nodes);

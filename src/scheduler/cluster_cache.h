@@ -82,6 +82,11 @@ class ClusterCache {
   void SetQuota(const core::Namespace& ns, std::string_view model, core::MilliGpu limit);
   // Replaces every quota at once (a quota file read again): no placement sees half of the new set.
   void ReplaceQuotas(const std::vector<std::tuple<core::Namespace, std::string, core::MilliGpu>>& quotas);
+  // Every quota with what the extender's pods hold of it (held_here) and what Tessera's DRA claims do
+  // (held_elsewhere, as the DRA controller last said with SetQuotaHeldByDra): the DRA controller reads it
+  // before each round, so that both paths count one quota (docs/dra.md, "Quotas on both paths").
+  std::vector<core::QuotaStanding> QuotaStandings() const;
+  void SetQuotaHeldByDra(std::span<const core::QuotaStanding> held);
 
   // Pods from the API. A pod bound to a node with a valid assignment is recorded (or its record refreshed);
   // a pod that has finished, or has no assignment, is released. Returns an error (and records nothing) for an

@@ -546,6 +546,7 @@ DraAllocator::DraAllocator(AllocatorOptions options) : options_(std::move(option
 DraAllocator::~DraAllocator() = default;
 
 void DraAllocator::SetPools(std::vector<Pool> pools) {
+  placed_held_.reset();
   pools_ = std::move(pools);
 }
 void DraAllocator::SetClasses(std::map<std::string, DeviceClass> classes) {
@@ -555,6 +556,7 @@ void DraAllocator::SetNodes(std::vector<NodeView> nodes) {
   nodes_ = std::move(nodes);
 }
 void DraAllocator::SetAllocatedClaims(const std::vector<Json>& claims) {
+  placed_held_.reset();
   allocated_ = claims;
 }
 
@@ -581,8 +583,30 @@ std::vector<std::pair<std::string, Held>> HeldBy(const Json& claim) {
 
 }  // namespace
 
+void DraAllocator::SetQuotas(std::vector<core::QuotaStanding> quotas) {
+  placed_held_.reset();
+  quotas_ = std::move(quotas);
+}
+
+std::vector<core::QuotaStanding> DraAllocator::QuotaHeld() const {
+  if (placed_held_) return *placed_held_;
+  State s;
+  Build(s);
+  return s.cluster.QuotaStandings();
+}
+
 std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) {
   State s;
+  Build(s);
+  state_ = &s;
+  std::vector<PodDecision> out;
+  for (const PodInput& p : pods) out.push_back(PlaceOne(p));
+  state_ = nullptr;
+  placed_held_ = s.cluster.QuotaStandings();
+  return out;
+}
+
+void DraAllocator::Build(State& s) const {
   s.rng = core::Rng(options_.seed);
   for (const NodeView& n : nodes_) s.node_of[n.name] = &n;
   // The pools, in name order, as the cluster's nodes (devices 0..n-1 by their index attribute).
@@ -689,11 +713,11 @@ std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) 
   if (!policy.ok()) policy = core::MakePolicy("binpack");
   s.policy = *std::move(policy);
   s.placer = std::make_unique<core::Placer>(*s.policy);
-  state_ = &s;
-  std::vector<PodDecision> out;
-  for (const PodInput& p : pods) out.push_back(PlaceOne(p));
-  state_ = nullptr;
-  return out;
+  // The quotas, after the claims allocated: what they hold is counted, never refused.
+  for (const core::QuotaStanding& q : quotas_) {
+    if (q.limit) s.cluster.SetQuota(q.ns, q.model, *q.limit);
+  }
+  s.cluster.SetQuotaHeldElsewhere(quotas_);
 }
 
 PodDecision DraAllocator::PlaceOne(const PodInput& input) {
@@ -848,6 +872,7 @@ PodDecision DraAllocator::PlaceOne(const PodInput& input) {
       // Count it before the next request, so that they do not take the same share twice.
       core::PodRequest held;
       held.uid = core::PodUid(StrCat("held/", ++s.next_uid));
+      held.ns = core::Namespace(Str(Field(pod, "metadata"), "namespace"));  // the next claim sees its quota
       held.containers = {{.name = "claim", .vgpus = {}}};
       core::Placement& p = found->first;
       for (const core::VGpuAssignment& v : p.containers[0].vgpus) {

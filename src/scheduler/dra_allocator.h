@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/cluster_types.h"
 #include "core/topology.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/dra_selector.h"
@@ -152,6 +153,14 @@ class DraAllocator {
   void SetNodes(std::vector<NodeView> nodes);
   // Every ResourceClaim with an allocation (any class, any allocator): what Tessera's devices hold.
   void SetAllocatedClaims(const std::vector<Json>& claims);
+  // The namespaces' GPU quotas per model (tessera-scheduler --quota-file), each with what the namespace holds
+  // on the device-plugin path (held_elsewhere): a claim is placed only while its namespace's claims on
+  // Tessera's devices and those pods stay within the quota (docs/dra.md, "Quotas on both paths").
+  void SetQuotas(std::vector<core::QuotaStanding> quotas);
+  // What each namespace holds of each model through the allocated claims on Tessera's devices (held_here, in
+  // thousandths of a GPU: a share's cores, or 1000 for a device taken whole), for the device-plugin path;
+  // after Place, with the claims it placed.
+  std::vector<core::QuotaStanding> QuotaHeld() const;
 
   // Decides the pods in order; each placement is counted before the next pod is decided.
   std::vector<PodDecision> Place(const std::vector<PodInput>& pods);
@@ -170,6 +179,8 @@ class DraAllocator {
 
  private:
   struct State;
+  // The cluster of Tessera's pools with the allocated claims committed, and the quotas in force.
+  void Build(State& s) const;
   PodDecision PlaceOne(const PodInput& input);
 
   AllocatorOptions options_;
@@ -177,6 +188,8 @@ class DraAllocator {
   std::map<std::string, DeviceClass> classes_;
   std::vector<NodeView> nodes_;
   std::vector<Json> allocated_;
+  std::vector<core::QuotaStanding> quotas_;
+  std::optional<std::vector<core::QuotaStanding>> placed_held_;  // QuotaHeld after Place, until a Set
   State* state_ = nullptr;  // during Place
 };
 

@@ -343,39 +343,43 @@ bool DraController::Release(const Json& pod, const std::vector<Json>& claims,
   return true;
 }
 
+void DraController::ExchangeQuotas(const std::vector<dra::Pool>& pools, const std::vector<Json>& allocated) {
+  if (!options_.quotas) return;
+  // The quotas in force; the device-plugin path's holdings are what this path counts as held elsewhere.
+  std::vector<core::QuotaStanding> quotas;
+  for (core::QuotaStanding& q : options_.quotas->Standings()) {
+    if (!q.limit) continue;
+    q.held_elsewhere = q.held_here;
+    q.held_here = 0;
+    quotas.push_back(std::move(q));
+  }
+  // A quota raised, or room freed by the other path: the pods that waited are tried again.
+  std::string signature;
+  for (const core::QuotaStanding& q : quotas) {
+    StrAppend(&signature, q.ns.value(), "/", q.model, "=", q.limit ? q.limit->value() : -1, ":",
+              q.held_elsewhere, ";");
+  }
+  if (signature != quota_signature_) {
+    quota_signature_ = std::move(signature);
+    MutexLock lock(&mu_);
+    ++freed_;
+  }
+  allocator_.SetQuotas(std::move(quotas));
+  allocator_.SetPools(pools);
+  allocator_.SetAllocatedClaims(allocated);
+  options_.quotas->SetHeldByDra(allocator_.QuotaHeld());
+}
+
 void DraController::Round() {
   if (!is_leader_() || !slices_ || !slices_->HasSynced() || !classes_->HasSynced() || !claims_->HasSynced())
     return;
-  // The state, copied out of the lock.
-  std::vector<Json> gated, placed;
-  std::vector<dra::NodeView> nodes;
-  std::vector<Tracked> pods;
-  uint64_t freed = 0;
+  bool idle = false;
   {
     MutexLock lock(&mu_);
-    if (gated_.empty() && placed_.empty()) return;
-    freed = freed_;
-    ++counters_.rounds;
-    for (const auto& [name, view] : nodes_) nodes.push_back(view);
-    for (const auto& [key, t] : pods_) pods.push_back(t);
-    for (const auto& [key, pod] : gated_) gated.push_back(pod);
-    for (const auto& [key, pod] : placed_) placed.push_back(pod);
+    idle = gated_.empty() && placed_.empty();
   }
-  std::set<std::string> gated_uids;  // counted by the allocator when it places them
-  for (const Json& pod : gated) gated_uids.insert(Str(Field(pod, "metadata"), "uid"));
-  // Oldest first (then by name): the order the pods arrived in, repeatable for one seed.
-  std::sort(gated.begin(), gated.end(), [](const Json& a, const Json& b) {
-    const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"),
-                      tb = Str(Field(b, "metadata"), "creationTimestamp");
-    if (ta != tb) return ta < tb;
-    return std::pair(Str(Field(a, "metadata"), "namespace"), Str(Field(a, "metadata"), "name")) <
-           std::pair(Str(Field(b, "metadata"), "namespace"), Str(Field(b, "metadata"), "name"));
-  });
-  if (gated.size() > kMaxPodsPerRound) gated.resize(kMaxPodsPerRound);
-  std::set<std::string> placed_live;
-  for (const Json& pod : placed) placed_live.insert(Str(Field(pod, "metadata"), "uid"));
-  if (placed.size() > kMaxPodsPerRound) placed.resize(kMaxPodsPerRound);
-
+  // Idle, a round only tells the device-plugin path what the claims hold of the quotas.
+  if (idle && !options_.quotas) return;
   std::vector<dra::Pool> pools;
   for (const auto& s : slices_->Items()) {
     if (absl::StatusOr<dra::Pool> p = dra::ParseSlice(*s); p.ok()) pools.push_back(*std::move(p));
@@ -402,6 +406,37 @@ void DraController::Round() {
     it = (!seen.contains(it->first) && now - it->second.second > kWrittenTtl) ? written_.erase(it)
                                                                               : std::next(it);
   }
+  ExchangeQuotas(pools, allocated);
+  if (idle) return;
+  // The state, copied out of the lock.
+  std::vector<Json> gated, placed;
+  std::vector<dra::NodeView> nodes;
+  std::vector<Tracked> pods;
+  uint64_t freed = 0;
+  {
+    MutexLock lock(&mu_);
+    freed = freed_;
+    ++counters_.rounds;
+    for (const auto& [name, view] : nodes_) nodes.push_back(view);
+    for (const auto& [key, t] : pods_) pods.push_back(t);
+    for (const auto& [key, pod] : gated_) gated.push_back(pod);
+    for (const auto& [key, pod] : placed_) placed.push_back(pod);
+  }
+  std::set<std::string> gated_uids;  // counted by the allocator when it places them
+  for (const Json& pod : gated) gated_uids.insert(Str(Field(pod, "metadata"), "uid"));
+  // Oldest first (then by name): the order the pods arrived in, repeatable for one seed.
+  std::sort(gated.begin(), gated.end(), [](const Json& a, const Json& b) {
+    const std::string ta = Str(Field(a, "metadata"), "creationTimestamp"),
+                      tb = Str(Field(b, "metadata"), "creationTimestamp");
+    if (ta != tb) return ta < tb;
+    return std::pair(Str(Field(a, "metadata"), "namespace"), Str(Field(a, "metadata"), "name")) <
+           std::pair(Str(Field(b, "metadata"), "namespace"), Str(Field(b, "metadata"), "name"));
+  });
+  if (gated.size() > kMaxPodsPerRound) gated.resize(kMaxPodsPerRound);
+  std::set<std::string> placed_live;
+  for (const Json& pod : placed) placed_live.insert(Str(Field(pod, "metadata"), "uid"));
+  if (placed.size() > kMaxPodsPerRound) placed.resize(kMaxPodsPerRound);
+
   // The CPU and memory taken on each node: by the pods bound there, and by those not bound yet whose claims
   // are allocated there (placed in an earlier round, by this controller or kube-scheduler: they will bind
   // there).
@@ -537,6 +572,9 @@ void DraController::Round() {
   allocator_.SetNodes(std::move(nodes));
   allocator_.SetAllocatedClaims(allocated);
   std::vector<dra::PodDecision> decisions = allocator_.Place(inputs);
+  // The device-plugin path counts this round's placements at once (a write refused is counted until the next
+  // round: the safe side).
+  if (options_.quotas) options_.quotas->SetHeldByDra(allocator_.QuotaHeld());
 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Json& pod = inputs[i].pod;

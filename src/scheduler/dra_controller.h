@@ -37,11 +37,40 @@
 #include "absl/base/thread_annotations.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "core/cluster_types.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
+#include "scheduler/cluster_cache.h"
 #include "scheduler/dra_allocator.h"
 
 namespace tessera::scheduler {
+
+// The namespaces' GPU quotas, which both paths count (docs/dra.md, "Quotas on both paths"): the cluster
+// cache's (ClusterCache) in tessera-scheduler. Thread-safe.
+class QuotaExchange {
+ public:
+  virtual ~QuotaExchange() = default;
+  // Every quota, with what the device-plugin path's pods hold (held_here) and the DRA path last said it
+  // holds.
+  virtual std::vector<core::QuotaStanding> Standings() const = 0;
+  // What the claims on Tessera's devices hold (held_here of each entry), for the device-plugin path to count.
+  virtual void SetHeldByDra(std::vector<core::QuotaStanding> held) = 0;
+};
+
+// The cluster cache's quotas, exchanged with the DRA controller.
+class CacheQuotaExchange final : public QuotaExchange {
+ public:
+  explicit CacheQuotaExchange(ClusterCache& cache) : cache_(cache) {}
+  std::vector<core::QuotaStanding> Standings() const override { return cache_.QuotaStandings(); }
+  // What the claims hold is, for the extender's cluster, held elsewhere.
+  void SetHeldByDra(std::vector<core::QuotaStanding> held) override {
+    for (core::QuotaStanding& q : held) q.held_elsewhere = q.held_here;
+    cache_.SetQuotaHeldByDra(held);
+  }
+
+ private:
+  ClusterCache& cache_;
+};
 
 struct DraControllerOptions {
   dra::AllocatorOptions allocator;
@@ -54,6 +83,9 @@ struct DraControllerOptions {
   // Time (allocationTimestamp, how long a claim written is counted before the informer shows it, how long a
   // pod has been refused, the informers' backoff); never null (common/clock.h). Must outlive the controller.
   const Clock* clock = &RealClock();
+  // Quotas shared with the device-plugin path (nullptr: none on the DRA path, as without --quota-file). Must
+  // outlive the controller.
+  QuotaExchange* quotas = nullptr;
 };
 
 struct DraCounters {
@@ -93,6 +125,9 @@ class DraController {
   };
   void Run(std::stop_token stop);
   void Round();
+  // Reads the quotas and what the device-plugin path holds of them into the allocator, and tells that path
+  // what the allocated claims hold. Round thread only.
+  void ExchangeQuotas(const std::vector<dra::Pool>& pools, const std::vector<k8s::Json>& allocated);
   // Deallocates the claims of a pod kube-scheduler does not bind (dra_rebind.h); the claims as written, by
   // UID, into `fresh`. False when a write failed.
   bool Release(const k8s::Json& pod, const std::vector<k8s::Json>& claims, const std::vector<size_t>& which,
@@ -129,6 +164,7 @@ class DraController {
   // and since when; and the nodes it refused them on, which placing them again avoids.
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> refused_;
   std::map<std::string, std::set<std::string>> avoid_;
+  std::string quota_signature_;                        // Round thread only: the quotas and holdings last read
   std::string last_write_error_ ABSL_GUARDED_BY(mu_);  // pod UID -> the last reason posted (no repeats)
   std::jthread thread_;
 };

@@ -363,6 +363,47 @@ def test_a_first_available_claim_gets_the_first_alternative_that_fits(c):
     tc.delete(c, "dra-first")
 
 
+def test_one_quota_counts_claims_and_device_plugin_pods(c):
+    # Tessera's quota (--quota-file) holds on the DRA path, and one quota counts both paths: namespace dra-quota
+    # may hold 0.8 of a V100; a device-plugin pod of 30% and a claim of 40% fit, a second claim of 40% waits, and so
+    # does a device-plugin pod of 20% (the extender counts the claim); the first pod gone, the claim runs.
+    ns = "dra-quota"
+    log = c.procs["tessera-scheduler-r1"]
+    loads = log.since_start().count("GPU quotas in force")
+    c.write_quotas([{"namespace": ns, "model": "V100-PCIE-32GB", "gpus": 0.8}])
+    try:
+        c.wait_for(lambda: log.since_start().count("GPU quotas in force") > loads, "tessera-scheduler to read the quotas")
+        tc.namespace_ready(c, ns)
+        share = yaml.safe_load(share_template("share-40", 40, "8Gi"))
+        share["metadata"]["namespace"] = ns
+        c.apply(yaml.safe_dump(share))
+
+        def claim_pod_in(name):
+            pod = yaml.safe_load(claim_pod(name, "share-40"))
+            pod["metadata"]["namespace"] = ns
+            return yaml.safe_dump(pod)
+
+        c.apply(tc.pod_yaml("dp-30", {"tessera.dev/gpu-cores": 30}, ns=ns))
+        tc.running(c, "dp-30", ns=ns)
+        c.apply(claim_pod_in("claim-1"))
+        tc.running(c, "claim-1", ns=ns, timeout=90)
+        c.apply(claim_pod_in("claim-2"))
+        quota = f"namespace {ns} holds 0.7 of its 0.8 V100-PCIE-32GB GPUs (quota) and the pod needs 0.4 more"
+        c.wait_for(lambda: quota in c.pod(ns, "claim-2")["metadata"].get("annotations", {}).get(
+            "tessera.dev/dra-waiting", ""), "claim-2 to wait on the quota", 60)
+        assert any(quota in m for m in tc.events_of(c, ns, "claim-2")), tc.events_of(c, ns, "claim-2")
+        c.apply(tc.pod_yaml("dp-20", {"tessera.dev/gpu-cores": 20}, ns=ns))
+        c.wait_for(lambda: any(f"namespace {ns} holds 0.7 of its 0.8" in m for m in tc.events_of(c, ns, "dp-20")),
+                   "dp-20's events to name the quota", 90)
+        assert "nodeName" not in c.pod(ns, "dp-20")["spec"]
+        tc.delete(c, "dp-20", ns=ns)
+        tc.delete(c, "dp-30", ns=ns)
+        tc.running(c, "claim-2", ns=ns, timeout=90)
+        tc.delete(c, "claim-1", "claim-2", ns=ns)
+    finally:
+        c.write_quotas([])
+
+
 def test_a_hundred_claims_at_once_never_put_a_gpu_over_its_capacity(c):
     # 100 pods of 3% and 512 MiB at once on the node's two DRA GPUs: 33 fit on each (99%), 34 wait.
     c.apply(template("share-3", {"name": "gpu", "exactly": {

@@ -209,5 +209,36 @@ TEST(ClusterTest, QuotaUseFollowsCommitAndRelease) {
   EXPECT_EQ(c.QuotaUsed(Namespace("team"), t4).value(), 0);
 }
 
+TEST(ClusterTest, QuotaHeldElsewhereCountsAndIsReplacedWhole) {
+  Cluster c;
+  ASSERT_TRUE(c.AddNode(MakeNode("a", 2, MiB(16000), "T4")).ok());
+  c.SetQuota(Namespace("team"), "T4", MilliGpu(1500));
+  ASSERT_TRUE(c.Commit(MakePod("p", {}, "team"), On("a", {Vgpu(0, 250, 10)})).ok());
+  const std::vector<QuotaStanding> elsewhere = {
+      {.ns = Namespace("team"), .model = "T4", .limit = std::nullopt, .held_elsewhere = 1000},
+      {.ns = Namespace("lab"), .model = "A100", .limit = std::nullopt, .held_elsewhere = 500},
+      {.ns = Namespace("bad"),
+       .model = "T4",
+       .limit = std::nullopt,
+       .held_elsewhere = -7000}};  // never frees quota
+  c.SetQuotaHeldElsewhere(elsewhere);
+  const int t4 = c.ModelId("T4");
+  EXPECT_EQ(c.QuotaUsed(Namespace("team"), t4).value(), 1250);
+  EXPECT_EQ(c.QuotaUsed(Namespace("bad"), t4).value(), 0);
+  std::vector<QuotaStanding> s = c.QuotaStandings();  // namespace order: lab, team
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].ns, Namespace("lab"));
+  EXPECT_EQ(s[0].model, "A100");
+  EXPECT_EQ(s[0].limit, std::nullopt);
+  EXPECT_EQ(s[0].held_elsewhere, 500);
+  EXPECT_EQ(s[1].ns, Namespace("team"));
+  EXPECT_EQ(s[1].limit, MilliGpu(1500));
+  EXPECT_EQ(s[1].held_here, 250);
+  EXPECT_EQ(s[1].held_elsewhere, 1000);
+  // The next figures replace these: what is no longer held elsewhere is free again.
+  c.SetQuotaHeldElsewhere({});
+  EXPECT_EQ(c.QuotaUsed(Namespace("team"), t4).value(), 250);
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -361,14 +361,31 @@ TEST(PreferredSlotsTest, Rules) {
   EXPECT_THAT(PreferredSlots(numa, {"a::0", "b::0"}, 1, nullptr), UnorderedElementsAre("a::0", "b::0"));
 }
 
+// Waits until the plugin registered, without error, with the kubelet that started last. A restart may be
+// answered by two registrations: the plugin sees its own socket deleted and the kubelet's socket created, and
+// when a loaded machine hands it the two apart it registers for each (beside the rest of the suite at load
+// 25 on 2 cores, 1 run in 139 found a third registration where the test counted exactly two). The kubelet
+// takes a second registration of a resource as the new one, so only the last kubelet counts.
+bool RegisteredWithLastKubelet(const FakeKubelet& kubelet) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  for (;;) {
+    const auto last = kubelet.last_start();
+    for (const FakeRegistration& reg : kubelet.registrations()) {
+      if (reg.at >= last && reg.error.empty()) return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 TEST_F(DevicePluginTest, ReRegistersAfterAKubeletRestart) {
   auto plugin = StartPlugin();
   ASSERT_TRUE(kubelet_->WaitForRegistrations(1, kWait));
   ASSERT_TRUE(kubelet_->Restart().ok());  // deletes kubelet.sock and the plugin's socket, serves again
-  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, kWait));
+  ASSERT_TRUE(RegisteredWithLastKubelet(*kubelet_));
   std::vector<FakeRegistration> regs = kubelet_->registrations();
-  ASSERT_EQ(regs.size(), 2u);
-  EXPECT_EQ(regs[1].endpoint, "tessera-gpu.sock");
+  ASSERT_GE(regs.size(), 2u);
+  for (const FakeRegistration& reg : regs) EXPECT_EQ(reg.endpoint, "tessera-gpu.sock");
   EXPECT_GE(plugin->stats().server_starts, 2u);  // its socket was deleted, so it served anew
   // And the new "kubelet" can use the plugin.
   EXPECT_TRUE(kubelet_->WaitForDevices(
@@ -380,18 +397,11 @@ TEST_F(DevicePluginTest, ReRegistersAfterAKubeletRestart) {
   // may be answered by one registration, as with a real kubelet: only the last kubelet counts.)
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(kubelet_->Restart().ok());
-    ASSERT_TRUE(kubelet_->WaitForRegistrations(3 + i, kWait));
+    ASSERT_TRUE(RegisteredWithLastKubelet(*kubelet_)) << "restart " << i;
   }
   // Three restarts back to back: the plugin ends registered with the last one.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(kubelet_->Restart().ok());
-  const auto last = kubelet_->last_start();
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  bool registered_with_last = false;
-  while (!registered_with_last && std::chrono::steady_clock::now() < deadline) {
-    for (const FakeRegistration& reg : kubelet_->registrations()) registered_with_last |= reg.at >= last;
-    if (!registered_with_last) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_TRUE(registered_with_last);
+  EXPECT_TRUE(RegisteredWithLastKubelet(*kubelet_));
   EXPECT_TRUE(kubelet_->WaitForDevices(
       "tessera.dev/gpu", [](const std::vector<FakeDevice>& d) { return d.size() == 16; }, kWait));
 }

@@ -208,6 +208,50 @@ TEST_F(DraAllocatorTest, ClaimsAllocatedByOthersAreCounted) {
             PodDecision::Kind::kPlaced);
 }
 
+TEST_F(DraAllocatorTest, AClaimStaysWithinItsNamespacesQuotaOnBothPaths) {
+  // Quota "default": 1.5 V100s, of which the device-plugin path's pods hold 0.5 (held_elsewhere).
+  allocator_.SetQuotas({{.ns = core::Namespace("default"),
+                         .model = "Tesla V100-SXM2-32GB",
+                         .limit = core::MilliGpu(1500),
+                         .held_elsewhere = 500}});
+  std::vector<PodInput> pods;
+  for (int i = 0; i < 4; ++i)
+    pods.push_back({Pod("p" + std::to_string(i)), {Claim("c" + std::to_string(i), Share(40, "1Gi"))}});
+  // Two 40% claims fit the 1.0 left; the third would hold 1.3 (+ 0.5): it waits, and says why.
+  std::vector<PodDecision> d = PlaceAll(std::vector<PodInput>(pods.begin(), pods.begin() + 3));
+  EXPECT_EQ(d[0].kind, PodDecision::Kind::kPlaced) << d[0].reason;
+  EXPECT_EQ(d[1].kind, PodDecision::Kind::kPlaced) << d[1].reason;
+  ASSERT_EQ(d[2].kind, PodDecision::Kind::kWait);
+  EXPECT_THAT(d[2].reason, ::testing::HasSubstr("(quota)"));
+  // What the claims hold, for the device-plugin path: 0.8 of the namespace's V100s.
+  std::vector<core::QuotaStanding> held = allocator_.QuotaHeld();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].ns, core::Namespace("default"));
+  EXPECT_EQ(held[0].held_here, 800);
+  // In one round too, and for two claims of one pod: each counts before the next.
+  DraAllocator fresh(AllocatorOptions{.seed = 7});
+  fresh.SetPools({*ParseSlice(Slice("a", 8))});
+  fresh.SetNodes({ParseNode(Node("a"))});
+  fresh.SetClasses(Classes());
+  fresh.SetQuotas(
+      {{.ns = core::Namespace("default"), .model = "Tesla V100-SXM2-32GB", .limit = core::MilliGpu(1000)}});
+  std::vector<PodDecision> one =
+      fresh.Place({pods[0],
+                   pods[1],
+                   pods[2],
+                   {Pod("two"), {Claim("x", Share(15, "1Gi")), Claim("y", Share(15, "1Gi"))}}});
+  EXPECT_EQ(one[0].kind, PodDecision::Kind::kPlaced);
+  EXPECT_EQ(one[1].kind, PodDecision::Kind::kPlaced);
+  EXPECT_EQ(one[2].kind, PodDecision::Kind::kWait);  // 1.2 > 1.0
+  EXPECT_EQ(one[3].kind, PodDecision::Kind::kWait);  // x fits (0.95), then y would make 1.1
+  // Another namespace has no quota: it is placed whatever "default" holds.
+  Json other = Claim("o", Share(40, "1Gi"));
+  other["metadata"]["namespace"] = "lab";
+  Json other_pod = Pod("o");
+  other_pod["metadata"]["namespace"] = "lab";
+  EXPECT_EQ(fresh.Place({{other_pod, {other}}})[0].kind, PodDecision::Kind::kPlaced);
+}
+
 TEST_F(DraAllocatorTest, SharesArePackedOntoTheFewestGpus) {
   std::vector<PodInput> pods;
   for (int i = 0; i < 6; ++i)

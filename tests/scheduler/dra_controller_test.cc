@@ -107,8 +107,9 @@ class DraControllerTest : public ::testing::Test {
     api_.reset();
     if (server_) server_->Stop();
   }
-  void StartController(std::chrono::seconds rebind_after) {
+  void StartController(std::chrono::seconds rebind_after, QuotaExchange* quotas = nullptr) {
     DraControllerOptions o;
+    o.quotas = quotas;
     o.allocator.seed = 7;
     o.period = std::chrono::milliseconds(10);
     o.rebind_after = rebind_after;
@@ -321,6 +322,40 @@ TEST_F(DraControllerTest, ZeroTurnsReleasingOff) {
   EXPECT_EQ(Get(k8s::kResourceClaims, "c")["metadata"]["resourceVersion"],
             claim["metadata"]["resourceVersion"]);
   EXPECT_EQ(dra_->counters().released, 0);
+}
+
+TEST_F(DraControllerTest, OneQuotaCountsBothPathsAndARaisedQuotaPlacesTheWaitingPod) {
+  // The extender's cache, as tessera-scheduler wires it: "default" may hold 0.6 of a V100.
+  ClusterCache cache(CacheOptions{});
+  const std::string model = "Tesla V100-SXM2-32GB";  // tessera::testing::TesseraSlice's
+  cache.SetQuota(core::Namespace("default"), model, core::MilliGpu(600));
+  CacheQuotaExchange exchange(cache);
+  StartController(std::chrono::seconds(30), &exchange);
+  Place("p1", "c1");  // 40%
+  // The device-plugin path now counts the claim's 0.4 against the namespace's quota.
+  auto held_by_dra = [&] {
+    for (const core::QuotaStanding& q : cache.QuotaStandings()) {
+      if (q.ns == core::Namespace("default") && q.model == model) return q.held_elsewhere;
+    }
+    return int64_t{-1};
+  };
+  EXPECT_TRUE(Eventually([&] { return held_by_dra() == 400; })) << held_by_dra();
+  // A second 40% claim would make 0.8: it waits, and the pod says why.
+  ASSERT_TRUE(api_->Create(k8s::kResourceClaims, "default", ClaimObject("c2")).ok());
+  absl::StatusOr<Json> p2 = api_->Create(k8s::kPods, "default", GatedPod("p2", "c2"));
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  dra_->OnPod(*p2);
+  EXPECT_TRUE(Eventually([&] {
+    Json p = Get(k8s::kPods, "p2");
+    const Json& why = p["metadata"]["annotations"][formats::kDraWaitingAnnotation];
+    return why.is_string() && why.get<std::string>().find("(quota)") != std::string::npos;
+  })) << Get(k8s::kPods, "p2").dump();
+  EXPECT_FALSE(Get(k8s::kResourceClaims, "c2")["status"]["allocation"].is_object());
+  // The quota raised (a quota file read again): the pod that waited is placed without another change.
+  cache.SetQuota(core::Namespace("default"), model, core::MilliGpu(1000));
+  EXPECT_TRUE(
+      Eventually([&] { return Get(k8s::kResourceClaims, "c2")["status"]["allocation"].is_object(); }));
+  EXPECT_TRUE(Eventually([&] { return held_by_dra() == 800; })) << held_by_dra();
 }
 
 }  // namespace

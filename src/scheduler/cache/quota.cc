@@ -14,4 +14,14 @@ void QuotaPoint::Replace(
   for (const auto& [ns, model, limit] : quotas) ledger_.cluster.SetQuota(ns, model, limit);
 }
 
+std::vector<core::QuotaStanding> QuotaPoint::Standings() const {
+  LedgerLock lock(&ledger_);
+  return ledger_.cluster.QuotaStandings();
+}
+
+void QuotaPoint::SetHeldElsewhere(std::span<const core::QuotaStanding> held) {
+  LedgerLock lock(&ledger_);
+  ledger_.cluster.SetQuotaHeldElsewhere(held);
+}
+
 }  // namespace tessera::scheduler
