@@ -58,7 +58,8 @@ struct InformerOptions {
 struct InformerHandlers {
   std::function<void(const Json& object)> on_add;
   std::function<void(const Json& old_object, const Json& object)> on_update;
-  // final_state_unknown: the object vanished across a relist; `last` is the last state the informer saw.
+  // final_state_unknown: the object vanished across a relist, or another object (another UID) took its name
+  // meanwhile (then on_add follows with the new one); `last` is the last state the informer saw.
   std::function<void(const Json& last, bool final_state_unknown)> on_delete;
   // After each full list has been applied to the store (the first one and every relist); the first call
   // returns before HasSynced() turns true.
