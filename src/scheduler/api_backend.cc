@@ -1,7 +1,5 @@
 #include "scheduler/api_backend.h"
 
-#include <set>
-
 #include "common/log.h"
 #include "core/strings.h"
 #include "formats/assignment.h"
@@ -109,21 +107,6 @@ bool ApiBackend::Ready() const {
 
 void ApiBackend::Housekeeping() {
   sync_.CheckHeartbeats(options_.sync.clock->Now());
-  if (const auto now = options_.sync.clock->Steady();
-      pods_ != nullptr && pods_->HasSynced() && (!last_resync_ || now - *last_resync_ >= kResyncPeriod)) {
-    last_resync_ = now;
-    // The ledger's pods first, then the informer's: a pod recorded from an event after the first read is not
-    // looked at, and one recorded before is in the informer's store (it holds an object before its handlers
-    // run), unless the API has deleted it since.
-    std::vector<core::PodUid> held = cache_.ObservedPods();
-    std::set<std::string> live;
-    for (const std::shared_ptr<const k8s::Json>& p : pods_->Items()) live.insert(k8s::Uid(*p));
-    std::erase_if(held, [&](const core::PodUid& uid) { return live.contains(uid.value()); });
-    if (const int released = cache_.ReleaseObserved(held); released > 0) {
-      log::Warn("released pods the API no longer has (their deletion was not seen)",
-                {{"count", std::to_string(released)}, {"first", held.front().value()}});
-    }
-  }
   for (const Problem& p : sync_.TakeProblems()) {
     k8s::EventSpec e;
     e.involved_object.kind = p.kind;

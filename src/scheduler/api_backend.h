@@ -21,7 +21,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "k8s/informer.h"
@@ -54,11 +53,8 @@ class ApiBackend : public Binder, public PodSource {
   absl::Status Start();
   void Stop();
 
-  // Stale heartbeats, and the problems found since the last call posted as Events; and every kResyncPeriod
-  // the ledger checked against the pod informer: a pod it holds that the API no longer has is released (a
-  // deletion missed, whatever the cause: a safety net, as client-go's resync is).
+  // Stale heartbeats, and the problems found since the last call posted as Events.
   void Housekeeping();
-  static constexpr std::chrono::seconds kResyncPeriod{30};
   bool Ready() const;
   bool IsLeader() const;
   ApiSync& sync() { return sync_; }
@@ -85,7 +81,6 @@ class ApiBackend : public Binder, public PodSource {
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> started_{false};
-  std::optional<std::chrono::steady_clock::time_point> last_resync_;  // Housekeeping's thread only
   DraController* dra_ = nullptr;
   std::function<void(const k8s::Json& node, bool deleted)> node_observer_;
 };

@@ -229,29 +229,6 @@ void ClusterCache::ForgetPod(const PodUid& uid) {
   ledger_.ReleaseLocked(uid);
 }
 
-std::vector<PodUid> ClusterCache::ObservedPods() const {
-  LedgerLock lock(&ledger_);
-  std::vector<PodUid> out;
-  for (const auto& [uid, entry] : ledger_.pods) {
-    if (!entry.reserved) out.push_back(uid);
-  }
-  for (const auto& [uid, entry] : ledger_.orphans) out.push_back(PodUid(uid));
-  return out;
-}
-
-int ClusterCache::ReleaseObserved(std::span<const PodUid> uids) {
-  LedgerLock lock(&ledger_);
-  int released = 0;
-  for (const PodUid& uid : uids) {
-    auto it = ledger_.pods.find(uid);
-    if ((it != ledger_.pods.end() && !it->second.reserved) || ledger_.orphans.contains(uid.value())) {
-      ledger_.ReleaseLocked(uid);
-      ++released;
-    }
-  }
-  return released;
-}
-
 FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {
   const std::vector<std::string_view> views(nodes.begin(), nodes.end());
   FilterVerdicts v = FilterAt(request, views);

@@ -93,10 +93,6 @@ class ClusterCache {
   // assignment that does not fit the node as known: the caller reports it on the pod.
   absl::Status ObservePod(const formats::PodObject& pod);
   void ForgetPod(const core::PodUid& uid);
-  // The pods held as the API showed them (records and orphans, not this scheduler's own reservations).
-  std::vector<core::PodUid> ObservedPods() const;
-  // Releases those of `uids` still held as observed (pods the API no longer has); returns how many.
-  int ReleaseObserved(std::span<const core::PodUid> uids);
   // Notes a pending pod's request as part of the workload (filter calls do this too).
   void NoteWorkload(const core::PodRequest& request);
 

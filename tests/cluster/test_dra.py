@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import test_cluster as tc
-from cluster import FAKE_GPUS, NODE, Cluster
+from cluster import FAKE_GPUS, NODE, Cluster, HarnessError
 
 DRA_GPUS = (6, 7)
 # tessera-scheduler's --dra-rebind-after here (30 s shipped): how long kube-scheduler may refuse to bind a pod
@@ -558,8 +558,13 @@ def restart_node(c, fake_gpus, dra_gpus):
     with open(os.path.join(tc.SOURCE, fake_gpus)) as f:
         wanted = [g["uuid"] for g in yaml.safe_load(f)["gpus"]]
     # Drained first: the kubelet has unprepared every claim (no tenant of the old GPUs is left behind).
-    c.wait_for(lambda: not [n for n in os.listdir(c.path("tessera", "records")) if "_claim_" in n],
-               "every claim to be unprepared", 120)
+    def drained():
+        left = [n for n in os.listdir(c.path("tessera", "records")) if "_claim_" in n]
+        if left:
+            pods = c.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+            raise HarnessError(f"claim records left: {left}; the pods:\n{pods}")
+        return True
+    c.wait_for(drained, "every claim to be unprepared", 120)
     c.procs["tessera-node"].stop()
     c.procs["kubelet"].stop()
     c.fake_gpus, c.dra_gpus = fake_gpus, list(dra_gpus)

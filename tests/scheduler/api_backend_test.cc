@@ -160,50 +160,6 @@ TEST_F(ApiBackendTest, ARestartListsTheNodesBeforeThePods) {
   EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
 }
 
-// A pod the ledger holds though the API no longer has it (its deletion not seen: here a pod the API never
-// had, as such a miss leaves it) is released at the next resync, and only then; the pods the API has stay.
-// The fault harness found a deleted pod held past its run's end (docs/faults.md); whatever the cause, the
-// resync bounds it.
-TEST_F(ApiBackendTest, APodTheApiNoLongerHasIsReleasedAtTheNextResync) {
-  ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
-  absl::StatusOr<json> a = server_->Create("pods", "default", PodObject("a", 40));
-  ASSERT_TRUE(a.ok());
-  ClusterCache cache(Options());
-  FakeClock clock;
-  ApiBackendOptions options;
-  options.sync.clock = &clock;
-  ApiBackend backend(*api_, cache, options);
-  ASSERT_TRUE(backend.Start().ok());
-  Extender extender(cache, backend, &backend);
-  Response r = extender.Bind(json{
-      {"PodName", "a"},
-      {"PodNamespace", "default"},
-      {"PodUID", (*a)["metadata"]["uid"]},
-      {"Node", "n1"}}.dump());
-  ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
-  absl::StatusOr<json> bound = server_->Get("pods", "default", "a");
-  ASSERT_TRUE(bound.ok());
-  ASSERT_TRUE(Eventually([&] { return cache.ObservedPods().size() == 1; }));  // the bind seen by the informer
-  auto ghost = [&](const std::string& name) {
-    json g = *bound;
-    g["metadata"]["name"] = name;
-    g["metadata"]["uid"] = "uid-" + name;
-    backend.sync().OnPod(g);
-  };
-  ghost("g1");
-  ASSERT_EQ(cache.pod_count(), 2);
-  backend.Housekeeping();  // the first resync
-  EXPECT_EQ(cache.pod_count(), 1);
-  EXPECT_TRUE(cache.FindPod(core::PodUid((*a)["metadata"]["uid"].get<std::string>())).has_value());
-  ghost("g2");
-  backend.Housekeeping();  // within the period: nothing
-  EXPECT_EQ(cache.pod_count(), 2);
-  clock.Advance(ApiBackend::kResyncPeriod);
-  backend.Housekeeping();
-  EXPECT_EQ(cache.pod_count(), 1);
-  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 600);
-}
-
 TEST_F(ApiBackendTest, ProblemsBecomeEventsOnTheirObjects) {
   ASSERT_TRUE(server_->Create("nodes", "", NodeObject("broken", 1, R"({"version":7})")).ok());
   ClusterCache cache(Options());
