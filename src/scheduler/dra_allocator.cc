@@ -539,6 +539,7 @@ struct DraAllocator::State {
   std::map<std::string, const NodeView*> node_of;        // node -> view
   std::map<std::string, int64_t> cpu_free, memory_free;  // node -> free (when accounted)
   std::set<std::string> over;                            // nodes whose devices are over capacity
+  std::vector<core::PodRequest> workload;                // the allocated claims, for the policy's context
   int64_t next_uid = 0;
 };
 
@@ -598,6 +599,11 @@ std::vector<core::QuotaStanding> DraAllocator::QuotaHeld() const {
 std::vector<PodDecision> DraAllocator::Place(const std::vector<PodInput>& pods) {
   State s;
   Build(s);
+  core::PolicyContext context = core::MakePolicyContext(s.cluster, s.workload);
+  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(options_.policy, context);
+  if (!policy.ok()) policy = core::MakePolicy("binpack");
+  s.policy = *std::move(policy);
+  s.placer = std::make_unique<core::Placer>(*s.policy);
   state_ = &s;
   std::vector<PodDecision> out;
   for (const PodInput& p : pods) out.push_back(PlaceOne(p));
@@ -657,7 +663,6 @@ void DraAllocator::Build(State& s) const {
   for (const core::NodeState& n : s.cluster.nodes())
     s.rank.push_back(static_cast<uint32_t>(Mix(options_.seed, n.info().name.value())));
   // What the allocated claims hold.
-  std::vector<core::PodRequest> workload;
   for (const Json& claim : allocated_) {
     std::map<std::string, std::vector<Held>> by_pool;
     for (auto& [pool, held] : HeldBy(claim)) by_pool[pool].push_back(held);
@@ -705,14 +710,9 @@ void DraAllocator::Build(State& s) const {
         s.over.insert(pool_name);
         continue;
       }
-      workload.push_back(request);
+      s.workload.push_back(request);
     }
   }
-  core::PolicyContext context = core::MakePolicyContext(s.cluster, workload);
-  absl::StatusOr<std::unique_ptr<core::Policy>> policy = core::MakePolicy(options_.policy, context);
-  if (!policy.ok()) policy = core::MakePolicy("binpack");
-  s.policy = *std::move(policy);
-  s.placer = std::make_unique<core::Placer>(*s.policy);
   // The quotas, after the claims allocated: what they hold is counted, never refused.
   for (const core::QuotaStanding& q : quotas_) {
     if (q.limit) s.cluster.SetQuota(q.ns, q.model, *q.limit);

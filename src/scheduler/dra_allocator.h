@@ -179,7 +179,8 @@ class DraAllocator {
 
  private:
   struct State;
-  // The cluster of Tessera's pools with the allocated claims committed, and the quotas in force.
+  // The cluster of Tessera's pools with the allocated claims committed, and the quotas in force (Place then
+  // makes the policy over it; QuotaHeld needs none).
   void Build(State& s) const;
   PodDecision PlaceOne(const PodInput& input);
 
