@@ -112,7 +112,7 @@ absl::Status Informer::Relist(const std::stop_token& stop) {
     } else if (Uid(*it->second) != Uid(*obj)) {
       // Deleted and created again under the same name while the watch was down: two objects, not one
       // updated (kube-scheduler's cache tells them apart the same way). As an update, the old one's UID
-      // stayed with whoever counted it: the fault harness found a deleted pod held in the scheduler's ledger.
+      // stayed with whoever counts by UID (the scheduler's ledger, the DRA controller) and so did its share.
       ++vanished;
       if (handlers_.on_delete) handlers_.on_delete(*it->second, /*final_state_unknown=*/true);
       if (handlers_.on_add) handlers_.on_add(*obj);
