@@ -107,6 +107,7 @@ bool ApiBackend::Ready() const {
 
 void ApiBackend::Housekeeping() {
   sync_.CheckHeartbeats(options_.sync.clock->Now());
+  ReconcileLedger();
   for (const Problem& p : sync_.TakeProblems()) {
     k8s::EventSpec e;
     e.involved_object.kind = p.kind;
@@ -123,6 +124,47 @@ void ApiBackend::Housekeeping() {
       log::Warn("could not post an event", {{"object", p.name}, {"error", Message(st.status())}});
     }
   }
+}
+
+int ApiBackend::ReconcileLedger() {
+  if (pods_ == nullptr || !pods_->HasSynced()) return 0;
+  const auto now = options_.sync.clock->Steady();
+  if (last_reconcile_ && now - *last_reconcile_ < kReconcilePeriod) return 0;
+  last_reconcile_ = now;
+  std::set<core::PodUid> missing;
+  int released = 0;
+  for (const auto& [uid, name] : cache_.RecordedPods()) {
+    // The informer has it: its deletion, when it comes, releases it.
+    std::shared_ptr<const k8s::Json> seen = pods_->Get(name);
+    if (seen != nullptr && k8s::Uid(*seen) == uid.value()) continue;
+    // Lacking for less than a period: the informer may just be behind our own bind.
+    if (!missing_.contains(uid)) {
+      missing.insert(uid);
+      continue;
+    }
+    const size_t slash = name.find('/');
+    absl::StatusOr<k8s::Json> pod = api_.Get(k8s::kPods, name.substr(0, slash), name.substr(slash + 1));
+    std::string why;
+    if (!pod.ok() && absl::IsNotFound(pod.status())) {
+      why = "the API has no such pod";
+    } else if (!pod.ok()) {
+      missing.insert(uid);  // cannot tell now: ask again next period
+      continue;
+    } else if (k8s::Uid(*pod) != uid.value()) {
+      why = "another pod has its name";
+    } else if (absl::StatusOr<formats::PodObject> parsed = formats::ParsePodObject(*pod);
+               parsed.ok() && parsed->terminated()) {
+      why = "it has finished";
+    } else {
+      continue;  // the API has it: the informer is behind, and will show it
+    }
+    cache_.ForgetPod(uid);
+    ++released;
+    log::Warn("released a pod's GPUs whose deletion was not seen",
+              {{"pod", name}, {"uid", uid.value()}, {"why", why}});
+  }
+  missing_ = std::move(missing);
+  return released;
 }
 
 absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& placement) {

@@ -21,6 +21,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "k8s/informer.h"
@@ -53,8 +55,16 @@ class ApiBackend : public Binder, public PodSource {
   absl::Status Start();
   void Stop();
 
-  // Stale heartbeats, and the problems found since the last call posted as Events.
+  // Stale heartbeats, the problems found since the last call posted as Events, and ReconcileLedger when due.
   void Housekeeping();
+  // The ledger against the API, every kReconcilePeriod (the clock's): a pod the ledger holds (ClusterCache::
+  // RecordedPods) that the pod informer has not had for a whole period is looked up in the API itself, and
+  // released when the API has it no more, has another pod under its name, or has it finished: a deletion
+  // missed, whatever the cause (docs/faults.md, guarantee 4). The informer alone is not enough to release on:
+  // a pod confirmed by this replica's own bind may not be in its store yet. Returns how many were released;
+  // a lookup that fails leaves the pod for the next period.
+  int ReconcileLedger();
+  static constexpr std::chrono::seconds kReconcilePeriod{30};
   bool Ready() const;
   bool IsLeader() const;
   ApiSync& sync() { return sync_; }
@@ -81,6 +91,9 @@ class ApiBackend : public Binder, public PodSource {
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> started_{false};
+  // ReconcileLedger's, on the housekeeping thread only: when it last ran, and the pods the informer lacked.
+  std::optional<std::chrono::steady_clock::time_point> last_reconcile_;
+  std::set<core::PodUid> missing_;
   DraController* dra_ = nullptr;
   std::function<void(const k8s::Json& node, bool deleted)> node_observer_;
 };

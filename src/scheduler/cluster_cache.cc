@@ -280,6 +280,16 @@ std::map<std::string, std::string> ClusterCache::PodNames() const {
   return out;
 }
 
+std::map<PodUid, std::string> ClusterCache::RecordedPods() const {
+  LedgerLock lock(&ledger_);
+  std::map<PodUid, std::string> out;
+  for (const auto& [uid, entry] : ledger_.pods) {
+    if (!entry.reserved) out[uid] = entry.request.FullName();
+  }
+  for (const auto& [uid, entry] : ledger_.orphans) out[PodUid(uid)] = entry.request.FullName();
+  return out;
+}
+
 std::vector<std::string> ClusterCache::Orphans() const {
   LedgerLock lock(&ledger_);
   std::vector<std::string> out;

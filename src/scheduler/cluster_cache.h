@@ -133,6 +133,9 @@ class ClusterCache {
   PageView PageSnapshot() const;
   // Pod UID -> "namespace/name" of every pod holding or reserving GPUs.
   std::map<std::string, std::string> PodNames() const;
+  // The same for the pods held because the API showed them or a bind of ours went through (records, and
+  // orphans waiting for their node): not the reservations, whose bind is still on its way.
+  std::map<core::PodUid, std::string> RecordedPods() const;
   int pod_count() const;
   int node_count() const;
   std::string policy_name() const;
