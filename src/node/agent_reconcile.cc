@@ -329,6 +329,11 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       if (x_pod == pod_of.end()) continue;
       const NodePod& x = *x_pod->second;
       const std::string x_key = x.uid + "/" + c.name;
+      // X's container is being allocated this moment (an Allocate claimed X and has not recorded it yet): the
+      // record that Allocate writes would replace the one moved to X here, and the container running with
+      // that one would have no record (the fault harness, tests/cluster/chaos.py: a running tenant lost, its
+      // directories left behind for good). The next pass finds both records and exchanges them.
+      if (claims_.contains(x_key)) continue;
       auto other = tenants_.find(x_key);
       Tenant moved = std::move(*holder);
       const std::string old_key = moved.record.key();
@@ -577,10 +582,10 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
       if (!old_enough(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
-      RemoveTenantDir(
-          (fs::path(config_.state_dir) / "regions" / pod_dir.path().filename() / ctr.path().filename())
-              .string(),
-          /*quiet=*/false);
+      const fs::path region_pod = fs::path(config_.state_dir) / "regions" / pod_dir.path().filename();
+      RemoveTenantDir((region_pod / ctr.path().filename()).string(), /*quiet=*/false);
+      // Its pod's region directory with it once empty (an Allocate that makes it again meanwhile retries).
+      if (fs::is_empty(region_pod, ec2)) fs::remove(region_pod, ec2);
     }
     if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
