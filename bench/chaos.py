@@ -83,6 +83,8 @@ def table(reports):
               f"(< {chaos.SPLIT_WRITE_S} s, not violations) | {total('moments over capacity while split writes land')} |",
               f"| violations | {sum(len(r['violations']) for r in reports)} |",
               f"| longest pod wait, creation to running (s) | {max(r['longest pod wait (s)'] for r in reports)} |",
+              f"| tenant processes SIGKILLed mid-allocation, checked (a fresh process of the container got as "
+              f"much GPU memory as before) | {sum(r.get('tenants killed mid-allocation (tried, killed and checked)', {}).get('killed', 0) for r in reports)} |",
               f"| longest from deletion to freed (s) | "
               f"{', '.join(f'{k} {v}' for k, v in sorted(freed.items()))} |"]
     return "\n".join(lines)

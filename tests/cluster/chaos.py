@@ -55,6 +55,8 @@ PROGRESS_S = 240
 PENDING_EVENT_S = 30
 # After each fault is undone, the control plane is expected back (healthy) within this; longer is a violation.
 RECOVERY_S = 240
+# A step of the tenant kill (a process of a running container filling its GPU memory, or starting to churn).
+TENANT_STEP_S = 30
 
 EPS = 1e-6
 
@@ -835,9 +837,13 @@ LEASE_S = 15
 PAST_LEASE = "pause the leading tessera-scheduler past its lease"
 
 
+# A tenant's process under the hook, SIGKILLed while it allocates and frees GPU memory (docs/faults.md).
+TENANT_KILL = "kill a tenant mid-allocation"
+
+
 def fault_kinds():
     kinds = [f"kill {c}" for c in COMPONENTS] + [f"pause {c}" for c in COMPONENTS] + [PAST_LEASE]
-    kinds += [f"api {m}" for m in API_MODES] + ["state dir read-only", "delete in Allocate"]
+    kinds += [f"api {m}" for m in API_MODES] + ["state dir read-only", "delete in Allocate", TENANT_KILL]
     return kinds
 
 
@@ -858,6 +864,8 @@ class FaultSchedule:
             kind = pool.pop()
             if kind == PAST_LEASE:
                 held = rng.uniform(LEASE_S + 5, LEASE_S + 10) / hold  # never held shorter
+            elif kind == TENANT_KILL:
+                held = 0  # its own steps take the time they take
             elif kind.startswith("kill"):
                 held = rng.uniform(0, 3)
             elif kind.startswith("pause"):
@@ -918,6 +926,8 @@ class ChaosRun:
         self.injected = {}
         self.exited = {}  # component -> times it exited on its own and was started again
         self.unrecovered = []
+        self.rng = random.Random(seed + 2)  # the tenant kills' draws (which pod, when)
+        self.tenant_kills = {"tried": 0, "killed": 0}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.snapshots = 0
@@ -979,7 +989,9 @@ class ChaosRun:
     def _inject(self, kind, held):
         c = self.c
         verb, _, what = kind.partition(" ")
-        if verb == "kill":
+        if kind == TENANT_KILL:
+            self._kill_tenant()
+        elif verb == "kill":
             c.kill(what)
             time.sleep(held)
             c.restart(what)
@@ -1015,6 +1027,92 @@ class ChaosRun:
                 subprocess.run(["umount", d], check=False)
         elif kind == "delete in Allocate":
             self.workload.doom_next = True
+
+    # -- a tenant killed mid-allocation --
+    def _tenant(self, record, argv):
+        """A process of `record`'s container, as its runtime would run it (cluster.ContainerProcess): cuda_probe
+        under the hook the agent mounted and preloaded, on the fake driver presenting this node's GPUs."""
+        from cluster import ContainerProcess
+        c = self.c
+        device_dir = c.path("fakegpu")
+        os.makedirs(device_dir, exist_ok=True)
+        with open(os.path.join(c.src, c.fake_gpus)) as f:
+            uuids = [g["uuid"] for g in yaml.safe_load(f)["gpus"]]
+        env = {"LD_LIBRARY_PATH": os.path.join(c.build, "fakecuda"),
+               "CUDA_VISIBLE_DEVICES": record["env"]["NVIDIA_VISIBLE_DEVICES"],
+               "FAKECUDA_UUIDS": ",".join(uuids), "FAKECUDA_STATE": "/run/fakecuda/node.state"}
+        return ContainerProcess(c, record, [os.path.join(c.build, "tests", "cuda_probe"), "dlsym", "init", "ctx",
+                                            *argv], env, [(device_dir, "/run/fakecuda", False)])
+
+    def _fill(self, record):
+        """How much GPU memory a fresh process of the container gets, allocating 16 MiB at a time until the hook
+        refuses; None when it could not tell (the pod deleted meanwhile, its files gone)."""
+        p = self._tenant(record, ["fill", str(16 << 20)])
+        try:
+            p.proc.wait(TENANT_STEP_S)
+        except subprocess.TimeoutExpired:
+            pass
+        p.stop(5)
+        for line in p.lines:
+            w = line.split()
+            if w[:1] == ["fill"] and len(w) == 3 and w[1] == "2":  # CUDA_ERROR_OUT_OF_MEMORY: the limit
+                return int(w[2])
+        return None
+
+    def _kill_tenant(self):
+        """A running pod's container gets a process that allocates and frees GPU memory of every kind through the
+        hook (cuda_probe's churn), SIGKILLed at a random moment of it, most likely inside an allocation; then a
+        second process of the same container fills the memory. It must get what a process got before the kill:
+        the dead process's charges are gone from the container's region (guarantee 4), and tessera-node, whose
+        registration socket the tenant used, stays up (the recovery check)."""
+        self.tenant_kills["tried"] += 1
+        deadline = time.monotonic() + TENANT_STEP_S
+        while True:
+            newest = dict(self.observer._newest)  # the observer's loop reads cri-fake's records every second
+            live = dict(self.workload.live)
+            running = {p["metadata"]["uid"]: p["metadata"]["name"]
+                       for p in (self.api.get("/api/v1/namespaces/default/pods") or {}).get("items", [])
+                       if p.get("status", {}).get("phase") == "Running" and p["metadata"]["name"] in live and
+                       not live[p["metadata"]["name"]]["asked_delete"]}
+            candidates = [r for uid, r in newest.items() if uid in running and
+                          any(m["container"] == "/etc/ld.so.preload" for m in r["mounts"]) and
+                          r["env"].get("NVIDIA_VISIBLE_DEVICES")]
+            if candidates or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        if not candidates:
+            self.log("  (no running pod with a GPU to run a tenant in)")
+            return
+        # The one the workload deletes last (it deletes each pod 8-30 s after it runs): the check takes seconds.
+        record = max(candidates, key=lambda r: live[running[r["podUID"]]]["delete_at"] or 0)
+        limits = next(os.path.join(m["host"], "limits") for m in record["mounts"] if m["container"] == "/etc/tessera")
+        name = f"{record['namespace']}/{record['pod']}"
+        before_limits = read_limits(limits)
+        before = self._fill(record)
+        churn = self._tenant(record, ["churn", "30", str(64 << 20)])
+        deadline = time.monotonic() + TENANT_STEP_S
+        while time.monotonic() < deadline and not any(x.startswith("ctx ") for x in churn.lines) and \
+                churn.proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(self.rng.uniform(0.1, 1.5))
+        killed = churn.proc.poll() is None
+        with contextlib.suppress(OSError):
+            os.kill(churn.proc.pid, 9)
+        churn.stop(5)
+        after = self._fill(record)
+        same_limits = before_limits == read_limits(limits)
+        if not killed or before is None or after is None or not same_limits:
+            self.log(f"  (tenant of {name}: inconclusive: killed {killed}, filled {before} then {after}, "
+                     f"limits unchanged {same_limits}; the pod may have gone meanwhile)")
+            return
+        self.tenant_kills["killed"] += 1
+        self.log(f"  tenant of {name} SIGKILLed mid-churn; a fresh process then got {after >> 20} MiB "
+                 f"(before: {before >> 20} MiB)")
+        if after < before:
+            with self._lock:
+                self.checker._violate(time.monotonic(), "leak",
+                                      f"{name}: after a tenant was SIGKILLed mid-allocation, a fresh process of the "
+                                      f"container got {after >> 20} MiB of GPU memory, {before >> 20} MiB before")
 
     def run(self):
         self.log(self.schedule.text(self.replay))
@@ -1110,6 +1208,7 @@ class ChaosRun:
             "moments over capacity while split writes land": len(self.checker.transient),
             "such moments (first 5)": [f"+{t - self.t0:.1f} s {what}" for t, _, _, what in self.checker.transient[:5]],
             "longest from deletion to freed (s)": {k: round(v, 1) for k, v in self.checker.freed_after.items()},
+            "tenants killed mid-allocation (tried, killed and checked)": dict(self.tenant_kills),
         }
 
 
@@ -1130,6 +1229,7 @@ def format_report(r):
              f"{r['moments over capacity while split writes land']}",
              f"  longest pod wait: {r['longest pod wait (s)']} s; longest from deletion to freed: "
              f"{r['longest from deletion to freed (s)']}",
+             f"  tenants killed mid-allocation: {r['tenants killed mid-allocation (tried, killed and checked)']}",
              "  " + "fault".ljust(52) + " count  longest recovery (s)"]
     for kind, n in sorted(r["faults"].items()):
         lines.append(f"  {kind:52s} {n:5d}  {r['longest recovery by fault (s)'].get(kind, '-')}")
