@@ -133,12 +133,15 @@ int ApiBackend::ReconcileLedger() {
   last_reconcile_ = now;
   std::set<core::PodUid> missing;
   int released = 0;
+  int lookups = 0;
   for (const auto& [uid, name] : cache_.RecordedPods()) {
     // The informer has it: its deletion, when it comes, releases it.
     std::shared_ptr<const k8s::Json> seen = pods_->Get(name);
     if (seen != nullptr && k8s::Uid(*seen) == uid.value()) continue;
     // Lacking for less than a period: the informer may just be behind our own bind.
-    if (!missing_.contains(uid)) {
+    // And at most kReconcileLookups looked up a period, the rest the next: an informer blind to a busy API
+    // must not make the scheduler send it a GET per pod all at once.
+    if (!missing_.contains(uid) || ++lookups > kReconcileLookups) {
       missing.insert(uid);
       continue;
     }

@@ -65,6 +65,7 @@ class ApiBackend : public Binder, public PodSource {
   // a lookup that fails leaves the pod for the next period.
   int ReconcileLedger();
   static constexpr std::chrono::seconds kReconcilePeriod{30};
+  static constexpr int kReconcileLookups = 64;  // pods looked up in the API a period, at most
   bool Ready() const;
   bool IsLeader() const;
   ApiSync& sync() { return sync_; }

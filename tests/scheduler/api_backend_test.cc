@@ -197,6 +197,48 @@ TEST_F(ApiBackendTest, APodTheApiNoLongerHasIsReleasedAfterAPeriodWithoutIt) {
   EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 600);
 }
 
+// An informer blind to a busy API must not make the scheduler send it a GET per pod at once: at most
+// kReconcileLookups pods are looked up a period, the rest in the next.
+TEST_F(ApiBackendTest, TheLedgerCheckLooksUpABoundedNumberOfPodsAPeriod) {
+  ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
+  absl::StatusOr<json> a = server_->Create("pods", "default", PodObject("a", 1));
+  ASSERT_TRUE(a.ok());
+  ClusterCache cache(Options());
+  FakeClock clock;
+  ApiBackendOptions options;
+  options.sync.clock = &clock;
+  ApiBackend backend(*api_, cache, options);
+  ASSERT_TRUE(backend.Start().ok());
+  Extender extender(cache, backend, &backend);
+  Response r = extender.Bind(json{{"PodName", "a"},
+                                  {"PodNamespace", "default"},
+                                  {"PodUID", (*a)["metadata"]["uid"]},
+                                  {"Node", "n1"}}
+                                 .dump());
+  ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
+  json ghost = server_->Get("pods", "default", "a").value();
+  // 1 MiB each, so that they all fit the GPU's memory.
+  std::string& assignment = ghost["metadata"]["annotations"][formats::kAnnotationAssignment].get_ref<std::string&>();
+  const size_t at = assignment.find(R"("memoryMiB":1024)");
+  ASSERT_NE(at, std::string::npos) << assignment;
+  assignment.replace(at, 16, R"("memoryMiB":1)");
+  const int ghosts = ApiBackend::kReconcileLookups + 6;
+  for (int i = 0; i < ghosts; ++i) {
+    ghost["metadata"]["name"] = StrCat("ghost-", i);
+    ghost["metadata"]["uid"] = StrCat("uid-ghost-", i);
+    backend.sync().OnPod(ghost);
+  }
+  ASSERT_EQ(cache.pod_count(), ghosts + 1);
+  const int64_t gets = server_->requests("get");
+  EXPECT_EQ(backend.ReconcileLedger(), 0);
+  clock.Advance(ApiBackend::kReconcilePeriod);
+  EXPECT_EQ(backend.ReconcileLedger(), ApiBackend::kReconcileLookups);
+  EXPECT_EQ(server_->requests("get") - gets, ApiBackend::kReconcileLookups);
+  clock.Advance(ApiBackend::kReconcilePeriod);
+  EXPECT_EQ(backend.ReconcileLedger(), 6);
+  EXPECT_EQ(cache.pod_count(), 1);
+}
+
 // The case that made the informer alone unfit to release on: a pod bound and confirmed by this replica while
 // its informer is blind (its watches failing) is in the ledger and not in the informer's store for as long as
 // that lasts. The API has it, so it stays, period after period; once the API shows it finished, it goes.
