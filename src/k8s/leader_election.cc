@@ -81,6 +81,13 @@ std::string LeaderElector::leader() const {
   return leader_;
 }
 
+std::optional<int64_t> LeaderElector::LeadingTerm() const {
+  MutexLock lock(&mu_);
+  if (!leading_ || clock_.Now() >= renewed_at_ + config_.renew_deadline) return std::nullopt;
+  // The spec this candidate last wrote (or read while holding the Lease): its leaseTransitions is the term.
+  return observed_spec_.is_object() ? observed_spec_.value("leaseTransitions", int64_t{0}) : 0;
+}
+
 void LeaderElector::SetLeading(bool leading) {
   bool changed;
   {

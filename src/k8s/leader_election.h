@@ -26,6 +26,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -68,6 +69,11 @@ class LeaderElector {
   bool IsLeader() const ABSL_LOCKS_EXCLUDED(mu_);
   // The holder last observed ("" when none).
   std::string leader() const ABSL_LOCKS_EXCLUDED(mu_);
+  // While this candidate leads (IsLeader, read under the same lock): the Lease's leaseTransitions, the term it
+  // leads in, which a take-over by anyone else increments. A write that carries it can be refused by the API
+  // server once the Lease has moved on (tessera-scheduler's binds: deploy/scheduler/70-leader-fence.yaml), which
+  // fences a leader paused past its Lease by more than its own clock. Empty when not leading.
+  std::optional<int64_t> LeadingTerm() const ABSL_LOCKS_EXCLUDED(mu_);
   const LeaderElectionConfig& config() const { return config_; }
 
   // One round: reads the Lease, then takes or renews it when allowed. True when this candidate leads after

@@ -171,7 +171,10 @@ int ApiBackend::ReconcileLedger() {
 }
 
 absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& placement) {
-  if (!IsLeader()) {
+  // The term is read with the leadership, under one lock: a replica paused after this point binds with the
+  // term it led in, which the API server refuses once the Lease has moved on (70-leader-fence.yaml).
+  std::optional<int64_t> term;
+  if (elector_ != nullptr && !(term = elector_->LeadingTerm())) {
     return absl::UnavailableError(
         "this tessera-scheduler replica is not the leader; retry (the leader binds)");
   }
@@ -182,6 +185,10 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
         {formats::kAnnotationAssignment, formats::FormatAssignment(placement)},
         {formats::kAnnotationAssignedAt, formats::FormatHeartbeat(options_.sync.clock->Now())},
         {formats::kAnnotationPhase, formats::kPhaseBound}};
+  }
+  if (term) {
+    options.annotations[kAnnotationLeader] = options_.identity;
+    options.annotations[kAnnotationLeaderTerm] = StrCat(*term);
   }
   absl::Status st = api_.Bind(pod.ns, pod.name, pod.node, options);
   const bool conflict = absl::IsAlreadyExists(st) || absl::IsFailedPrecondition(st) || k8s::IsConflict(st);

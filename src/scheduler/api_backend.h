@@ -34,6 +34,12 @@
 
 namespace tessera::scheduler {
 
+// With leader election, every bind carries the replica that made it and the Lease's term it led in; the API
+// server refuses a bind whose term the Lease has moved past (deploy/scheduler/70-leader-fence.yaml). The pod keeps
+// them: who bound it, in which term.
+inline constexpr char kAnnotationLeader[] = "tessera.dev/leader";
+inline constexpr char kAnnotationLeaderTerm[] = "tessera.dev/leader-term";
+
 struct ApiBackendOptions {
   // sync.clock is the backend's clock: the informers' backoff, the leader election, heartbeats' age and the
   // time written on a bind read it.

@@ -206,7 +206,8 @@ def test_the_charts_policy_names_the_releases_service_accounts(c):
     helm = os.path.join(c.k8s_bin, "helm")
     rendered = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg=="],
                               capture_output=True, text=True, check=True).stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].startswith("ValidatingAdmissionPolicy") and
+            d["metadata"]["name"] == "tessera-annotations"]
     assert {d["kind"] for d in docs} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, docs
     policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
     shipped = next(d for d in yaml.safe_load_all(open(POLICY)) if d["kind"] == "ValidatingAdmissionPolicy")
@@ -221,4 +222,4 @@ def test_the_charts_policy_names_the_releases_service_accounts(c):
     assert r.returncode == 0, r.stderr
     off = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg==",
                           "--set", "annotationPolicy.enabled=false"], capture_output=True, text=True, check=True).stdout
-    assert "ValidatingAdmissionPolicy" not in off
+    assert "name: tessera-annotations" not in off and "name: tessera-leader-fence" in off

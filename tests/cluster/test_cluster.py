@@ -834,4 +834,29 @@ def test_leader_failover_loses_nothing(c):
     for name in [f"f-{i}" for i in range(8)] + [f"g-{i}" for i in range(8)]:
         check_started_with_assignment(c, running(c, name, timeout=120))
     assert_not_oversubscribed(c)
-    delete(c, *[f"f-{i}" for i in range(8)], *[f"g-{i}" for i in range(8)])
+    # Each bind carried the replica that made it and the Lease's term it led in. r1's term is over: the API server
+    # refuses a bind in it (deploy/scheduler/70-leader-fence.yaml), which is what r1 paused past its Lease between
+    # its leadership check and its write would send; and a bind in the current term by anyone but its holder.
+    lease = json.loads(c.kubectl("get", "lease", "-n", "tessera-system", "tessera-scheduler", "-o", "json").stdout)
+    term = lease["spec"].get("leaseTransitions", 0)
+    assert lease["spec"]["holderIdentity"] == "r2" and term >= 1, lease["spec"]
+    for i in range(8):
+        a = c.pod("default", f"g-{i}")["metadata"]["annotations"]
+        assert (a.get("tessera.dev/leader"), a.get("tessera.dev/leader-term")) == ("r2", str(term)), a
+    c.apply(pod_yaml("fenced", {}, scheduler="no-such-scheduler"))
+
+    def bind(leader, in_term):
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": "fenced", "namespace": "default",
+                             "annotations": {"tessera.dev/leader": leader, "tessera.dev/leader-term": str(in_term)}},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}
+        return c.kubectl("create", "--raw", "/api/v1/namespaces/default/pods/fenced/binding", "-f", "-",
+                         input=json.dumps(body), check=False)
+    for leader, in_term in (("r1", term - 1), ("r1", term), ("r2", term + 1)):
+        r = bind(leader, in_term)
+        assert r.returncode != 0 and "a stale leader" in r.stderr, (leader, in_term, r.stdout, r.stderr)
+    assert not c.pod("default", "fenced")["spec"].get("nodeName")
+    r = bind("r2", term)
+    assert r.returncode == 0, r.stderr
+    running(c, "fenced")
+    delete(c, *[f"f-{i}" for i in range(8)], *[f"g-{i}" for i in range(8)], "fenced")
