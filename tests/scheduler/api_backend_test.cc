@@ -52,6 +52,11 @@ json PodObject(const std::string& name, int cores) {
       {"status", {{"phase", "Pending"}}}};
 }
 
+// The extender's bind verb's body for pod `name` of the default namespace.
+std::string BindArgs(const std::string& name, const std::string& uid, const std::string& node = "n1") {
+  return json{{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", node}}.dump();
+}
+
 CacheOptions Options() {
   CacheOptions o;
   o.policy = "binpack";
@@ -97,8 +102,7 @@ TEST_F(ApiBackendTest, RebuildsFromTheApiAndBindsWithTheAssignment) {
   Extender extender(cache, backend, &backend);
   // Bind without a filter first: the pod is fetched from the API.
   const std::string uid = (*a)["metadata"]["uid"];
-  Response r = extender.Bind(
-      json{{"PodName", "a"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  Response r = extender.Bind(BindArgs("a", uid));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   absl::StatusOr<json> bound = server_->Get("pods", "default", "a");
   ASSERT_TRUE(bound.ok());
@@ -110,8 +114,7 @@ TEST_F(ApiBackendTest, RebuildsFromTheApiAndBindsWithTheAssignment) {
   ASSERT_TRUE(assignment.ok()) << assignment.status();
   EXPECT_EQ(assignment->containers[0].vgpus[0].uuid.value(), "GPU-n1-0");
   // A retried bind (kube-scheduler timed out on the first) succeeds and takes nothing more.
-  r = extender.Bind(
-      json{{"PodName", "a"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  r = extender.Bind(BindArgs("a", uid));
   EXPECT_EQ(json::parse(r.body)["Error"], "") << r.body;
   EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
 
@@ -138,11 +141,7 @@ TEST_F(ApiBackendTest, ARestartListsTheNodesBeforeThePods) {
     ApiBackend backend(*api_, cache, {});
     ASSERT_TRUE(backend.Start().ok());
     Extender extender(cache, backend, &backend);
-    Response r = extender.Bind(json{
-        {"PodName", "a"},
-        {"PodNamespace", "default"},
-        {"PodUID", (*a)["metadata"]["uid"]},
-        {"Node", "n1"}}.dump());
+    Response r = extender.Bind(BindArgs("a", (*a)["metadata"]["uid"]));
     ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   }
   fake::FaultRule fail_nodes_list;
@@ -176,8 +175,7 @@ TEST_F(ApiBackendTest, APodTheApiNoLongerHasIsReleasedAfterAPeriodWithoutIt) {
   ASSERT_TRUE(backend.Start().ok());
   Extender extender(cache, backend, &backend);
   const std::string uid = (*a)["metadata"]["uid"];
-  Response r = extender.Bind(
-      json{{"PodName", "a"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  Response r = extender.Bind(BindArgs("a", uid));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   absl::StatusOr<json> bound = server_->Get("pods", "default", "a");
   ASSERT_TRUE(bound.ok());
@@ -210,11 +208,7 @@ TEST_F(ApiBackendTest, TheLedgerCheckLooksUpABoundedNumberOfPodsAPeriod) {
   ApiBackend backend(*api_, cache, options);
   ASSERT_TRUE(backend.Start().ok());
   Extender extender(cache, backend, &backend);
-  Response r = extender.Bind(json{{"PodName", "a"},
-                                  {"PodNamespace", "default"},
-                                  {"PodUID", (*a)["metadata"]["uid"]},
-                                  {"Node", "n1"}}
-                                 .dump());
+  Response r = extender.Bind(BindArgs("a", (*a)["metadata"]["uid"]));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   json ghost = server_->Get("pods", "default", "a").value();
   // 1 MiB each, so that they all fit the GPU's memory.
@@ -260,8 +254,7 @@ TEST_F(ApiBackendTest, APodOurBindConfirmedStaysWhileTheInformerIsBlind) {
   ASSERT_TRUE(b.ok());
   Extender extender(cache, backend, &backend);
   const std::string uid = (*b)["metadata"]["uid"];
-  Response r = extender.Bind(
-      json{{"PodName", "b"}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", "n1"}}.dump());
+  Response r = extender.Bind(BindArgs("b", uid));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   ASSERT_TRUE(cache.FindPod(core::PodUid(uid)).has_value());
   for (int period = 0; period < 4; ++period) {
