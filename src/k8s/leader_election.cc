@@ -71,9 +71,13 @@ void LeaderElector::Stop() {
   SetLeading(false);
 }
 
+bool LeaderElector::LeadingLocked() const {
+  return leading_ && clock_.Now() < renewed_at_ + config_.renew_deadline;
+}
+
 bool LeaderElector::IsLeader() const {
   MutexLock lock(&mu_);
-  return leading_ && clock_.Now() < renewed_at_ + config_.renew_deadline;
+  return LeadingLocked();
 }
 
 std::string LeaderElector::leader() const {
@@ -83,7 +87,7 @@ std::string LeaderElector::leader() const {
 
 std::optional<int64_t> LeaderElector::LeadingTerm() const {
   MutexLock lock(&mu_);
-  if (!leading_ || clock_.Now() >= renewed_at_ + config_.renew_deadline) return std::nullopt;
+  if (!LeadingLocked()) return std::nullopt;
   // The spec this candidate last wrote (or read while holding the Lease): its leaseTransitions is the term.
   return observed_spec_.is_object() ? observed_spec_.value("leaseTransitions", int64_t{0}) : 0;
 }

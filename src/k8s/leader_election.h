@@ -85,6 +85,8 @@ class LeaderElector {
  private:
   LeaderElector(KubeApi& api, LeaderElectionConfig config);
   void Run(std::stop_token stop) ABSL_LOCKS_EXCLUDED(round_mu_, mu_);
+  // Holding the Lease and renewed within renew_deadline: what IsLeader and LeadingTerm answer from.
+  bool LeadingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Callbacks run without mu_.
   void SetLeading(bool leading) ABSL_LOCKS_EXCLUDED(mu_);
   void Observe(const Json& spec) ABSL_LOCKS_EXCLUDED(mu_);

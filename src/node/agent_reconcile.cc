@@ -32,6 +32,13 @@ bool RemoveTenantDir(const std::string& dir, bool quiet) {
   return s.ok();
 }
 
+// Removes `dir` when it is empty (a pod's directory once its containers' are gone); one an Allocate fills
+// again meanwhile stays (remove() of a non-empty directory fails), and its Allocate retries a removed one.
+void RemoveIfEmpty(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_empty(dir, ec)) fs::remove(dir, ec);
+}
+
 }  // namespace
 
 // --- reconcile -------------------------------------------------------------------------------------------
@@ -484,14 +491,13 @@ bool NodeAgent::RemoveTenantFiles(const ContainerRecord& r, bool quiet) {
   // another pod when the record came to this one in a swap (docs/node-agent.md, "Swapped allocations");
   // naming them after the record's own pod left the other's empty directories behind for good (the fault
   // harness, tests/cluster/chaos.py, found them after a run).
-  for (const char* top : {"containers", "regions"}) {
-    const fs::path base = fs::path(config_.state_dir) / top;
-    for (const std::string& d : {r.dir, r.region_dir}) {
-      const fs::path pod_dir = fs::path(d).parent_path();
-      if (pod_dir.parent_path() == base && fs::is_empty(pod_dir, ec)) fs::remove(pod_dir, ec);
-    }
-    if (fs::is_empty(base / r.pod_uid, ec)) fs::remove(base / r.pod_uid, ec);
+  for (const std::string& d : {r.dir, r.region_dir}) {
+    const fs::path pod_dir = fs::path(d).parent_path();
+    const fs::path top = pod_dir.parent_path();
+    if (top == fs::path(config_.state_dir) / "containers" || top == fs::path(config_.state_dir) / "regions")
+      RemoveIfEmpty(pod_dir);
   }
+  for (const char* top : {"containers", "regions"}) RemoveIfEmpty(fs::path(config_.state_dir) / top / r.pod_uid);
   return removed;
 }
 
@@ -584,8 +590,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
       fs::remove_all(ctr.path(), ec2);
       const fs::path region_pod = fs::path(config_.state_dir) / "regions" / pod_dir.path().filename();
       RemoveTenantDir((region_pod / ctr.path().filename()).string(), /*quiet=*/false);
-      // Its pod's region directory with it once empty (an Allocate that makes it again meanwhile retries).
-      if (fs::is_empty(region_pod, ec2)) fs::remove(region_pod, ec2);
+      RemoveIfEmpty(region_pod);
     }
     if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }

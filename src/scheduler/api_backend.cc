@@ -174,9 +174,12 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
   // The term is read with the leadership, under one lock: a replica paused after this point binds with the
   // term it led in, which the API server refuses once the Lease has moved on (70-leader-fence.yaml).
   std::optional<int64_t> term;
-  if (elector_ != nullptr && !(term = elector_->LeadingTerm())) {
-    return absl::UnavailableError(
-        "this tessera-scheduler replica is not the leader; retry (the leader binds)");
+  if (elector_ != nullptr) {
+    term = elector_->LeadingTerm();
+    if (!term) {
+      return absl::UnavailableError(
+          "this tessera-scheduler replica is not the leader; retry (the leader binds)");
+    }
   }
   k8s::BindOptions options;
   options.pod_uid = pod.uid;

@@ -370,7 +370,8 @@ class ApiFaultProxy:
         self._server = socket.create_server(("127.0.0.1", 0))
         self._server.settimeout(0.5)
         self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        from cluster import serve_connections
+        threading.Thread(target=serve_connections, args=(self._server, self._stop, self._serve), daemon=True).start()
         return self.port
 
     def close(self):
@@ -381,14 +382,6 @@ class ApiFaultProxy:
     def _count(self, what):
         with self._counts_lock:
             self.counts[what] = self.counts.get(what, 0) + 1
-
-    def _accept(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except (socket.timeout, OSError):
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     @staticmethod
     def _read_head(sock):

@@ -70,6 +70,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def serve_connections(server, stop, serve):
+    """Accepts connections on `server` (a listening socket with a timeout) until `stop` is set, each served by
+    `serve(conn)` on a thread of its own: the loop of the harness's TCP stand-ins (ServiceProxy, chaos.py's
+    ApiFaultProxy)."""
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except (socket.timeout, OSError):
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
 class HarnessError(Exception):
     pass
 
@@ -88,7 +100,7 @@ class ServiceProxy:
         self._server = socket.create_server(("127.0.0.1", self.port))
         self._server.settimeout(0.2)
         threading.Thread(target=self._probe, daemon=True).start()
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=serve_connections, args=(self._server, self._stop, self._serve), daemon=True).start()
 
     def _probe(self):
         import urllib.request
@@ -104,14 +116,6 @@ class ServiceProxy:
                     pass
             self.ready_port = ready
             self._stop.wait(0.5)
-
-    def _accept(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except (socket.timeout, OSError):
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
         port = self.ready_port

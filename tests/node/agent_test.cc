@@ -164,6 +164,15 @@ class AgentTest : public ::testing::Test {
     kubelet_->SetPodResources(pods);
   }
 
+  // Nothing left under the state directory's containers/ and regions/ (every tenant collected).
+  void ExpectNoTenantDirectoriesLeft() {
+    for (const char* top : {"containers", "regions"}) {
+      std::string left;
+      for (const auto& e : fs::directory_iterator(config_.state_dir + "/" + top)) left += e.path().string() + " ";
+      EXPECT_EQ(left, "") << top;
+    }
+  }
+
   // Makes <proc_root>/<pid>/cgroup say that `pid` is container `cid` of pod `uid` (systemd driver layout).
   void FakeCgroup(int pid, const std::string& uid, const std::string& cid) {
     std::string u = uid;
@@ -1077,12 +1086,7 @@ TEST_F(AgentTest, ASwapWaitsForAnAllocateInFlightForTheOtherPod) {
   PublishPodResources({});
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_TRUE(agent->Records().empty());
-  for (const char* top : {"containers", "regions"}) {
-    std::string left;
-    for (const auto& e : fs::directory_iterator(config_.state_dir + "/" + top))
-      left += e.path().string() + " ";
-    EXPECT_EQ(left, "") << top;
-  }
+  ExpectNoTenantDirectoriesLeft();
 }
 
 // The fault harness (tests/cluster/chaos.py, seed 2 of test_chaos.py's first runs) found the pod directories
@@ -1109,12 +1113,7 @@ TEST_F(AgentTest, SwappedRecordsLeaveNoPodDirectoryBehind) {
   PublishPodResources({});
   ASSERT_TRUE(agent->ReconcileOnce().ok());
   EXPECT_TRUE(agent->Records().empty());
-  for (const char* top : {"containers", "regions"}) {
-    std::string left;
-    for (const auto& e : fs::directory_iterator(config_.state_dir + "/" + top))
-      left += e.path().string() + " ";
-    EXPECT_EQ(left, "") << top;
-  }
+  ExpectNoTenantDirectoriesLeft();
 }
 
 // The fault harness (tests/cluster/chaos.py, bench/chaos.py --seeds 3) found records of deleted pods still in

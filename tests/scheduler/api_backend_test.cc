@@ -64,6 +64,20 @@ CacheOptions Options() {
   return o;
 }
 
+// A backend on the fake API server whose time is a FakeClock, the cache it feeds, and an extender over both.
+struct ClockedBackend {
+  explicit ClockedBackend(k8s::KubeApi& api) : backend(api, cache, WithClock(&clock)) {}
+  static ApiBackendOptions WithClock(const Clock* clock) {
+    ApiBackendOptions o;
+    o.sync.clock = clock;
+    return o;
+  }
+  ClusterCache cache{Options()};
+  FakeClock clock;
+  ApiBackend backend;
+  Extender extender{cache, backend, &backend};
+};
+
 class ApiBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -167,32 +181,27 @@ TEST_F(ApiBackendTest, APodTheApiNoLongerHasIsReleasedAfterAPeriodWithoutIt) {
   ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
   absl::StatusOr<json> a = server_->Create("pods", "default", PodObject("a", 40));
   ASSERT_TRUE(a.ok());
-  ClusterCache cache(Options());
-  FakeClock clock;
-  ApiBackendOptions options;
-  options.sync.clock = &clock;
-  ApiBackend backend(*api_, cache, options);
-  ASSERT_TRUE(backend.Start().ok());
-  Extender extender(cache, backend, &backend);
+  ClockedBackend b(*api_);
+  ASSERT_TRUE(b.backend.Start().ok());
   const std::string uid = (*a)["metadata"]["uid"];
-  Response r = extender.Bind(BindArgs("a", uid));
+  Response r = b.extender.Bind(BindArgs("a", uid));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   absl::StatusOr<json> bound = server_->Get("pods", "default", "a");
   ASSERT_TRUE(bound.ok());
   json ghost = *bound;
   ghost["metadata"]["name"] = "ghost";
   ghost["metadata"]["uid"] = "uid-ghost";
-  backend.sync().OnPod(ghost);
-  ASSERT_EQ(cache.pod_count(), 2);
+  b.backend.sync().OnPod(ghost);
+  ASSERT_EQ(b.cache.pod_count(), 2);
 
-  EXPECT_EQ(backend.ReconcileLedger(), 0);  // first seen lacking: the informer may be behind
-  clock.Advance(ApiBackend::kReconcilePeriod - std::chrono::seconds(1));
-  EXPECT_EQ(backend.ReconcileLedger(), 0);  // not due yet
-  clock.Advance(std::chrono::seconds(1));
-  EXPECT_EQ(backend.ReconcileLedger(), 1);  // lacking a whole period, and the API has no such pod
-  EXPECT_EQ(cache.pod_count(), 1);
-  EXPECT_TRUE(cache.FindPod(core::PodUid(uid)).has_value());
-  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 600);
+  EXPECT_EQ(b.backend.ReconcileLedger(), 0);  // first seen lacking: the informer may be behind
+  b.clock.Advance(ApiBackend::kReconcilePeriod - std::chrono::seconds(1));
+  EXPECT_EQ(b.backend.ReconcileLedger(), 0);  // not due yet
+  b.clock.Advance(std::chrono::seconds(1));
+  EXPECT_EQ(b.backend.ReconcileLedger(), 1);  // lacking a whole period, and the API has no such pod
+  EXPECT_EQ(b.cache.pod_count(), 1);
+  EXPECT_TRUE(b.cache.FindPod(core::PodUid(uid)).has_value());
+  EXPECT_EQ(b.cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 600);
 }
 
 // An informer blind to a busy API must not make the scheduler send it a GET per pod at once: at most
@@ -201,14 +210,9 @@ TEST_F(ApiBackendTest, TheLedgerCheckLooksUpABoundedNumberOfPodsAPeriod) {
   ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
   absl::StatusOr<json> a = server_->Create("pods", "default", PodObject("a", 1));
   ASSERT_TRUE(a.ok());
-  ClusterCache cache(Options());
-  FakeClock clock;
-  ApiBackendOptions options;
-  options.sync.clock = &clock;
-  ApiBackend backend(*api_, cache, options);
-  ASSERT_TRUE(backend.Start().ok());
-  Extender extender(cache, backend, &backend);
-  Response r = extender.Bind(BindArgs("a", (*a)["metadata"]["uid"]));
+  ClockedBackend b(*api_);
+  ASSERT_TRUE(b.backend.Start().ok());
+  Response r = b.extender.Bind(BindArgs("a", (*a)["metadata"]["uid"]));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
   json ghost = server_->Get("pods", "default", "a").value();
   // 1 MiB each, so that they all fit the GPU's memory.
@@ -220,17 +224,17 @@ TEST_F(ApiBackendTest, TheLedgerCheckLooksUpABoundedNumberOfPodsAPeriod) {
   for (int i = 0; i < ghosts; ++i) {
     ghost["metadata"]["name"] = StrCat("ghost-", i);
     ghost["metadata"]["uid"] = StrCat("uid-ghost-", i);
-    backend.sync().OnPod(ghost);
+    b.backend.sync().OnPod(ghost);
   }
-  ASSERT_EQ(cache.pod_count(), ghosts + 1);
+  ASSERT_EQ(b.cache.pod_count(), ghosts + 1);
   const int64_t gets = server_->requests("get");
-  EXPECT_EQ(backend.ReconcileLedger(), 0);
-  clock.Advance(ApiBackend::kReconcilePeriod);
-  EXPECT_EQ(backend.ReconcileLedger(), ApiBackend::kReconcileLookups);
+  EXPECT_EQ(b.backend.ReconcileLedger(), 0);
+  b.clock.Advance(ApiBackend::kReconcilePeriod);
+  EXPECT_EQ(b.backend.ReconcileLedger(), ApiBackend::kReconcileLookups);
   EXPECT_EQ(server_->requests("get") - gets, ApiBackend::kReconcileLookups);
-  clock.Advance(ApiBackend::kReconcilePeriod);
-  EXPECT_EQ(backend.ReconcileLedger(), 6);
-  EXPECT_EQ(cache.pod_count(), 1);
+  b.clock.Advance(ApiBackend::kReconcilePeriod);
+  EXPECT_EQ(b.backend.ReconcileLedger(), 6);
+  EXPECT_EQ(b.cache.pod_count(), 1);
 }
 
 // The case that made the informer alone unfit to release on: a pod bound and confirmed by this replica while
@@ -239,29 +243,24 @@ TEST_F(ApiBackendTest, TheLedgerCheckLooksUpABoundedNumberOfPodsAPeriod) {
 // (A release on the informer's word alone let SchedulerSoakTest catch a GPU at 110%.)
 TEST_F(ApiBackendTest, APodOurBindConfirmedStaysWhileTheInformerIsBlind) {
   ASSERT_TRUE(server_->Create("nodes", "", NodeObject("n1", 1)).ok());
-  ClusterCache cache(Options());
-  FakeClock clock;
-  ApiBackendOptions options;
-  options.sync.clock = &clock;
-  ApiBackend backend(*api_, cache, options);
-  ASSERT_TRUE(backend.Start().ok());
+  ClockedBackend b(*api_);
+  ASSERT_TRUE(b.backend.Start().ok());
   fake::FaultRule blind;
   blind.verb = "watch";
   blind.count = -1;
   server_->FailRequests(blind);
   server_->DropWatches();
-  absl::StatusOr<json> b = server_->Create("pods", "default", PodObject("b", 60));
-  ASSERT_TRUE(b.ok());
-  Extender extender(cache, backend, &backend);
-  const std::string uid = (*b)["metadata"]["uid"];
-  Response r = extender.Bind(BindArgs("b", uid));
+  absl::StatusOr<json> pod_b = server_->Create("pods", "default", PodObject("b", 60));
+  ASSERT_TRUE(pod_b.ok());
+  const std::string uid = (*pod_b)["metadata"]["uid"];
+  Response r = b.extender.Bind(BindArgs("b", uid));
   ASSERT_EQ(json::parse(r.body)["Error"], "") << r.body;
-  ASSERT_TRUE(cache.FindPod(core::PodUid(uid)).has_value());
+  ASSERT_TRUE(b.cache.FindPod(core::PodUid(uid)).has_value());
   for (int period = 0; period < 4; ++period) {
-    EXPECT_EQ(backend.ReconcileLedger(), 0) << "period " << period;
-    clock.Advance(ApiBackend::kReconcilePeriod);
+    EXPECT_EQ(b.backend.ReconcileLedger(), 0) << "period " << period;
+    b.clock.Advance(ApiBackend::kReconcilePeriod);
   }
-  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
+  EXPECT_EQ(b.cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 400);
 
   ASSERT_TRUE(api_->Patch(k8s::kPods, "default", "b", k8s::PatchType::kMerge,
                           json{{"status", {{"phase", "Failed"}}}}, "status")
@@ -269,12 +268,12 @@ TEST_F(ApiBackendTest, APodOurBindConfirmedStaysWhileTheInformerIsBlind) {
   ASSERT_EQ(server_->Get("pods", "default", "b").value()["status"]["phase"], "Failed");
   int released = 0;
   for (int period = 0; period < 3 && released == 0; ++period) {
-    released = backend.ReconcileLedger();
-    clock.Advance(ApiBackend::kReconcilePeriod);
+    released = b.backend.ReconcileLedger();
+    b.clock.Advance(ApiBackend::kReconcilePeriod);
   }
   EXPECT_EQ(released, 1);
-  EXPECT_EQ(cache.pod_count(), 0);
-  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 1000);
+  EXPECT_EQ(b.cache.pod_count(), 0);
+  EXPECT_EQ(b.cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 1000);
 }
 
 TEST_F(ApiBackendTest, ProblemsBecomeEventsOnTheirObjects) {

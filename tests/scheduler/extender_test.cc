@@ -36,6 +36,19 @@ json Share(int cores, int memory) {
   return limits;
 }
 
+// `pod` filtered on `node` alone (it must fit there), then bound there: the bind verb's answer.
+json FilterThenBind(Extender& extender, const json& pod, const std::string& node) {
+  json f = json::parse(extender.Filter(json{{"Pod", pod}, {"NodeNames", {node}}}.dump()).body);
+  EXPECT_THAT(f["NodeNames"].get<std::vector<std::string>>(), ElementsAre(node)) << f.dump();
+  return json::parse(extender
+                         .Bind(json{{"PodName", pod["metadata"]["name"]},
+                                    {"PodNamespace", "default"},
+                                    {"PodUID", pod["metadata"]["uid"]},
+                                    {"Node", node}}
+                                   .dump())
+                         .body);
+}
+
 class ExtenderTest : public ::testing::Test {
  protected:
   ExtenderTest() : cache_(Options()), extender_(cache_, binder_, nullptr) {
@@ -476,18 +489,7 @@ TEST_F(ExtenderTest, TheSharesABindCompressesAreWrittenBeforeTheBind) {
   ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
   RecordingBinder binder;
   Extender extender(cache, binder, nullptr);
-  auto filter_bind = [&](const json& pod) {
-    const std::string name = pod["metadata"]["name"];
-    json f = json::parse(extender.Filter(json{{"Pod", pod}, {"NodeNames", {"solo"}}}.dump()).body);
-    EXPECT_THAT(f["NodeNames"].get<std::vector<std::string>>(), ElementsAre("solo")) << f.dump();
-    return json::parse(extender
-                           .Bind(json{{"PodName", name},
-                                      {"PodNamespace", "default"},
-                                      {"PodUID", pod["metadata"]["uid"]},
-                                      {"Node", "solo"}}
-                                     .dump())
-                           .body);
-  };
+  auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
   EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
   EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
   binder.calls.clear();
@@ -512,18 +514,7 @@ TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
   ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
   StandaloneBinder binder;
   Extender extender(cache, binder, nullptr);
-  auto filter_bind = [&](const json& pod) {
-    const std::string name = pod["metadata"]["name"];
-    json f = json::parse(extender.Filter(json{{"Pod", pod}, {"NodeNames", {"solo"}}}.dump()).body);
-    EXPECT_THAT(f["NodeNames"].get<std::vector<std::string>>(), ElementsAre("solo")) << f.dump();
-    return json::parse(extender
-                           .Bind(json{{"PodName", name},
-                                      {"PodNamespace", "default"},
-                                      {"PodUID", pod["metadata"]["uid"]},
-                                      {"Node", "solo"}}
-                                     .dump())
-                           .body);
-  };
+  auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
   EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
   EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
   // The seed's example: B (high) asks 70 where 0 is free... here A and B low hold 40 + 60; a high-priority
