@@ -189,7 +189,12 @@ class Parser {
     }
     return std::string(text_.substr(start, pos_ - start));
   }
+  // A quoted string at pos_; anything else there (the end of the text included) is an error.
   std::optional<std::string> String() {
+    if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) {
+      (void)Fail("a quoted string");
+      return std::nullopt;
+    }
     const char quote = text_[pos_];
     std::string out;
     for (size_t i = pos_ + 1; i < text_.size(); ++i) {

@@ -48,7 +48,11 @@ TEST(DraSelectorTest, RefusesWhatItDoesNotEvaluate) {
        {R"(device.capacity["gpu.tessera.dev"].memory.compareTo(quantity("16Gi")) >= 0)",
         R"("model" in device.attributes["gpu.tessera.dev"])",
         R"(device.attributes["gpu.tessera.dev"].model.startsWith("Tesla"))", R"(device.driver == "a\u0041")",
-        R"(device.driver == "open)", "", "device.driver =="}) {
+        R"(device.driver == "open)", "", "device.driver ==",
+        // Cut short or unquoted where a quoted domain or name belongs (the fuzzer's finding: a read past the
+        // end).
+        "device.attributes[", R"(device.attributes["gpu.tessera.dev"][)", "device.attributes[gpu].model",
+        R"(device.attributes[x.x].model == "T4")", R"(device.attributes["gpu.tessera.dev"][model])"}) {
     EXPECT_FALSE(Selector::Compile(e).ok()) << e;
   }
   // Hostile shapes stay bounded: deep nesting and long chains are refused, not recursed into.
