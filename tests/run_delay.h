@@ -1,7 +1,9 @@
-// How long a process waited for a CPU: what a share test takes off the share it expects, so that a busy
-// machine makes it lenient instead of failing it. A tenant that the scheduler did not run for a tenth of a
-// window could not use that tenth of the GPU (or of PoCL's device), whatever the hook did; a tenant that is
-// over its share is over it however busy the machine is, so upper bounds never take this off.
+// How long a process waited for a CPU: what a share test on the fake driver's simulated GPU takes off the
+// share it expects, so that a busy machine makes it lenient instead of failing it. A tenant that the
+// scheduler did not run for a tenth of a window could not use that tenth of the GPU, whatever the hook did;
+// a tenant that is over its share is over it however busy the machine is, so upper bounds never take this
+// off. (PoCL's tenants share their device, one CPU, and wait for each other there: the OpenCL tests read
+// what other processes took of that CPU instead, tests/opencl/foreign_cpu.h.)
 #ifndef TESSERA_TESTS_RUN_DELAY_H_
 #define TESSERA_TESTS_RUN_DELAY_H_
 

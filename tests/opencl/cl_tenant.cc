@@ -6,15 +6,15 @@
 //   cl_tenant fill <MiB>                 buffers of <MiB> until one fails; release all; fill again
 //   cl_tenant lifecycle <MiB>            the reference-count, sub-buffer, image, SVM and pipe rules (needs a
 //                                        limit of 4 x <MiB>); prints `ok=1` or the first broken rule
-//   cl_tenant hold <MiB>                 a buffer of <MiB>, held until stdin closes (two processes, one
-//   quota) cl_tenant try <MiB>                  one buffer of <MiB>: prints its error code cl_tenant spin
-//   <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext]
+//   cl_tenant hold <MiB>                 a buffer of <MiB>, held until stdin closes (two processes,
+//                                        one quota)
+//   cl_tenant try <MiB>                  one buffer of <MiB>: prints its error code
+//   cl_tenant spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext]
 //                                        keeps the device busy with kernels of about K ms for <seconds>;
 //                                        prints the device time its kernels took (their own profiling events)
 //                                        per window of W ms on CLOCK_MONOTONIC: `window=<start_ms>
-//                                        share=<0..1>`, and `share=` over the whole run after the first 0.5
-//                                        s, with `starved=<0..1>`: the part of that time its threads
-//                                        waited for a CPU (tests/run_delay.h).
+//                                        share=<0..1>`, `begin_ms=`, and `share=` over the whole run after
+//                                        the first 0.5 s.
 //                                        --until-stdin-closes stops early when stdin closes.
 //                                        --live also prints each window as it ends: `live window=<start_ms>
 //                                        share=<0..1> mem=<CL_DEVICE_GLOBAL_MEM_SIZE now>`.
@@ -36,8 +36,6 @@
 #include <deque>
 #include <string>
 #include <vector>
-
-#include "../run_delay.h"
 
 namespace {
 
@@ -341,13 +339,7 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
   };
   uint64_t polled = 0;
   uint64_t printed = 0;  // --live: windows printed so far
-  uint64_t delay_at_steady = 0;
-  bool steady_seen = false;
   while (MonotonicNs() < stop) {
-    if (!steady_seen && MonotonicNs() >= steady) {
-      delay_at_steady = tessera::testing::RunDelayNs();
-      steady_seen = true;
-    }
     if (until_stdin && ++polled % 8 == 0 && StdinClosed()) {
       stop = MonotonicNs();
       break;
@@ -382,10 +374,6 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
   std::printf("begin_ms=%llu\n", static_cast<unsigned long long>(begin / 1000000));
   std::printf("share=%.4f\n",
               stop > steady ? static_cast<double>(steady_busy) / static_cast<double>(stop - steady) : 0.0);
-  const uint64_t delay = steady_seen ? tessera::testing::RunDelayNs() - delay_at_steady : 0;
-  std::printf(
-      "starved=%.4f\n",
-      stop > steady ? std::min(1.0, static_cast<double>(delay) / static_cast<double>(stop - steady)) : 0.0);
   clReleaseMemObject(s.out);
   clReleaseKernel(s.kernel);
   clReleaseProgram(program);
@@ -395,10 +383,10 @@ int Spin(double seconds, double kernel_ms, int cpu, double window_ms, bool ext, 
 }
 
 int Usage() {
-  std::fprintf(
-      stderr,
-      "usage: cl_tenant info | fill <MiB> | lifecycle <MiB> | hold <MiB> | try <MiB> |\n"
-      "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext] [--until-stdin-closes] [--live]\n");
+  std::fprintf(stderr,
+               "usage: cl_tenant info | fill <MiB> | lifecycle <MiB> | hold <MiB> | try <MiB> |\n"
+               "       spin <seconds> [--kernel-ms K] [--cpu N] [--window-ms W] [--ext] "
+               "[--until-stdin-closes] [--live]\n");
   return 2;
 }
 
