@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -254,6 +255,7 @@ TEST(FakeApiServerBinaryTest, ServesAndWritesAKubeconfig) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the test, should an assertion end it first
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);

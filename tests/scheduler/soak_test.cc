@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,8 @@ class SchedulerProcess {
     if (pipe(out) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
+      // Dies with the test (a test killed by its timeout or the stress script left it serving for good).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       dup2(out[1], STDOUT_FILENO);
       const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (err >= 0) dup2(err, STDERR_FILENO);
