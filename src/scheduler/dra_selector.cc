@@ -112,7 +112,7 @@ class Parser {
     }
     auto n = std::make_shared<Node>();
     if (pos_ < text_.size() && (text_[pos_] == '"' || text_[pos_] == '\'')) {
-      std::optional<std::string> s = String();
+      std::optional<std::string> s = String("a string");
       if (!s) return nullptr;
       n->literal = AttributeValue::String(*s);
       return n;
@@ -149,7 +149,7 @@ class Parser {
       return nullptr;
     }
     Skip();
-    std::optional<std::string> domain = String();
+    std::optional<std::string> domain = String("a quoted domain and \"]\"");
     if (!domain || !Eat("]")) {
       (void)Fail("a quoted domain and \"]\"");
       return nullptr;
@@ -159,7 +159,7 @@ class Parser {
       name = Identifier();
     } else if (Eat("[")) {
       Skip();
-      std::optional<std::string> quoted = String();
+      std::optional<std::string> quoted = String("a quoted attribute name and \"]\"");
       if (!quoted || !Eat("]")) {
         (void)Fail("a quoted attribute name and \"]\"");
         return nullptr;
@@ -189,10 +189,10 @@ class Parser {
     }
     return std::string(text_.substr(start, pos_ - start));
   }
-  // A quoted string at pos_; anything else there (the end of the text included) is an error.
-  std::optional<std::string> String() {
+  // A quoted string at pos_; anything else there (the end of the text included) fails as `expected`.
+  std::optional<std::string> String(std::string_view expected) {
     if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) {
-      (void)Fail("a quoted string");
+      (void)Fail(expected);
       return std::nullopt;
     }
     const char quote = text_[pos_];

@@ -252,10 +252,13 @@ TEST(FakeApiServerBinaryTest, ServesAndWritesAKubeconfig) {
   std::string bin = std::string(TESSERA_BINARY_DIR) + "/bin/fake-apiserver";
   int out[2];
   ASSERT_EQ(pipe(out), 0);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the test, should an assertion end it first
+    // Dies with the test binary (killed by its timeout, or done after an assertion ended this test early).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);

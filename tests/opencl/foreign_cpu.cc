@@ -1,5 +1,7 @@
 #include "foreign_cpu.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,24 +77,45 @@ ForeignCpu::~ForeignCpu() {
 
 void ForeignCpu::AddTenant(pid_t pid) {
   uint64_t ticks = 0;
-  ProcessTicks(pid, &ticks);  // what it ran before it was added counts as the tenants' too (it just started)
+  // What it ran before it was added counts as the tenants' too (it just started). A tenant that cannot be
+  // read would make all its time foreign, and every lower bound nothing: the figure is then 0 throughout.
+  const bool readable = ProcessTicks(pid, &ticks);
   std::lock_guard<std::mutex> lock(mu_);
-  tenants_.push_back({pid, ticks});
+  if (!readable) unreadable_ = true;
+  tenants_.push_back({pid, ticks, false});
 }
 
 bool ForeignCpu::TakeSample(Sample* s) {
-  s->ms = MonotonicMs();
+  const double before = MonotonicMs();
   if (!CpuBusyTicks(cpu_, &s->cpu_busy)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (TenantTicks& t : tenants_) {
-    uint64_t ticks = 0;
-    if (ProcessTicks(t.pid, &ticks)) t.last = std::max(t.last, ticks);
-    s->tenants_busy += t.last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (TenantTicks& t : tenants_) {
+      uint64_t ticks = 0;
+      // Once gone (reaped), never read again: its pid may name another process by then.
+      if (!t.gone && ProcessTicks(t.pid, &ticks)) {
+        t.last = std::max(t.last, ticks);
+      } else {
+        t.gone = true;
+      }
+      s->tenants_busy += t.last;
+    }
   }
+  // Dated in the middle of its reads: a sampler held up between the clock and the counters would otherwise
+  // date them early.
+  s->ms = (before + MonotonicMs()) / 2;
   return true;
 }
 
 void ForeignCpu::Run() {
+  // Off the measured CPU where another is allowed, so that its own reads are not counted as foreign.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && cpu_ >= 0 && cpu_ < CPU_SETSIZE &&
+      CPU_COUNT(&set) > 1) {
+    CPU_CLR(cpu_, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     lock.unlock();
@@ -106,7 +129,7 @@ void ForeignCpu::Run() {
 
 double ForeignCpu::Fraction(double from_ms, double to_ms) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (samples_.empty() || !(to_ms > from_ms)) return 0;
+  if (unreadable_ || samples_.empty() || !(to_ms > from_ms)) return 0;
   // The last sample at or before the span's start and the first at or after its end (or the nearest ones).
   const Sample* a = &samples_.front();
   for (const Sample& s : samples_) {
@@ -117,8 +140,8 @@ double ForeignCpu::Fraction(double from_ms, double to_ms) const {
     if (it->ms >= to_ms) b = &*it;
   }
   if (b->ms <= a->ms) return 0;
-  const double cpu = static_cast<double>(b->cpu_busy - a->cpu_busy);
-  const double tenants = static_cast<double>(b->tenants_busy - a->tenants_busy);
+  const double cpu = static_cast<double>(b->cpu_busy) - static_cast<double>(a->cpu_busy);
+  const double tenants = static_cast<double>(b->tenants_busy) - static_cast<double>(a->tenants_busy);
   const double elapsed_ticks = (b->ms - a->ms) / 1e3 * static_cast<double>(sysconf(_SC_CLK_TCK));
   return std::clamp((cpu - tenants) / elapsed_ticks, 0.0, 1.0);
 }

@@ -10,8 +10,9 @@
 //
 // What it reads: the CPU's busy time in /proc/stat (user, nice, system, irq, softirq, steal) less the
 // tenants' own CPU time (utime + stime in /proc/<pid>/stat, every thread of each), both in clock ticks. A
-// quiet machine reads a few hundredths, three busy loops beside the tests on 2 cores about 0.5. Where /proc
-// cannot be read it reads 0, so a test is as strict as on a quiet machine.
+// quiet machine reads a few hundredths, three busy loops beside the tests on 2 cores 0.5-0.7. Where /proc
+// cannot be read (the CPU's line, or a tenant when it is added) it reads 0, so a test is as strict as on a
+// quiet machine. The sampler runs off the measured CPU when another one is allowed.
 //
 // It replaces the time the tenants' threads waited for a CPU (tests/run_delay.h), which cannot tell the
 // machine from the device's own sharing: tenants on one CPU wait for each other, so two 50% tenants read
@@ -53,6 +54,7 @@ class ForeignCpu {
   struct TenantTicks {
     pid_t pid;
     uint64_t last;  // the last reading: kept once the process is gone
+    bool gone;      // could not be read once: not read again
   };
 
   void Run();
@@ -62,6 +64,7 @@ class ForeignCpu {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;                 // guarded by mu_
+  bool unreadable_ = false;           // guarded by mu_: a tenant could not be read when added
   std::vector<TenantTicks> tenants_;  // guarded by mu_
   std::vector<Sample> samples_;       // guarded by mu_
   std::thread thread_;

