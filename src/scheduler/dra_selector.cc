@@ -111,12 +111,11 @@ class Parser {
       return n;
     }
     auto n = std::make_shared<Node>();
-    if (pos_ < text_.size() && (text_[pos_] == '"' || text_[pos_] == '\'')) {
-      std::optional<std::string> s = String("a string");
-      if (!s) return nullptr;
-      n->literal = AttributeValue::String(*s);
+    if (std::optional<std::string> s = String()) {
+      n->literal = AttributeValue::String(*std::move(s));
       return n;
     }
+    if (!error_.empty()) return nullptr;  // a string not closed
     if (pos_ < text_.size() &&
         (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-')) {
       size_t end = pos_ + 1;
@@ -149,7 +148,7 @@ class Parser {
       return nullptr;
     }
     Skip();
-    std::optional<std::string> domain = String("a quoted domain and \"]\"");
+    std::optional<std::string> domain = String();
     if (!domain || !Eat("]")) {
       (void)Fail("a quoted domain and \"]\"");
       return nullptr;
@@ -159,7 +158,7 @@ class Parser {
       name = Identifier();
     } else if (Eat("[")) {
       Skip();
-      std::optional<std::string> quoted = String("a quoted attribute name and \"]\"");
+      std::optional<std::string> quoted = String();
       if (!quoted || !Eat("]")) {
         (void)Fail("a quoted attribute name and \"]\"");
         return nullptr;
@@ -189,12 +188,10 @@ class Parser {
     }
     return std::string(text_.substr(start, pos_ - start));
   }
-  // A quoted string at pos_; anything else there (the end of the text included) fails as `expected`.
-  std::optional<std::string> String(std::string_view expected) {
-    if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) {
-      (void)Fail(expected);
-      return std::nullopt;
-    }
+  // A quoted string at pos_. Nothing, and no error, when no quote is there (the end of the text included):
+  // the caller says what it expected.
+  std::optional<std::string> String() {
+    if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) return std::nullopt;
     const char quote = text_[pos_];
     std::string out;
     for (size_t i = pos_ + 1; i < text_.size(); ++i) {

@@ -17,12 +17,6 @@ namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(20);
 
-double MonotonicMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 // Ticks `cpu` was busy since boot: the line "cpuN user nice system idle iowait irq softirq steal ...".
 bool CpuBusyTicks(int cpu, uint64_t* busy) {
   std::ifstream f("/proc/stat");
@@ -61,6 +55,12 @@ bool ProcessTicks(pid_t pid, uint64_t* ticks) {
 }
 
 }  // namespace
+
+double MonotonicMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 ForeignCpu::ForeignCpu(int cpu) : cpu_(cpu) {
   thread_ = std::thread([this] { Run(); });

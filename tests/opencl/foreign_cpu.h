@@ -32,6 +32,9 @@
 
 namespace tessera::cltest {
 
+// CLOCK_MONOTONIC in milliseconds: the clock of the spans below and of cl_tenant's windows and begin_ms.
+double MonotonicMs();
+
 class ForeignCpu {
  public:
   explicit ForeignCpu(int cpu);

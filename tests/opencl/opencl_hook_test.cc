@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -313,12 +314,6 @@ double MeanShare(const Report& r, double from_ms, double to_ms, Span* covered = 
   return n == 0 ? std::nan("") : sum / n;
 }
 
-double NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 struct TenantSpec {
   int cores;
   std::string region;
@@ -383,10 +378,10 @@ SideBySide ExclusiveBesidePlain(const std::string& region) {
   // Both calibrated and launching: the windows from here on are the ones compared.
   EXPECT_NE(plain.ReadLineStartingWith("iters="), "");
   EXPECT_NE(hooked.ReadLineStartingWith("iters="), "");
-  const double from = NowMs() + 250;
+  const double from = MonotonicMs() + 250;
   usleep(3250000);
-  const double to = NowMs() - 250;  // windows that start before this one ended before both stop
-  const Report rp = plain.Wait();   // closes stdin: it stops
+  const double to = MonotonicMs() - 250;  // windows that start before this one ended before both stop
+  const Report rp = plain.Wait();         // closes stdin: it stops
   const Report rh = hooked.Wait();
   EXPECT_EQ(rp.exit_code, 0) << rp.output;
   EXPECT_EQ(rh.exit_code, 0) << rh.output;
@@ -456,47 +451,73 @@ void WriteLimits(const std::string& path, uint64_t generation, uint32_t cores, h
   ASSERT_TRUE(hook::WriteLimitsFile(path.c_str(), limits, &error)) << error.text;
 }
 
-// The seed's experiment: low-priority A holds 40 of the GPU; high-priority B asks for 70, more than the 60
-// left, so A is compressed by equations (1) and (2) to 30 (the scheduler's decision, written live into A's
-// limits file by the node agent; here the test plays the agent). A's share drops as soon as B starts.
-TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityOne) {
-  const std::string a_limits = dir_.File("a-limits");
-  const std::string b_limits = dir_.File("b-limits");
-  WriteLimits(a_limits, 1, 40, hook::Priority::kLow);
-  WriteLimits(b_limits, 1, 70, hook::Priority::kHigh);
+// The seed's Figure 3 with the test playing the node agent: low-priority A runs alone for `alone_us`; then
+// the agent rewrites A's limits (generation 2, `write_a`) and high-priority B starts once A says it applied
+// them, for `b_seconds`; A stops 200 ms after B. What other processes took of the device is sampled
+// throughout (`foreign`, for the spans the test measures over).
+struct LowThenHigh {
+  Report a;
+  Report b;
+  double b_arrives = 0;  // when the agent rewrote A's limits
+  std::unique_ptr<ForeignCpu> foreign;
+};
+
+void RunLowThenHigh(const std::string& dir, const std::function<void(const std::string&, uint64_t)>& write_a,
+                    const std::function<void(const std::string&)>& write_b, useconds_t alone_us,
+                    const std::string& b_seconds, LowThenHigh* out) {
+  std::filesystem::create_directories(dir);
+  const std::string a_limits = dir + "/a-limits";
+  const std::string b_limits = dir + "/b-limits";
+  write_a(a_limits, 1);
+  write_b(b_limits);
   const std::string cpu = SharedCpu();
-  ForeignCpu foreign(std::stoi(cpu));
+  out->foreign = std::make_unique<ForeignCpu>(std::stoi(cpu));
   Tenant a;
   ASSERT_TRUE(a.Start(
       {"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
-      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir_.File("a")}, {"TESSERA_HOOK_LOG", "info"}}));
-  foreign.AddTenant(a.pid());
+      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir + "/a"}, {"TESSERA_HOOK_LOG", "info"}}));
+  out->foreign->AddTenant(a.pid());
   ASSERT_NE(a.ReadLineStartingWith("iters="), "");
-  usleep(1500000);  // A alone for a while: the window its share before B is measured over
-  // B arrives: the agent compresses A (generation 2) and B starts once A says it applied it.
-  const double b_arrives = NowMs();
-  WriteLimits(a_limits, 2, 30, hook::Priority::kLow);
+  usleep(alone_us);  // A alone: the windows its share before B is measured over
+  out->b_arrives = MonotonicMs();
+  write_a(a_limits, 2);
   ASSERT_NE(a.ReadLineContaining("applied limits generation 2"), "");
   Tenant b;
-  ASSERT_TRUE(b.Start({"spin", "2.5", "--cpu", cpu, "--kernel-ms", "5"},
-                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir_.File("b")}}));
-  foreign.AddTenant(b.pid());
-  Report rb = b.Wait();
+  ASSERT_TRUE(b.Start({"spin", b_seconds, "--cpu", cpu, "--kernel-ms", "5"},
+                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir + "/b"}}));
+  out->foreign->AddTenant(b.pid());
+  out->b = b.Wait();
   usleep(200000);
-  Report ra = a.Wait();  // closes A's stdin: A stops
-  ASSERT_EQ(ra.exit_code, 0) << ra.output;
-  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  out->a = a.Wait();  // closes A's stdin: A stops
+  ASSERT_EQ(out->a.exit_code, 0) << out->a.output;
+  ASSERT_EQ(out->b.exit_code, 0) << out->b.output;
+}
+
+// The seed's experiment: low-priority A holds 40 of the GPU; high-priority B asks for 70, more than the 60
+// left, so A is compressed by equations (1) and (2) to 30 (the scheduler's decision, written live into A's
+// limits file by the node agent). A's share drops as soon as B starts.
+TEST_F(OpenClHookTest, HighPriorityTenantArrivingMidRunCompressesTheLowPriorityOne) {
+  LowThenHigh run;
+  RunLowThenHigh(
+      dir_.File("run"),
+      [](const std::string& path, uint64_t generation) {
+        WriteLimits(path, generation, generation == 1 ? 40 : 30, hook::Priority::kLow);
+      },
+      [](const std::string& path) { WriteLimits(path, 1, 70, hook::Priority::kHigh); }, 1500000, "2.5", &run);
+  if (HasFatalFailure()) return;
+  const Report& ra = run.a;
+  const Report& rb = run.b;
   const double a_begin = ra.Number("begin_ms");
   const double b_begin = rb.Number("begin_ms");
   Span before;
   Span with_b;
-  const double a_before = MeanShare(ra, a_begin + 500, b_arrives - 250, &before);
+  const double a_before = MeanShare(ra, a_begin + 500, run.b_arrives - 250, &before);
   // A applied the rewrite before B started; B's first 250 ms include its own start-up.
   const double a_after = MeanShare(ra, b_begin + 250, b_begin + 2250, &with_b);
   const double b_share = rb.Number("share");
-  const double lost_before = foreign.Fraction(before.from_ms, before.to_ms);
-  const double lost_with_b = foreign.Fraction(with_b.from_ms, with_b.to_ms);
-  const double lost_b = foreign.Fraction(b_begin + 500, b_begin + 2500);  // B's share= span
+  const double lost_before = run.foreign->Fraction(before.from_ms, before.to_ms);
+  const double lost_with_b = run.foreign->Fraction(with_b.from_ms, with_b.to_ms);
+  const double lost_b = run.foreign->Fraction(b_begin + 500, b_begin + 2500);  // B's share= span
   std::printf(
       "A before B: %.4f (target 0.40); A with B: %.4f (target 0.30); B: %.4f (target 0.70); device "
       "taken by other processes %.4f, %.4f, %.4f\n",
@@ -525,44 +546,30 @@ struct ElasticBesideHighPriority {
 };
 
 void RunElasticBesideHighPriority(const std::string& dir, ElasticBesideHighPriority* out) {
-  const std::string a_limits = dir + "/a-limits";
-  const std::string b_limits = dir + "/b-limits";
-  std::filesystem::create_directories(dir);
-  WriteLimits(a_limits, 1, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/1);
-  WriteLimits(b_limits, 1, 60, hook::Priority::kHigh, hook::ComputePolicy::kHard, 100, /*tenants=*/2);
-  const std::string cpu = SharedCpu();
-  ForeignCpu foreign(std::stoi(cpu));
-  Tenant a;
-  ASSERT_TRUE(a.Start(
-      {"spin", "30", "--cpu", cpu, "--kernel-ms", "5", "--until-stdin-closes"},
-      {{"TESSERA_LIMITS_FILE", a_limits}, {"TESSERA_REGION", dir + "/a"}, {"TESSERA_HOOK_LOG", "info"}}));
-  foreign.AddTenant(a.pid());
-  ASSERT_NE(a.ReadLineStartingWith("iters="), "");
-  usleep(2000000);  // A alone, growing: the windows its share alone is measured over
-  // B arrives: the agent counts two containers on the device and tells A; B starts once A applied it.
-  const double b_arrives = NowMs();
-  WriteLimits(a_limits, 2, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90, /*tenants=*/2);
-  ASSERT_NE(a.ReadLineContaining("applied limits generation 2"), "");
-  Tenant b;
-  ASSERT_TRUE(b.Start({"spin", "2", "--cpu", cpu, "--kernel-ms", "5"},
-                      {{"TESSERA_LIMITS_FILE", b_limits}, {"TESSERA_REGION", dir + "/b"}}));
-  foreign.AddTenant(b.pid());
-  Report rb = b.Wait();
-  usleep(200000);
-  Report ra = a.Wait();  // closes A's stdin: A stops
-  ASSERT_EQ(ra.exit_code, 0) << ra.output;
-  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  LowThenHigh run;
+  // A alone for 2 s, growing; B's arrival tells A there are two containers on the device.
+  RunLowThenHigh(
+      dir,
+      [](const std::string& path, uint64_t generation) {
+        WriteLimits(path, generation, 30, hook::Priority::kLow, hook::ComputePolicy::kElastic, 90,
+                    /*tenants=*/generation == 1 ? 1 : 2);
+      },
+      [](const std::string& path) {
+        WriteLimits(path, 1, 60, hook::Priority::kHigh, hook::ComputePolicy::kHard, 100, /*tenants=*/2);
+      },
+      2000000, "2", &run);
+  if (::testing::Test::HasFatalFailure()) return;
   // Growth takes a few 200 ms steps; the window starts after them and ends before A read tenants=2.
-  const double a_begin = ra.Number("begin_ms");
-  const double b_begin = rb.Number("begin_ms");
+  const double a_begin = run.a.Number("begin_ms");
+  const double b_begin = run.b.Number("begin_ms");
   Span alone;
   Span with_b;
-  out->a_alone = MeanShare(ra, a_begin + 800, b_arrives - kWindowMs, &alone);
-  out->a_with_b = MeanShare(ra, b_begin + 250, b_begin + 1750, &with_b);
-  out->b_share = rb.Number("share");
-  out->lost_alone = foreign.Fraction(alone.from_ms, alone.to_ms);
-  out->lost_with_b = foreign.Fraction(with_b.from_ms, with_b.to_ms);
-  out->lost_b = foreign.Fraction(b_begin + 500, b_begin + 2000);  // B's share= span
+  out->a_alone = MeanShare(run.a, a_begin + 800, run.b_arrives - kWindowMs, &alone);
+  out->a_with_b = MeanShare(run.a, b_begin + 250, b_begin + 1750, &with_b);
+  out->b_share = run.b.Number("share");
+  out->lost_alone = run.foreign->Fraction(alone.from_ms, alone.to_ms);
+  out->lost_with_b = run.foreign->Fraction(with_b.from_ms, with_b.to_ms);
+  out->lost_b = run.foreign->Fraction(b_begin + 500, b_begin + 2000);  // B's share= span
 }
 
 TEST_F(OpenClHookTest, ElasticLowPriorityTenantYieldsToHighPriority) {
