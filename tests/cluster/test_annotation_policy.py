@@ -24,6 +24,7 @@ from cluster import Cluster
 SOURCE = os.environ.get("TESSERA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.environ.get("TESSERA_BINARY_DIR", os.path.join(SOURCE, "build"))
 POLICY = os.path.join(SOURCE, "deploy", "scheduler", "60-annotation-policy.yaml")
+FENCE = os.path.join(SOURCE, "deploy", "scheduler", "70-leader-fence.yaml")
 
 SCHEDULER = "system:serviceaccount:tessera-system:tessera-scheduler"
 NODE_AGENT = "system:serviceaccount:kube-system:tessera-node"
@@ -223,3 +224,27 @@ def test_the_charts_policy_names_the_releases_service_accounts(c):
     off = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg==",
                           "--set", "annotationPolicy.enabled=false"], capture_output=True, text=True, check=True).stdout
     assert "name: tessera-annotations" not in off and "name: tessera-leader-fence" in off
+
+
+def test_the_charts_leader_fence_is_the_shipped_one(c):
+    """The chart's copy of the leader fence (templates/leader-fence.yaml) is the manifest the cluster tier applies
+    and tests (deploy/scheduler/70-leader-fence.yaml), but for the Lease's namespace, which is the release's."""
+    chart = os.path.join(SOURCE, "deploy", "helm", "tessera")
+    helm = os.path.join(c.k8s_bin, "helm")
+    rendered = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg=="],
+                              capture_output=True, text=True, check=True).stdout
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d and
+            d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] == "tessera-leader-fence"}
+    shipped = {d["kind"]: d for d in yaml.safe_load_all(open(FENCE)) if d}
+    assert set(docs) == set(shipped) == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, docs
+    assert docs["ValidatingAdmissionPolicy"]["spec"] == shipped["ValidatingAdmissionPolicy"]["spec"]
+    binding, shipped_binding = docs["ValidatingAdmissionPolicyBinding"]["spec"], \
+        shipped["ValidatingAdmissionPolicyBinding"]["spec"]
+    assert binding["paramRef"]["namespace"] == "gpu-sharing", binding
+    shipped_binding["paramRef"]["namespace"] = "gpu-sharing"
+    assert binding == shipped_binding
+    r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs.values()), check=False)
+    assert r.returncode == 0, r.stderr
+    off = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg==",
+                          "--set", "leaderFence.enabled=false"], capture_output=True, text=True, check=True).stdout
+    assert "name: tessera-leader-fence" not in off and "name: tessera-annotations" in off
