@@ -102,6 +102,7 @@ class DraControllerTest : public ::testing::Test {
     }
   }
   void TearDown() override {
+    // The controller's thread reads the clock and the quotas until it stops: it stops first.
     if (dra_) dra_->Stop();
     dra_.reset();
     api_.reset();
@@ -185,6 +186,11 @@ class DraControllerTest : public ::testing::Test {
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<k8s::KubeApi> api_;
   FakeClock clock_;
+  // A test's quotas (the extender's cache, as tessera-scheduler wires it): the fixture's, not the test
+  // body's, so they outlive the controller's thread, which TearDown stops (a body's locals are gone before
+  // it).
+  ClusterCache cache_{CacheOptions{}};
+  CacheQuotaExchange exchange_{cache_};
   std::unique_ptr<DraController> dra_;
 };
 
@@ -196,7 +202,8 @@ TEST_F(DraControllerTest, ARefusedPodsClaimIsReleasedAfterTheBoundAndPlacedOnAno
   ASSERT_FALSE(first.empty()) << claim.dump();
   EXPECT_TRUE(DraAllocator::AllocatedByTessera(claim)) << claim.dump();
   EXPECT_EQ(claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"]);
-  // kube-scheduler's finalizer, without which kube-controller-manager never deallocates the claim (docs/dra.md).
+  // kube-scheduler's finalizer, without which kube-controller-manager never deallocates the claim
+  // (docs/dra.md).
   EXPECT_EQ(claim["metadata"]["finalizers"], Json::array({"resource.kubernetes.io/delete-protection"}))
       << claim.dump();
 
@@ -325,16 +332,14 @@ TEST_F(DraControllerTest, ZeroTurnsReleasingOff) {
 }
 
 TEST_F(DraControllerTest, OneQuotaCountsBothPathsAndARaisedQuotaPlacesTheWaitingPod) {
-  // The extender's cache, as tessera-scheduler wires it: "default" may hold 0.6 of a V100.
-  ClusterCache cache(CacheOptions{});
+  // The extender's cache: "default" may hold 0.6 of a V100.
   const std::string model = "Tesla V100-SXM2-32GB";  // tessera::testing::TesseraSlice's
-  cache.SetQuota(core::Namespace("default"), model, core::MilliGpu(600));
-  CacheQuotaExchange exchange(cache);
-  StartController(std::chrono::seconds(30), &exchange);
+  cache_.SetQuota(core::Namespace("default"), model, core::MilliGpu(600));
+  StartController(std::chrono::seconds(30), &exchange_);
   Place("p1", "c1");  // 40%
   // The device-plugin path now counts the claim's 0.4 against the namespace's quota.
   auto held_by_dra = [&] {
-    for (const core::QuotaStanding& q : cache.QuotaStandings()) {
+    for (const core::QuotaStanding& q : cache_.QuotaStandings()) {
       if (q.ns == core::Namespace("default") && q.model == model) return q.held_elsewhere;
     }
     return int64_t{-1};
@@ -352,7 +357,7 @@ TEST_F(DraControllerTest, OneQuotaCountsBothPathsAndARaisedQuotaPlacesTheWaiting
   })) << Get(k8s::kPods, "p2").dump();
   EXPECT_FALSE(Get(k8s::kResourceClaims, "c2")["status"]["allocation"].is_object());
   // The quota raised (a quota file read again): the pod that waited is placed without another change.
-  cache.SetQuota(core::Namespace("default"), model, core::MilliGpu(1000));
+  cache_.SetQuota(core::Namespace("default"), model, core::MilliGpu(1000));
   EXPECT_TRUE(
       Eventually([&] { return Get(k8s::kResourceClaims, "c2")["status"]["allocation"].is_object(); }));
   EXPECT_TRUE(Eventually([&] { return held_by_dra() == 800; })) << held_by_dra();
