@@ -99,7 +99,7 @@ struct AgentStats {
   uint64_t reconciles = 0;
   uint64_t api_errors = 0;
   uint64_t regions_unreadable = 0;  // region reads that found no region (truncated, replaced, forged)
-  uint64_t record_errors = 0;    // records that could not be saved or removed
+  uint64_t record_errors = 0;       // records that could not be saved or removed
 };
 
 class NodeAgent : public kubelet::AllocationBackend {
@@ -158,6 +158,10 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
     uint64_t allocation = 0;  // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
+    // The pod's tessera.dev/assignment that our last report (ReportPhases) replaced. Read again, it is the
+    // pod list lagging behind our own write, never the scheduler's rewrite; forgotten once anything else is
+    // read.
+    std::string superseded;
   };
   // A file operation decided under the lock and done after it.
   struct FileOp {
@@ -183,9 +187,10 @@ class NodeAgent : public kubelet::AllocationBackend {
                                const std::set<std::string>& live_uids,
                                const std::map<std::string, formats::Assignment>& assigned) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when it
-  // is not among them yet), the limits file's tenants=.
-  std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when
+  // it is not among them yet), the limits file's tenants=.
+  std::vector<uint32_t> GpuTenantsLocked(const ContainerRecord& record) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoadRecords();
   // Host directories of a container: its limits file's, its region's.
   std::string ContainerDir(std::string_view pod_uid, std::string_view container) const;
@@ -248,12 +253,12 @@ class NodeAgent : public kubelet::AllocationBackend {
   // call into the registration server.
   mutable Mutex mu_;
   formats::GpuInventory inventory_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);    // by record key
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);  // by record key
   // Collected tenants whose files could not all be removed yet: removed at the next passes. Without this, a
   // record whose removal failed once stayed on disk until the agent restarted (the fault harness found them
   // 90 s after their pods were gone: tests/cluster/chaos.py, docs/faults.md).
   std::vector<ContainerRecord> unremoved_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);             // keys being allocated right now
+  std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);  // keys being allocated right now
   // The vGPUs of the device-plugin claims among them, counted by OvercommitLocked until they are tenants.
   std::map<std::string, std::vector<core::VGpuAssignment>> in_flight_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims

@@ -76,7 +76,8 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
   {
     MutexLock lock(&mu_);
     for (const auto& [key, t] : tenants_) {
-      if (!t.record.is_claim()) by_uid[t.record.pod_uid].push_back(t.record);  // a claim has no phase to write
+      if (!t.record.is_claim())
+        by_uid[t.record.pod_uid].push_back(t.record);  // a claim has no phase to write
     }
   }
   for (const NodePod& pod : pods) {
@@ -115,13 +116,14 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
       log::Warn("cannot write the pod's phase; will retry", {{"pod", pod.key()}, {"error", Message(s)}});
       continue;
     }
-    if (!all) continue;
     std::vector<FileOp> saves;
     {
       MutexLock lock(&mu_);
       for (const ContainerRecord& r : recs) {
         auto t = tenants_.find(r.key());
         if (t == tenants_.end()) continue;
+        if (changed) t->second.superseded = Annotation(pod, formats::kAnnotationAssignment);
+        if (!all) continue;
         t->second.record.reported = true;
         saves.push_back({t->second.record, ""});
       }
@@ -134,7 +136,7 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   std::map<std::string, const NodePod*> by_uid;
   for (const NodePod& p : pods) by_uid[p.uid] = &p;
   std::vector<ContainerRecord> changed;  // the records as they become
-  std::set<std::string> resized;          // of those, the ones whose shares changed (not only their tenants)
+  std::set<std::string> resized;         // of those, the ones whose shares changed (not only their tenants)
   std::vector<std::pair<NodeEvent, std::string>> events;
   // What OvercommitLocked counts (as at Allocate): the pods on the node and their assignments now, parsed
   // before the lock.
@@ -152,11 +154,19 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
     // Decide under the lock; write, post and tell after it.
     MutexLock lock(&mu_);
     for (auto& [key, t] : tenants_) {
-      if (!t.record.reported) continue;  // our own write has not landed yet
+      if (!t.record.reported) continue;   // our own write has not landed yet
       if (t.record.is_claim()) continue;  // its allocation is the claim's, which DRA does not change
       auto p = by_uid.find(t.record.pod_uid);
       if (p == by_uid.end()) continue;
       const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
+      // The pod as it was before our report rewrote its assignment (the pods are listed before ReportPhases
+      // writes, and the informer may lag for a while): taken for the scheduler's rewrite, it resized the
+      // record to the shares of the part the pod had before a swap, which the record then carried to the
+      // next pod of a chain of swaps (tests/cluster/test_chaos.py: a GPU's annotations at 102.5%).
+      if (!t.superseded.empty()) {
+        if (text == t.superseded) continue;
+        t.superseded.clear();
+      }
       auto parsed = assigned.find(t.record.pod_uid);
       absl::StatusOr<formats::Assignment> a = parsed != assigned.end()
                                                   ? absl::StatusOr<formats::Assignment>(parsed->second)
@@ -363,6 +373,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.container = y.container;
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
+        second.superseded.clear();
         ops.push_back({second.record, ""});
         exchanges_.erase(y.key());  // the record tells Y's annotation now
         tenants_[second.record.key()] = std::move(second);
@@ -392,6 +403,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
+      moved.superseded.clear();
       ops.push_back({moved.record, ""});
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});
@@ -497,7 +509,8 @@ bool NodeAgent::RemoveTenantFiles(const ContainerRecord& r, bool quiet) {
     if (top == fs::path(config_.state_dir) / "containers" || top == fs::path(config_.state_dir) / "regions")
       RemoveIfEmpty(pod_dir);
   }
-  for (const char* top : {"containers", "regions"}) RemoveIfEmpty(fs::path(config_.state_dir) / top / r.pod_uid);
+  for (const char* top : {"containers", "regions"})
+    RemoveIfEmpty(fs::path(config_.state_dir) / top / r.pod_uid);
   return removed;
 }
 

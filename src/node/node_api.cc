@@ -95,10 +95,22 @@ absl::StatusOr<NodePod> NodePodFromJson(const json& pod) {
 absl::StatusOr<std::vector<NodePod>> InMemoryNodeApi::ListNodePods() {
   MutexLock lock(&mu_);
   ++list_calls_;
+  if (listed_.has_value()) return *listed_;
   std::vector<NodePod> out;
   out.reserve(pods_.size());
   for (const auto& [key, pod] : pods_) out.push_back(pod);
   return out;
+}
+
+void InMemoryNodeApi::LagList(bool lag) {
+  MutexLock lock(&mu_);
+  if (!lag) {
+    listed_.reset();
+    return;
+  }
+  if (listed_.has_value()) return;
+  listed_.emplace();
+  for (const auto& [key, pod] : pods_) listed_->push_back(pod);
 }
 
 absl::Status InMemoryNodeApi::PatchPodAnnotations(const std::string& ns, const std::string& name,

@@ -77,7 +77,9 @@ absl::StatusOr<NodePod> NodePodFromJson(const nlohmann::json& pod);
 
 // In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail. Slowness
 // injection: SetCallDelay(d) makes every patch and event take `d` (an API server far away); HoldEvents(true)
-// makes PostEvent wait until HoldEvents(false) (an API server that hangs).
+// makes PostEvent wait until HoldEvents(false) (an API server that hangs); LagList(true) makes ListNodePods
+// answer the pods as they were then until LagList(false) (an informer behind, its watch cut: the agent's own
+// patches land but it does not see them).
 class InMemoryNodeApi : public NodeApi {
  public:
   explicit InMemoryNodeApi(std::string node_name) : node_name_(std::move(node_name)) {}
@@ -98,11 +100,14 @@ class InMemoryNodeApi : public NodeApi {
   void SetCallDelay(std::chrono::milliseconds delay);
   void HoldEvents(bool hold);
   int events_waiting() const;  // PostEvent calls held right now
+  void LagList(bool lag);
 
  private:
   const std::string node_name_;
   mutable Mutex mu_;
   std::map<std::string, NodePod> pods_ ABSL_GUARDED_BY(mu_);  // by ns/name
+  std::optional<std::vector<NodePod>> listed_
+      ABSL_GUARDED_BY(mu_);  // what ListNodePods answers while lagging
   std::map<std::string, std::string> node_annotations_ ABSL_GUARDED_BY(mu_);
   std::vector<NodeEvent> events_ ABSL_GUARDED_BY(mu_);
   int fail_patches_ ABSL_GUARDED_BY(mu_) = 0;

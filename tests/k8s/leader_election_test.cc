@@ -20,9 +20,10 @@ using testing::FakeCluster;
 using testing::WaitUntil;
 
 struct Candidate {
-  std::unique_ptr<LeaderElector> elector;
+  // Before the elector, which counts into them until its destructor has stopped it.
   std::atomic<int> started{0};
   std::atomic<int> stopped{0};
+  std::unique_ptr<LeaderElector> elector;
 };
 
 LeaderElectionConfig Config(const std::string& identity, const Clock* clock, Candidate* c) {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -168,7 +169,8 @@ class AgentTest : public ::testing::Test {
   void ExpectNoTenantDirectoriesLeft() {
     for (const char* top : {"containers", "regions"}) {
       std::string left;
-      for (const auto& e : fs::directory_iterator(config_.state_dir + "/" + top)) left += e.path().string() + " ";
+      for (const auto& e : fs::directory_iterator(config_.state_dir + "/" + top))
+        left += e.path().string() + " ";
       EXPECT_EQ(left, "") << top;
     }
   }
@@ -697,8 +699,8 @@ TEST_F(AgentTest, PolicyAndPriorityAnnotationsAreReadAsTheSchedulerReadsThem) {
 }
 
 // /metrics as Prometheus' text format requires (what `promtool check metrics` checks): every family has one
-// HELP and one TYPE line before its samples, counters end in _total, no family appears twice, and every sample
-// line is `name{labels} value`. The node's counters had no HELP.
+// HELP and one TYPE line before its samples, counters end in _total, no family appears twice, and every
+// sample line is `name{labels} value`. The node's counters had no HELP.
 TEST_F(AgentTest, MetricsAreWellFormedExposition) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   auto agent = StartAgent();
@@ -747,9 +749,9 @@ TEST_F(AgentTest, MetricsAreWellFormedExposition) {
 }
 
 // The labels of every series are dcgm-exporter's, so that its series and Tessera's join: a GPU is gpu (its
-// index), UUID, Hostname (the node), and model (dcgm's modelName would fail promtool's lint); a container adds
-// namespace, pod, container. No series carries a label outside that set (cardinality: one series per GPU, and
-// per container and GPU it holds).
+// index), UUID, Hostname (the node), and model (dcgm's modelName would fail promtool's lint); a container
+// adds namespace, pod, container. No series carries a label outside that set (cardinality: one series per
+// GPU, and per container and GPU it holds).
 TEST_F(AgentTest, MetricsLabelsAreDcgmExportersOnes) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{1, 50, 2048}, {2, 50, 2048}}));
@@ -792,7 +794,7 @@ TEST_F(AgentTest, MetricsLabelsAreDcgmExportersOnes) {
       EXPECT_TRUE(labels.empty());
     }
   }
-  EXPECT_EQ(series["tessera_gpu_tenants"], 4);                   // the node's 4 GPUs
+  EXPECT_EQ(series["tessera_gpu_tenants"], 4);                    // the node's 4 GPUs
   EXPECT_EQ(series["tessera_container_cores_limit_percent"], 3);  // pod-0 on GPU 0, pod-1 on GPUs 1 and 2
   EXPECT_EQ(series["tessera_container_processes"], 2);
   EXPECT_THAT(text, HasSubstr("tessera_container_cores_limit_percent{gpu=\"2\",UUID=\"GPU-2\","
@@ -862,7 +864,11 @@ TEST_F(AgentTest, ARegionIsTheContainersOwnTheAgentReadsItAndNeverWritesIt) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // The tenant: waits until its cgroup is set up, attaches, charges 1 GiB, registers, then runs forever.
+    // The tenant: waits until its cgroup is set up, attaches, charges 1 GiB, registers, then runs forever (or
+    // until the test binary goes).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(go[1]);
+    close(ready[0]);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(1);
     hook::SharedRegion region;
@@ -878,15 +884,29 @@ TEST_F(AgentTest, ARegionIsTheContainersOwnTheAgentReadsItAndNeverWritesIt) {
     if (write(ready[1], "r", 1) != 1) _exit(5);
     while (true) pause();
   }
+  // Whatever assertion fails, the tenant goes with the test; one that cannot register closes its end of
+  // `ready`, and the read below fails instead of waiting for ever.
+  close(go[0]);
+  close(ready[1]);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{child};
   FakeCgroup(child, p.uid, "0123456789abcdef0123");
   ASSERT_EQ(write(go[1], "g", 1), 1);
   char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the tenant could not attach or register";
   const std::string before = ReadFile(region_path);
   EXPECT_EQ(agent->TenantPids(p.uid, "main"), std::vector<int>{child});
   const std::string metrics = agent->MetricsText();
-  EXPECT_THAT(metrics, HasSubstr("tessera_container_processes{Hostname=\"gpu-1\",namespace=\"default\",pod=\"pod-0\","
-                                 "container=\"main\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("tessera_container_processes{Hostname=\"gpu-1\",namespace=\"default\",pod=\"pod-0\","
+                        "container=\"main\"} 1"));
   EXPECT_THAT(metrics, HasSubstr(StrCat("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\","
                                         "Hostname=\"gpu-1\",model=\"T4\",namespace=\"default\",pod=\"pod-0\","
                                         "container=\"main\"} ",
@@ -904,6 +924,7 @@ TEST_F(AgentTest, ARegionIsTheContainersOwnTheAgentReadsItAndNeverWritesIt) {
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
+  reap.pid = 0;
   const auto deadline = std::chrono::steady_clock::now() + kWait;
   while (!agent->TenantPids(p.uid, "main").empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -1058,6 +1079,10 @@ TEST_F(AgentTest, ASwapWaitsForAnAllocateInFlightForTheOtherPod) {
   kubelet::AllocateRequestView second;
   second.containers.push_back({{slot}});
   auto in_flight = std::async(std::launch::async, [&] { return agent->Allocate(second); });
+  struct Unpause {  // an assertion below that fails must not leave in_flight's wait for ever
+    PausingClock& clock;
+    ~Unpause() { clock.Release(); }
+  } unpause{clock};
   ASSERT_TRUE(clock.WaitPaused());  // claimed for pod-1, not recorded yet
   // The kubelet ran pod-1 with the first allocation and gives the second to pod-0.
   ContainerRecord pod0 = first[0];
@@ -1289,6 +1314,81 @@ TEST_F(AgentTest, AnyStartOrderEndsWithEveryPodsAnnotationTellingTheTruth) {
   }
 }
 
+// The fault harness caught this (tests/cluster/test_chaos.py, seed 1): after the kubelet restarted, it
+// started pods of different shapes crosswise, the swaps chained, and the pods' annotations ended with one GPU
+// carrying 102.5%, a part the scheduler committed once named by two pods. Whatever order the containers start
+// in and however pod-resources lags, the exchanges only move parts between pods: in the end the annotations
+// hold exactly the parts the scheduler committed, each once, and each pod's annotation is what its container
+// runs.
+TEST_F(AgentTest, AnyStartOrderOfMixedShapesHandsOutEachCommittedPartOnce) {
+  constexpr int kPods = 8;
+  // (percent, MiB): the shapes of the cluster tier's forms.
+  const std::vector<std::pair<int, int>> shapes = {{10, 3276}, {20, 2048}, {20, 3000}, {30, 1024}};
+  auto agent = StartAgent();
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    SCOPED_TRACE(StrCat("seed ", seed));
+    std::mt19937 rng(seed);
+    const int base = 100 * static_cast<int>(seed) % 1000;
+    std::multiset<std::string> committed;  // "GPU-i cores memory", every part the scheduler bound
+    auto part = [](const NodePod& p) {
+      auto a = formats::ParseAssignment(p.annotations.at(formats::kAnnotationAssignment));
+      if (!a.ok()) return Message(a.status());
+      const core::VGpuAssignment& v = a->containers[0].vgpus[0];
+      return StrCat(v.uuid.value(), " ", v.cores.value(), " ", v.memory.value());
+    };
+    std::vector<int> order(kPods);
+    for (int i = 0; i < kPods; ++i) {
+      order[i] = i;
+      auto [percent, mib] = shapes[rng() % shapes.size()];
+      NodePod p = BoundPod(base + i, {{i % 4, percent, mib}});  // two pods a GPU: each fits
+      committed.insert(part(p));
+      api_.UpsertPod(p);
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<ContainerRecord> held;
+    for (int k = 0; k < kPods; ++k) {
+      const std::string pod = StrCat("pod-", base + order[k]);
+      const std::string slot = StrCat("GPU-0::", seed % 2 * 10 + static_cast<uint32_t>(k));
+      auto r = Client()->Allocate({{slot}});
+      ASSERT_TRUE(r.ok()) << "starting " << pod << ": " << r.status();
+      held.push_back(HeldBy(pod, slot));
+      if (rng() % 2 == 0) {
+        const size_t known = held.size() - std::min<size_t>(held.size(), rng() % 3);
+        PublishPodResources(
+            std::vector<ContainerRecord>(held.begin(), held.begin() + static_cast<long>(known)));
+        // The pod informer may lag too: for two passes the agent does not see its own writes.
+        const bool lag = rng() % 2 == 0;
+        api_.LagList(lag);
+        for (int pass = 0; pass < (lag ? 2 : 1); ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
+        api_.LagList(false);
+      }
+    }
+    PublishPodResources(held);
+    for (int pass = 0; pass < 3; ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
+    std::multiset<std::string> annotated;
+    for (int i = 0; i < kPods; ++i) {
+      auto p = api_.GetPod("default", StrCat("pod-", base + i));
+      ASSERT_TRUE(p.has_value());
+      annotated.insert(part(*p));
+    }
+    EXPECT_EQ(annotated, committed);
+    // Each pod's annotation is what its container runs with (its record).
+    for (const ContainerRecord& r : agent->Records()) {
+      auto p = api_.GetPod("default", r.pod_name);
+      ASSERT_TRUE(p.has_value());
+      ASSERT_EQ(r.vgpus.size(), 1u);
+      EXPECT_EQ(part(*p), StrCat(r.vgpus[0].uuid.value(), " ", r.vgpus[0].cores.value(), " ",
+                                 r.vgpus[0].memory.value()))
+          << r.pod_name;
+    }
+    for (int i = 0; i < kPods; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
+    PublishPodResources({});
+    ASSERT_TRUE(agent->ReconcileOnce().ok());
+    ASSERT_TRUE(agent->Records().empty());
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
 TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
   NodePod allocated = BoundPod(0, {{0, 30, 1024}});
   allocated.annotations[formats::kAnnotationPhase] = formats::kPhaseAllocated;
@@ -1424,8 +1524,9 @@ TEST_F(AgentTest, AHostileRegionNeverReachesTheAgent) {
     v.Close();  // the slot stays claimed by this (live) process
   }
   const std::string victim_before = ReadFile(victim_path);
-  const std::string victim_used = "tessera_container_memory_used_bytes{gpu=\"1\",UUID=\"GPU-1\",Hostname=\"gpu-1\","
-                                  "model=\"T4\",namespace=\"default\",pod=\"pod-1\",container=\"main\"} 536870912";
+  const std::string victim_used =
+      "tessera_container_memory_used_bytes{gpu=\"1\",UUID=\"GPU-1\",Hostname=\"gpu-1\","
+      "model=\"T4\",namespace=\"default\",pod=\"pod-1\",container=\"main\"} 536870912";
 
   // A valid region, then every lock word and slot planted.
   {
@@ -1450,7 +1551,8 @@ TEST_F(AgentTest, AHostileRegionNeverReachesTheAgent) {
     memcpy(lock + 24, &where, sizeof(where));
   };
   plant_lock(base + 64);
-  for (int d = 0; d < hook::kMaxDevices; ++d) plant_lock(base + hook::kRegionDevicesOffset + d * hook::kRegionDeviceBytes);
+  for (int d = 0; d < hook::kMaxDevices; ++d)
+    plant_lock(base + hook::kRegionDevicesOffset + d * hook::kRegionDeviceBytes);
   for (uint32_t i = 0; i < hook::kRegionSlots; ++i) {
     const uint64_t dead_owner = 0x7ffffff0u - i;  // pids that do not exist
     memcpy(base + hook::kRegionSlotsOffset + i * hook::kRegionSlotBytes, &dead_owner, sizeof(dead_owner));
@@ -1485,18 +1587,21 @@ TEST_F(AgentTest, AHostileRegionNeverReachesTheAgent) {
   EXPECT_TRUE(other.get().ok());
   std::string text = agent->MetricsText();
   // The attacker's own figures, held to what could be true: all of GPU-0's 16 GiB, all of its time.
-  EXPECT_THAT(text, HasSubstr("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
-                              "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 17179869184"));
-  EXPECT_THAT(text, HasSubstr("tessera_container_cores_used_percent{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
-                              "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 100"));
+  EXPECT_THAT(text,
+              HasSubstr("tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+                        "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 17179869184"));
+  EXPECT_THAT(text,
+              HasSubstr("tessera_container_cores_used_percent{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+                        "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 100"));
   EXPECT_THAT(text, HasSubstr(victim_used));
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(base), hook::kRegionBytes), planted)
       << "the agent wrote into the tenant's region";
   munmap(base, hook::kRegionBytes);
 
   // Then the file itself: each form is refused by the reader, counted, and the attacker's use reads 0.
-  const std::string attacker_used = "tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
-                                    "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 0";
+  const std::string attacker_used =
+      "tessera_container_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",Hostname=\"gpu-1\","
+      "model=\"T4\",namespace=\"default\",pod=\"pod-0\",container=\"main\"} 0";
   const std::string outside = dir_.Write("outside-region", std::string(hook::kRegionBytes, '\0'));
   const std::string planted_copy = planted;
   struct Form {
@@ -1512,15 +1617,38 @@ TEST_F(AgentTest, AHostileRegionNeverReachesTheAgent) {
   const Form forms[] = {
       {"truncated to 0", [&] { ASSERT_EQ(truncate(path.c_str(), 0), 0); }},
       {"truncated to its header", [&] { rewrite([](std::string* i) { i->resize(4096); }); }},
-      {"a FIFO", [&] { fs::remove_all(path); ASSERT_EQ(mkfifo(path.c_str(), 0666), 0); }},
-      {"a link to a file outside", [&] { fs::remove_all(path); fs::create_symlink(outside, path); }},
-      {"a directory", [&] { fs::remove_all(path); fs::create_directory(path); }},
-      {"a lying GPU count", [&] { rewrite([](std::string* i) { (*i)[136] = '\x7f'; (*i)[139] = '\x7f'; }); }},
+      {"a FIFO",
+       [&] {
+         fs::remove_all(path);
+         ASSERT_EQ(mkfifo(path.c_str(), 0666), 0);
+       }},
+      {"a link to a file outside",
+       [&] {
+         fs::remove_all(path);
+         fs::create_symlink(outside, path);
+       }},
+      {"a directory",
+       [&] {
+         fs::remove_all(path);
+         fs::create_directory(path);
+       }},
+      {"a lying GPU count",
+       [&] {
+         rewrite([](std::string* i) {
+           (*i)[136] = '\x7f';
+           (*i)[139] = '\x7f';
+         });
+       }},
       {"a lying size", [&] { rewrite([](std::string* i) { (*i)[48] = '\x01'; }); }},
       {"a UUID that breaks the exposition",
-       [&] { rewrite([](std::string* i) { memcpy(i->data() + hook::kRegionDevicesOffset + 64, "GPU-0\"} 1\n", 10); }); }},
+       [&] {
+         rewrite(
+             [](std::string* i) { memcpy(i->data() + hook::kRegionDevicesOffset + 64, "GPU-0\"} 1\n", 10); });
+       }},
       {"a UUID without its end",
-       [&] { rewrite([](std::string* i) { memset(i->data() + hook::kRegionDevicesOffset + 64, 'A', 64); }); }},
+       [&] {
+         rewrite([](std::string* i) { memset(i->data() + hook::kRegionDevicesOffset + 64, 'A', 64); });
+       }},
   };
   uint64_t refused = agent->stats().regions_unreadable;
   for (const Form& f : forms) {
@@ -1554,6 +1682,10 @@ TEST_F(AgentTest, AllocateDoesNotWaitForTheApiOrTheDisk) {
   api_.UpsertPod(p);
   api_.HoldEvents(true);
   auto pass = std::async(std::launch::async, [&] { return agent->ReconcileOnce(); });
+  struct LetEventsGo {  // an assertion below that fails must not leave `pass` held for ever
+    InMemoryNodeApi& api;
+    ~LetEventsGo() { api.HoldEvents(false); }
+  } let_events_go{api_};
   const auto deadline = std::chrono::steady_clock::now() + kWait;
   while (api_.events_waiting() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -1656,6 +1788,7 @@ TEST_F(AgentTest, AFloodOfConnectionsFromOnePodNeverEvictsAnotherPodsRegistratio
   ASSERT_GE(flood, 0);
   if (flood == 0) {
     // Another pod's process: fills the pending cap, waits, then opens 40 more, and holds them all.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(1);
     std::vector<int> fds;
@@ -1688,7 +1821,8 @@ TEST_F(AgentTest, AFloodOfConnectionsFromOnePodNeverEvictsAnotherPodsRegistratio
   hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
   char line[hook::kMaxLine];
   const size_t n = hook::FormatHello(hello, line, sizeof(line));
-  ASSERT_EQ(send(mine, line, n, MSG_NOSIGNAL), static_cast<ssize_t>(n)) << "the server closed this pod's connection";
+  ASSERT_EQ(send(mine, line, n, MSG_NOSIGNAL), static_cast<ssize_t>(n))
+      << "the server closed this pod's connection";
   std::string reply;
   pollfd pfd{mine, POLLIN, 0};
   while (reply.find('\n') == std::string::npos && poll(&pfd, 1, 30000) == 1) {

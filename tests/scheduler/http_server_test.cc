@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "httplib.h"
 #include "core/strings.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "run_binary.h"
 #include "scheduler/standalone.h"
@@ -55,6 +55,8 @@ class HttpServerTest : public ::testing::Test {
   Extender extender_;
   Admission admission_;
   ExtenderServer server_;
+  // What a test's SetLeader reads: the fixture's, so it is there until the server stops.
+  std::atomic<bool> leader_{true};
 };
 
 const char kPod[] =
@@ -158,8 +160,7 @@ double SampleValue(const std::string& text, const std::string& prefix) {
 // (labels gpu = index, UUID, Hostname, model) and node, whether it leads, the webhook's decisions, and
 // the build; all well-formed, and the per-GPU series off when asked.
 TEST_F(HttpServerTest, MetricsCarryBooksPerGpuLeaderWebhookDecisionsAndBuild) {
-  std::atomic<bool> leader{true};
-  server_.SetLeader([&] { return leader.load(); });
+  server_.SetLeader([this] { return leader_.load(); });
   ASSERT_TRUE(server_.Start({"127.0.0.1:0", 4, "", "", ""}).ok());
   httplib::Client client("127.0.0.1", server_.port());
   ASSERT_TRUE(client.Post("/scheduler/filter", std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["t4-a"]})",
@@ -222,7 +223,7 @@ TEST_F(HttpServerTest, MetricsCarryBooksPerGpuLeaderWebhookDecisionsAndBuild) {
   EXPECT_THAT(text, HasSubstr("tessera_scheduler_request_seconds_bucket{verb=\"bind\",le=\"0.00025\"} "));
   EXPECT_THAT(text, HasSubstr("tessera_scheduler_request_seconds_bucket{verb=\"bind\",le=\"1\"} "));
 
-  leader = false;
+  leader_ = false;
   EXPECT_EQ(SampleValue(server_.MetricsText(), "tessera_scheduler_leader "), 0);
 }
 
