@@ -158,10 +158,16 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
     uint64_t allocation = 0;  // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
-    // The pod's tessera.dev/assignment that our last report (ReportPhases) replaced. Read again, it is the
+    // A text of the pod's tessera.dev/assignment that does not tell this record: the one our report
+    // (ReportPhases) replaced, or the one the pod had when a swap gave it this record. Read again, it is the
     // pod list lagging behind our own write, never the scheduler's rewrite; forgotten once anything else is
     // read.
     std::string superseded;
+  };
+  // A pod's tessera.dev/assignment as the pod list reads it now: its text, and what it says.
+  struct AssignedNow {
+    std::string text;
+    formats::Assignment assignment;
   };
   // A file operation decided under the lock and done after it.
   struct FileOp {
@@ -182,10 +188,11 @@ class NodeAgent : public kubelet::AllocationBackend {
   // memory; empty when it fits. Counted with it: every other tenant of the GPU whose pod is in `live_uids`
   // (or that is a DRA claim) and every allocation in flight, each at the smaller of its record and its pod's
   // assignment in `assigned` (by pod UID): a share the scheduler lowered (SharedGPU compression) is free for
-  // the pod it was lowered for before the next pass applies it.
+  // the pod it was lowered for before the next pass applies it. A record at its own shares alone where the
+  // assignment is a text it supersedes (Tenant::superseded: that text is another part's).
   std::string OvercommitLocked(const std::string& key, const std::vector<core::VGpuAssignment>& vgpus,
                                const std::set<std::string>& live_uids,
-                               const std::map<std::string, formats::Assignment>& assigned) const
+                               const std::map<std::string, AssignedNow>& assigned) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per vGPU of `record`: the containers holding its GPU (the records in tenants_, plus `record` itself when
   // it is not among them yet), the limits file's tenants=.

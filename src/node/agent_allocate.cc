@@ -60,16 +60,18 @@ absl::StatusOr<formats::Assignment> NodeAgent::ParseCached(const std::string& ui
 std::string NodeAgent::OvercommitLocked(const std::string& key,
                                         const std::vector<core::VGpuAssignment>& vgpus,
                                         const std::set<std::string>& live_uids,
-                                        const std::map<std::string, formats::Assignment>& assigned) const {
+                                        const std::map<std::string, AssignedNow>& assigned) const {
   // The smaller of a record's share on GPU `uuid` and its pod's assignment now.
-  const auto held = [&](const std::string& pod_uid, const std::string& container,
-                        const core::VGpuAssignment& v) -> std::pair<int64_t, int64_t> {
+  const auto held = [&](const Tenant& t, const core::VGpuAssignment& v) -> std::pair<int64_t, int64_t> {
     int64_t cores = v.cores.value();
     int64_t memory = v.memory.value();
-    auto a = assigned.find(pod_uid);
-    if (a == assigned.end()) return {cores, memory};
-    for (const core::ContainerAssignment& c : a->second.containers) {
-      if (c.name != container) continue;
+    auto a = assigned.find(t.record.pod_uid);
+    // The text is another part's (a swap gave this record to the pod, and the list does not show it yet).
+    if (a == assigned.end() || (!t.superseded.empty() && a->second.text == t.superseded)) {
+      return {cores, memory};
+    }
+    for (const core::ContainerAssignment& c : a->second.assignment.containers) {
+      if (c.name != t.record.container) continue;
       for (const core::VGpuAssignment& now : c.vgpus) {
         if (now.uuid != v.uuid) continue;
         cores = std::min<int64_t>(cores, now.cores.value());
@@ -89,7 +91,7 @@ std::string NodeAgent::OvercommitLocked(const std::string& key,
       if (!t.record.is_claim() && !live_uids.contains(t.record.pod_uid)) continue;
       for (const core::VGpuAssignment& o : t.record.vgpus) {
         if (o.uuid != v.uuid) continue;
-        const auto [c, m] = held(t.record.pod_uid, t.record.container, o);
+        const auto [c, m] = held(t, o);
         cores += c;
         memory += m;
       }
@@ -168,8 +170,10 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(
   for (const NodePod& pod : pods) {
     if (!pod.terminated()) live_uids.insert(pod.uid);
   }
-  std::map<std::string, formats::Assignment> assigned;
-  for (const auto& [pod, a] : parsed) assigned.emplace(pod->uid, a);
+  std::map<std::string, AssignedNow> assigned;
+  for (const auto& [pod, a] : parsed) {
+    assigned.emplace(pod->uid, AssignedNow{Annotation(*pod, formats::kAnnotationAssignment), a});
+  }
   MutexLock lock(&mu_);
   std::vector<Candidate> candidates;
   for (auto& [pod, a] : parsed) {
@@ -239,8 +243,8 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(
     // Read as the scheduler reads them (a pod annotated "Elastic" was placed as elastic and limited as hard).
     r.compute_policy = core::ComputePolicyAnnotation(Annotation(*c.pod, core::kAnnotationComputePolicy))
                            .value_or(core::ComputePolicy::kHard);
-    r.priority =
-        core::PriorityAnnotation(Annotation(*c.pod, core::kAnnotationPriority)).value_or(core::Priority::kLow);
+    r.priority = core::PriorityAnnotation(Annotation(*c.pod, core::kAnnotationPriority))
+                     .value_or(core::Priority::kLow);
     r.gpu_tenants = GpuTenantsLocked(r);
     ChooseDirsLocked(&r);
     claims_.insert(key);

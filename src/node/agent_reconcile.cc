@@ -141,14 +141,14 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
   // What OvercommitLocked counts (as at Allocate): the pods on the node and their assignments now, parsed
   // before the lock.
   std::set<std::string> live_uids;
-  std::map<std::string, formats::Assignment> assigned;
+  std::map<std::string, AssignedNow> assigned;
   for (const NodePod& p : pods) {
     if (p.terminated()) continue;
     live_uids.insert(p.uid);
     const std::string text = Annotation(p, formats::kAnnotationAssignment);
     if (text.empty()) continue;
     absl::StatusOr<formats::Assignment> a = ParseCached(p.uid, text);
-    if (a.ok()) assigned.emplace(p.uid, *std::move(a));
+    if (a.ok()) assigned.emplace(p.uid, AssignedNow{text, *std::move(a)});
   }
   {
     // Decide under the lock; write, post and tell after it.
@@ -168,9 +168,9 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
         t.superseded.clear();
       }
       auto parsed = assigned.find(t.record.pod_uid);
-      absl::StatusOr<formats::Assignment> a = parsed != assigned.end()
-                                                  ? absl::StatusOr<formats::Assignment>(parsed->second)
-                                                  : formats::ParseAssignment(text);
+      absl::StatusOr<formats::Assignment> a =
+          parsed != assigned.end() ? absl::StatusOr<formats::Assignment>(parsed->second.assignment)
+                                   : formats::ParseAssignment(text);
       if (!a.ok()) {
         if (reported_problems_.insert(StrCat(t.record.pod_uid, "|", text)).second) {
           events.push_back(
@@ -373,7 +373,9 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.container = y.container;
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
-        second.superseded.clear();
+        auto y_pod =
+            std::find_if(pods.begin(), pods.end(), [&](const NodePod& q) { return q.uid == y.pod_uid; });
+        second.superseded = y_pod != pods.end() ? Annotation(*y_pod, formats::kAnnotationAssignment) : "";
         ops.push_back({second.record, ""});
         exchanges_.erase(y.key());  // the record tells Y's annotation now
         tenants_[second.record.key()] = std::move(second);
@@ -403,7 +405,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
-      moved.superseded.clear();
+      moved.superseded =
+          Annotation(x, formats::kAnnotationAssignment);  // X's own part, which it does not run
       ops.push_back({moved.record, ""});
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});

@@ -1389,6 +1389,37 @@ TEST_F(AgentTest, AnyStartOrderOfMixedShapesHandsOutEachCommittedPartOnce) {
   }
 }
 
+// A record a swap moved to pod X runs X's container, while the pod list may still show X's own, smaller part
+// (the agent's report of the swap has not reached its informer). The agent's own check of what a GPU carries
+// counts that record at its own shares, not at the smaller of the two as for a share the scheduler lowered:
+// otherwise a pod bound where there is no room (a scheduler that got it wrong) is allocated and the limits
+// files hand out more than the GPU has.
+TEST_F(AgentTest, ASwappedRecordCountsInFullWhileThePodListLagsBehindTheSwap) {
+  api_.UpsertPod(BoundPod(0, {{0, 70, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{0, 20, 1024}}));
+  const std::string pod1_before =
+      api_.GetPod("default", "pod-1")->annotations.at(formats::kAnnotationAssignment);
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::0"}}).ok());  // made for pod-0, the oldest: 70%...
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  records[0].pod_name = "pod-1";  // ...but the kubelet was starting pod-1
+  PublishPodResources(records);
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  ASSERT_EQ(agent->stats().swaps, 1u);  // pod-1 runs with 70%, pod-0 takes pod-1's 20%
+  // The list still shows pod-1's own 20%, and a pod bound to GPU-0 with 40% comes.
+  NodePod lagging = *api_.GetPod("default", "pod-1");
+  lagging.annotations[formats::kAnnotationAssignment] = pod1_before;
+  api_.UpsertPod(lagging);
+  api_.UpsertPod(BoundPod(2, {{0, 40, 1024}}));
+  auto pod0 = Client()->Allocate({{"GPU-2::1"}});
+  ASSERT_TRUE(pod0.ok()) << pod0.status();  // 70% + 20%
+  EXPECT_EQ((*pod0)[0].annotations.at("tessera.dev/pod"), "default/pod-0");
+  auto pod2 = Client()->Allocate({{"GPU-2::2"}});
+  ASSERT_FALSE(pod2.ok()) << "GPU-0 would carry 130%: " << (*pod2)[0].annotations.at("tessera.dev/pod");
+  EXPECT_THAT(pod2.status().message(), HasSubstr("would carry 1300/1000"));
+}
+
 TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
   NodePod allocated = BoundPod(0, {{0, 30, 1024}});
   allocated.annotations[formats::kAnnotationPhase] = formats::kPhaseAllocated;
