@@ -158,10 +158,14 @@ class NodeAgent : public kubelet::AllocationBackend {
   struct Tenant {  // a record plus what lives in memory only
     ContainerRecord record;
     uint64_t allocation = 0;  // NodeAgent::allocations_ when it was allocated; 0: loaded from disk
-    // A text of the pod's tessera.dev/assignment that does not tell this record: the one our report
-    // (ReportPhases) replaced, or the one the pod had when a swap gave it this record. Read again, it is the
-    // pod list lagging behind our own write, never the scheduler's rewrite; forgotten once anything else is
-    // read.
+    // The pod's tessera.dev/assignment does not tell this record, so the next report (ReportPhases) writes
+    // the record's part there: a swap gave the record to the pod, or the pod was allocated another pod's part
+    // (an exchange), or the record was loaded before it was reported. Any other record that reads otherwise
+    // than its pod's text was rewritten by the scheduler since (a compression), which is to be followed.
+    bool untold = false;
+    // A text of the pod's assignment that does not tell this record: the one the pod had when it became
+    // untold, or the one our report replaced. Read again, it is the pod list lagging behind our own write,
+    // never the scheduler's rewrite; forgotten once anything else is read.
     std::string superseded;
   };
   // A pod's tessera.dev/assignment as the pod list reads it now: its text, and what it says.
@@ -180,9 +184,9 @@ class NodeAgent : public kubelet::AllocationBackend {
   absl::StatusOr<formats::Assignment> ParseCached(const std::string& uid, const std::string& text);
   // AlreadyExists when a device slot is being allocated to another container right now.
   // Containers whose assignment would overcommit a GPU are passed over and added to `overcommitted` with why.
-  absl::StatusOr<ContainerRecord> Claim(const std::vector<std::string>& device_ids,
-                                        const std::vector<NodePod>& pods,
-                                        std::vector<std::pair<NodePod, std::string>>* overcommitted);
+  // The tenant to be: its record, and the pod's text when it is allocated another pod's part (an exchange).
+  absl::StatusOr<Tenant> Claim(const std::vector<std::string>& device_ids, const std::vector<NodePod>& pods,
+                               std::vector<std::pair<NodePod, std::string>>* overcommitted);
   absl::Status Materialize(Tenant* tenant);  // directories, limits file, record
   // Why container `key` with `vgpus` would put one of its GPUs over its compute (1000 thousandths) or its
   // memory; empty when it fits. Counted with it: every other tenant of the GPU whose pod is in `live_uids`

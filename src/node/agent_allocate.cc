@@ -40,6 +40,7 @@ struct NodeAgent::Candidate {
   std::string sort_key;
   const NodePod* pod = nullptr;
   const core::ContainerAssignment* container = nullptr;
+  bool exchanged = false;  // the container takes another pod's part, not what its pod's text says
 };
 
 // --- Allocate --------------------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ std::string NodeAgent::OvercommitLocked(const std::string& key,
   return "";
 }
 
-absl::StatusOr<ContainerRecord> NodeAgent::Claim(
+absl::StatusOr<NodeAgent::Tenant> NodeAgent::Claim(
     const std::vector<std::string>& device_ids, const std::vector<NodePod>& pods,
     std::vector<std::pair<NodePod, std::string>>* overcommitted) {
   const size_t count = device_ids.size();
@@ -189,15 +190,17 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(
       }
       // A pod whose allocation went to another container takes that container's part (ReconcilePodResources),
       // unless the scheduler has rewritten its assignment since.
+      bool exchanged = false;
       if (auto ex = exchanges_.find(pod->uid + "/" + c.name); ex != exchanges_.end()) {
         if (ex->second.accepted.contains(Annotation(*pod, formats::kAnnotationAssignment))) {
           if (ex->second.vgpus.size() != count) continue;
+          exchanged = !SameLimits(c.vgpus, ex->second.vgpus);
           c.vgpus = ex->second.vgpus;
         } else {
           exchanges_.erase(ex);
         }
       }
-      candidates.push_back({StrCat(at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c});
+      candidates.push_back({StrCat(at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c, exchanged});
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(),
@@ -250,7 +253,13 @@ absl::StatusOr<ContainerRecord> NodeAgent::Claim(
     claims_.insert(key);
     in_flight_[key] = r.vgpus;
     devices_in_flight_.insert(device_ids.begin(), device_ids.end());
-    return r;
+    Tenant t;
+    t.record = std::move(r);
+    if (c.exchanged) {
+      t.untold = true;
+      t.superseded = Annotation(*c.pod, formats::kAnnotationAssignment);
+    }
+    return t;
   }
   return absl::NotFoundError("none");
 }
@@ -261,7 +270,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   std::vector<std::string> device_ids;
   for (const kubelet::DeviceSlot& d : req.devices) device_ids.push_back(d.id);
   std::vector<std::pair<NodePod, std::string>> overcommitted;
-  absl::StatusOr<ContainerRecord> claimed = Claim(device_ids, *Pods(), &overcommitted);
+  absl::StatusOr<Tenant> claimed = Claim(device_ids, *Pods(), &overcommitted);
   if (absl::IsAlreadyExists(claimed.status()))
     return absl::FailedPreconditionError(Message(claimed.status()));
   if (!claimed.ok()) {
@@ -307,8 +316,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
                "pods with schedulerName tessera-scheduler or check the pod's events",
                overcommitted.empty() ? "" : StrCat(" (", overcommitted.front().second, ")")));
   }
-  Tenant t;
-  t.record = std::move(*claimed);
+  Tenant t = *std::move(claimed);
   for (const kubelet::DeviceSlot& d : req.devices) t.record.device_ids.push_back(d.id);
   t.record.allocated_at = formats::FormatHeartbeat(WallNow());
   const std::string key = t.record.key();

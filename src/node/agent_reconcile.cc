@@ -71,13 +71,19 @@ absl::Status NodeAgent::ReconcileOnce() {
 
 void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
   // Pods with records not yet reported: write the truth (the containers' assignment as applied) and
-  // tessera.dev/phase: allocated once every GPU container of the pod is allocated.
+  // tessera.dev/phase: allocated once every GPU container of the pod is allocated. The truth is written for
+  // the records the pod's text does not tell (Tenant::untold); a record allocated from the pod's own text
+  // that reads otherwise now was rewritten by the scheduler since (a compression of a pod that had just
+  // started), which ApplyAssignmentChanges follows. Written over, the compression was lost and the
+  // high-priority pod it made room for refused.
   std::map<std::string, std::vector<ContainerRecord>> by_uid;
+  std::set<std::string> untold;  // record keys whose pod's text is another part's
   {
     MutexLock lock(&mu_);
     for (const auto& [key, t] : tenants_) {
-      if (!t.record.is_claim())
-        by_uid[t.record.pod_uid].push_back(t.record);  // a claim has no phase to write
+      if (t.record.is_claim()) continue;  // a claim has no phase to write
+      by_uid[t.record.pod_uid].push_back(t.record);
+      if (t.untold) untold.insert(key);
     }
   }
   for (const NodePod& pod : pods) {
@@ -97,7 +103,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
         all = false;
         continue;
       }
-      if (!SameLimits(c.vgpus, r->vgpus)) {
+      if (!SameLimits(c.vgpus, r->vgpus) && untold.contains(r->key())) {
         c.vgpus = r->vgpus;
         changed = true;
       }
@@ -119,6 +125,13 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
     std::vector<FileOp> saves;
     {
       MutexLock lock(&mu_);
+      // The text written holds for the pod's containers still to be allocated another part (their exchange,
+      // even though it was built on the listed text, which may predate that exchange's own patch).
+      if (changed) {
+        for (auto& [key, ex] : exchanges_) {
+          if (key.starts_with(pod.uid + "/")) ex.accepted.insert(*patch[formats::kAnnotationAssignment]);
+        }
+      }
       for (const ContainerRecord& r : recs) {
         auto t = tenants_.find(r.key());
         if (t == tenants_.end()) continue;
@@ -373,6 +386,7 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
         second.record.container = y.container;
         second.record.reported = false;  // Y's annotation follows on the next report
         second.record.confirmed = false;
+        second.untold = true;
         auto y_pod =
             std::find_if(pods.begin(), pods.end(), [&](const NodePod& q) { return q.uid == y.pod_uid; });
         second.superseded = y_pod != pods.end() ? Annotation(*y_pod, formats::kAnnotationAssignment) : "";
@@ -405,8 +419,8 @@ void NodeAgent::ReconcilePodResources(const std::vector<NodePod>& pods) {
       moved.record.container = c.name;
       moved.record.reported = false;
       moved.record.confirmed = true;
-      moved.superseded =
-          Annotation(x, formats::kAnnotationAssignment);  // X's own part, which it does not run
+      moved.untold = true;
+      moved.superseded = Annotation(x, formats::kAnnotationAssignment);  // X's own part, not what it runs
       ops.push_back({moved.record, ""});
       log::Warn("allocation swapped between pods; records corrected",
                 {{"from", old_key}, {"to", moved.record.key()}});

@@ -13,7 +13,6 @@ namespace tessera::node {
 
 namespace fs = std::filesystem;
 
-
 // --- records ---------------------------------------------------------------------------------------------
 
 bool NodeAgent::IsContainerDirOf(const std::string& dir, const char* top) const {
@@ -38,6 +37,9 @@ void NodeAgent::LoadRecords() {
   for (ContainerRecord& r : loaded.records) {
     Tenant t;
     t.record = std::move(r);
+    // Not reported yet: whether a swap gave it to its pod before the restart is not known, so its part is
+    // told.
+    t.untold = !t.record.reported;
     // The limits file stays as it was; make sure it exists (a crash may have cut the first write short).
     if (!fs::exists(fs::path(t.record.dir) / "limits")) {
       if (absl::Status s = WriteLimits(t.record); !s.ok())
@@ -113,8 +115,9 @@ absl::StatusOr<RegistrationServer::Accepted> NodeAgent::OnHello(int pid, const h
     const std::string_view first_gpu = StrSplit(hello.gpus, ',')[0];  // "" when it names none
     mine.push_back(claims[0]);
     for (const Tenant* t : claims) {
-      if (!first_gpu.empty() && std::any_of(t->record.vgpus.begin(), t->record.vgpus.end(),
-                                            [&](const core::VGpuAssignment& v) { return v.uuid.value() == first_gpu; })) {
+      if (!first_gpu.empty() &&
+          std::any_of(t->record.vgpus.begin(), t->record.vgpus.end(),
+                      [&](const core::VGpuAssignment& v) { return v.uuid.value() == first_gpu; })) {
         mine[0] = t;
       }
     }

@@ -1405,7 +1405,9 @@ TEST_F(AgentTest, ASwappedRecordCountsInFullWhileThePodListLagsBehindTheSwap) {
   ASSERT_EQ(records.size(), 1u);
   records[0].pod_name = "pod-1";  // ...but the kubelet was starting pod-1
   PublishPodResources(records);
+  api_.FailPatches(100);  // nor are the pass's writes done: the swap alone marks pod-1's text as not its part
   ASSERT_TRUE(agent->ReconcileOnce().ok());
+  api_.FailPatches(0);
   ASSERT_EQ(agent->stats().swaps, 1u);  // pod-1 runs with 70%, pod-0 takes pod-1's 20%
   // The list still shows pod-1's own 20%, and a pod bound to GPU-0 with 40% comes.
   NodePod lagging = *api_.GetPod("default", "pod-1");
@@ -1418,6 +1420,34 @@ TEST_F(AgentTest, ASwappedRecordCountsInFullWhileThePodListLagsBehindTheSwap) {
   auto pod2 = Client()->Allocate({{"GPU-2::2"}});
   ASSERT_FALSE(pod2.ok()) << "GPU-0 would carry 130%: " << (*pod2)[0].annotations.at("tessera.dev/pod");
   EXPECT_THAT(pod2.status().message(), HasSubstr("would carry 1300/1000"));
+}
+
+// The scheduler may compress a pod that has only just started (a high-priority pod bound beside it) before
+// the agent's first pass over it: that pass reports the pod allocated and follows the rewrite. It used to
+// write the record's share back over the compression: the GPU's annotations at 125%, the scheduler counting
+// the pod nowhere (TesseraBadAssignment), and the container kept at its old limits.
+TEST_F(AgentTest, ACompressionBeforeTheFirstPassIsFollowedNotWrittenOver) {
+  api_.UpsertPod(BoundPod(0, {{0, 50, 1024}}));
+  auto agent = StartAgent();
+  ASSERT_TRUE(Client()->Allocate({{"GPU-0::0"}}).ok());
+  NodePod compressed = *api_.GetPod("default", "pod-0");
+  auto a = formats::ParseAssignment(compressed.annotations.at(formats::kAnnotationAssignment));
+  ASSERT_TRUE(a.ok());
+  a->containers[0].vgpus[0].cores = core::MilliGpu(250);
+  const std::string text = formats::FormatAssignment(formats::ToPlacement(*a));
+  compressed.annotations[formats::kAnnotationAssignment] = text;
+  api_.UpsertPod(compressed);
+  api_.UpsertPod(BoundPod(1, {{0, 75, 1024}}));  // the pod it was compressed for
+  for (int pass = 0; pass < 2; ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
+  NodePod now = *api_.GetPod("default", "pod-0");
+  EXPECT_EQ(now.annotations.at(formats::kAnnotationAssignment), text);
+  EXPECT_EQ(now.annotations.at(formats::kAnnotationPhase), formats::kPhaseAllocated);
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].vgpus[0].cores, core::MilliGpu(250));
+  auto high = Client()->Allocate({{"GPU-0::1"}});
+  ASSERT_TRUE(high.ok()) << high.status();
+  EXPECT_EQ((*high)[0].annotations.at("tessera.dev/pod"), "default/pod-1");
 }
 
 TEST_F(AgentTest, AnAllocatedContainerTheKubeletReportsHoldingDevicesIsNeverClaimed) {
