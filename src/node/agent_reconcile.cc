@@ -173,9 +173,9 @@ void NodeAgent::ApplyAssignmentChanges(const std::vector<NodePod>& pods) {
       if (p == by_uid.end()) continue;
       const std::string text = Annotation(*p->second, formats::kAnnotationAssignment);
       // The pod as it was before our report rewrote its assignment (the pods are listed before ReportPhases
-      // writes, and the informer may lag for a while): taken for the scheduler's rewrite, it resized the
-      // record to the shares of the part the pod had before a swap, which the record then carried to the
-      // next pod of a chain of swaps (tests/cluster/test_chaos.py: a GPU's annotations at 102.5%).
+      // writes): taken for the scheduler's rewrite, it resized the record to the shares of the part the pod
+      // had before a swap, which the record then carried to the next pod of a chain of swaps
+      // (tests/cluster/test_chaos.py: a GPU's annotations at 102.5%).
       if (!t.superseded.empty()) {
         if (text == t.superseded) continue;
         t.superseded.clear();

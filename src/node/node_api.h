@@ -78,8 +78,8 @@ absl::StatusOr<NodePod> NodePodFromJson(const nlohmann::json& pod);
 // In memory: tests, benchmarks. Failure injection: FailPatches(n) makes the next n pod patches fail. Slowness
 // injection: SetCallDelay(d) makes every patch and event take `d` (an API server far away); HoldEvents(true)
 // makes PostEvent wait until HoldEvents(false) (an API server that hangs); LagList(true) makes ListNodePods
-// answer the pods as they were then until LagList(false) (an informer behind, its watch cut: the agent's own
-// patches land but it does not see them).
+// answer the pods as they were then until LagList(false) (a list that predates the agent's own patches, as a
+// pass's own list does once the pass has written, for longer).
 class InMemoryNodeApi : public NodeApi {
  public:
   explicit InMemoryNodeApi(std::string node_name) : node_name_(std::move(node_name)) {}

@@ -1356,7 +1356,7 @@ TEST_F(AgentTest, AnyStartOrderOfMixedShapesHandsOutEachCommittedPartOnce) {
         const size_t known = held.size() - std::min<size_t>(held.size(), rng() % 3);
         PublishPodResources(
             std::vector<ContainerRecord>(held.begin(), held.begin() + static_cast<long>(known)));
-        // The pod informer may lag too: for two passes the agent does not see its own writes.
+        // The pod list may predate the agent's own writes (a pass's list does); here for two passes.
         const bool lag = rng() % 2 == 0;
         api_.LagList(lag);
         for (int pass = 0; pass < (lag ? 2 : 1); ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
