@@ -11,9 +11,11 @@ for the minutes asked, then the drain: no new pods, every pod must run and be de
 It prints the fault schedule before each run and each fault as it happens, then per seed: pods created and
 deleted, faults injected by kind with the longest time the cluster took to be healthy again after each, the
 invariant checks made and every violation, the longest a pod waited; then one table over all seeds (--markdown:
-as docs/faults.md shows it). Exit 1 when any guarantee was violated. Not run by the test suite (the cluster
-tier's test_chaos.py is its short run); needs root (the kubelet, the read-only bind mount), and runs one at a
-time per machine (the kubelet's paths are fixed): hold /tmp/tessera-cluster.lock.
+as docs/faults.md shows it). Exit 1 when any guarantee was violated; a seed with violations keeps its
+cluster's logs and etcd data (the path is printed), and a pod that never ran is named with where it stood.
+Not run by the test suite (the cluster tier's test_chaos.py is its short run); needs root (the kubelet, the
+read-only bind mount), and runs one at a time per machine (the kubelet's paths are fixed): hold
+/tmp/tessera-cluster.lock.
 """
 
 import argparse
@@ -40,9 +42,13 @@ def one(seed, minutes, build, log):
     with chaos.chaos_cluster(SOURCE, build, proxy) as c:
         try:
             chaos.prepare(c, SOURCE)
-            return chaos.ChaosRun(c, proxy, seed, minutes * 60, log=log).run()
+            report = chaos.ChaosRun(c, proxy, seed, minutes * 60, log=log).run()
         finally:
             proxy.close()
+        if report["violations"]:
+            c.keep = True  # the components' logs and etcd's data, to find the violations' causes
+            log(f"seed {seed}: violations; the cluster's logs and data are kept in {c.work}")
+        return report
 
 
 def table(reports):

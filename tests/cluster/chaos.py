@@ -632,7 +632,7 @@ class Observer:
                 snap["pods"][meta["uid"]] = {
                     "ns": meta["namespace"], "name": meta["name"], "node": p["spec"].get("nodeName"),
                     "phase": p.get("status", {}).get("phase"), "assignment": a, "claim_names": claims,
-                    "claims": [], "created": None}
+                    "claims": [], "created": None, "state": pod_state(p)}
         code, body = http_get(self.c.extender_url() + "/inspect", timeout=5)
         if code == 200:
             snap["ledger"] = {}
@@ -885,6 +885,26 @@ class FaultSchedule:
 
 # ---------------------------------------------------------------------------------------------------------------
 # A run
+
+def pod_state(pod):
+    """Where a pod stands, in a line: phase, node, Tessera's phase, gates, PodScheduled, containers waiting."""
+    spec, status = pod.get("spec", {}), pod.get("status", {})
+    ann = pod["metadata"].get("annotations") or {}
+    parts = [f"phase {status.get('phase')}", f"node {spec.get('nodeName') or '-'}",
+             f"tessera.dev/phase {ann.get('tessera.dev/phase', '-')}"]
+    if spec.get("schedulingGates"):
+        parts.append("gates " + ",".join(g.get("name", "") for g in spec["schedulingGates"]))
+    for c in status.get("conditions", []):
+        if c.get("type") == "PodScheduled":
+            parts.append(f"PodScheduled {c.get('status')} {c.get('reason', '')} {c.get('message', '')[:160]}".strip())
+    waiting = [cs["state"]["waiting"].get("reason", "") for cs in status.get("containerStatuses", [])
+               if "waiting" in cs.get("state", {})]
+    if waiting:
+        parts.append("waiting " + ",".join(waiting))
+    if status.get("reason"):
+        parts.append(f"reason {status['reason']}")
+    return "; ".join(parts)
+
 
 def chaos_cluster(source, build, proxy):
     """The harness's cluster with GPU 7 given to DRA and Tessera's components behind the fault proxy; `prepare`
@@ -1160,7 +1180,8 @@ class ChaosRun:
         with self._lock:
             snap = self.observer.snapshot()
             self.checker.observe(snap)
-            pending = {u: f"{p['ns']}/{p['name']}" for u, p in (snap.get("pods") or {}).items()
+            # With where each stands, so that a pod that never ran says how far it got.
+            pending = {u: f"{p['ns']}/{p['name']} ({p['state']})" for u, p in (snap.get("pods") or {}).items()
                        if p["name"].startswith("ch-") and p.get("phase") != "Running"}
             self.checker.finish(end, last_fault_end, events, pending)
         return self.report(end, last_fault_end)
