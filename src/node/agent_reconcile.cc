@@ -136,6 +136,7 @@ void NodeAgent::ReportPhases(const std::vector<NodePod>& pods) {
         auto t = tenants_.find(r.key());
         if (t == tenants_.end()) continue;
         if (changed) t->second.superseded = Annotation(pod, formats::kAnnotationAssignment);
+        if (t->second.record == r) t->second.untold = false;  // the text written tells it now
         if (!all) continue;
         t->second.record.reported = true;
         saves.push_back({t->second.record, ""});

@@ -76,6 +76,16 @@ formats::GpuInventory Inventory(int n) {
 }
 
 // A pod bound to gpu-1 by the scheduler: one container "main" with the given vGPUs (GPU index, percent, MiB).
+// What pod-resources says of a container the agent may have no record of: its pod holds `device`.
+ContainerRecord HeldBy(const std::string& pod, const std::string& device) {
+  ContainerRecord r;
+  r.ns = "default";
+  r.pod_name = pod;
+  r.container = "main";
+  r.device_ids = {device};
+  return r;
+}
+
 NodePod BoundPod(int i, std::vector<std::tuple<int, int, int>> vgpus, const std::string& node = "gpu-1") {
   NodePod p;
   p.ns = "default";
@@ -163,6 +173,41 @@ class AgentTest : public ::testing::Test {
       pods.push_back(p);
     }
     kubelet_->SetPodResources(pods);
+  }
+
+  // The kubelet starts pods pod-<base + order[k]> in that order, each with the next device slot, and a pass
+  // runs now and then with pod-resources behind by up to two starts (with `list_lags`, also the pod list
+  // behind the agent's own writes, for two passes). Appends what pod-resources says of each start to `held`,
+  // and each pod's NVIDIA_VISIBLE_DEVICES to `started_with`.
+  void StartInOrder(NodeAgent& agent, const std::vector<int>& order, int base, uint32_t seed,
+                    std::mt19937& rng, bool list_lags, std::vector<ContainerRecord>* held,
+                    std::map<std::string, std::string>* started_with) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      const std::string pod = StrCat("pod-", base + order[k]);
+      const std::string slot = StrCat("GPU-0::", seed % 2 * 10 + static_cast<uint32_t>(k));
+      auto r = Client()->Allocate({{slot}});
+      ASSERT_TRUE(r.ok()) << "starting " << pod << ": " << r.status();
+      (*started_with)[pod] = (*r)[0].envs.at("NVIDIA_VISIBLE_DEVICES");
+      held->push_back(HeldBy(pod, slot));
+      if (rng() % 2 == 0) {
+        const size_t known = held->size() - std::min<size_t>(held->size(), rng() % 3);
+        PublishPodResources(
+            std::vector<ContainerRecord>(held->begin(), held->begin() + static_cast<long>(known)));
+        // The pod list may predate the agent's own writes (a pass's list does); here for two passes.
+        const bool lag = list_lags && rng() % 2 == 0;
+        api_.LagList(lag);
+        for (int pass = 0; pass < (lag ? 2 : 1); ++pass) ASSERT_TRUE(agent.ReconcileOnce().ok());
+        api_.LagList(false);
+      }
+    }
+  }
+
+  // Deletes pod-<base>...pod-<base + n - 1>; the next pass collects every record.
+  void DeleteAll(NodeAgent& agent, int base, int n) {
+    for (int i = 0; i < n; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
+    PublishPodResources({});
+    ASSERT_TRUE(agent.ReconcileOnce().ok());
+    ASSERT_TRUE(agent.Records().empty());
   }
 
   // Nothing left under the state directory's containers/ and regions/ (every tenant collected).
@@ -1182,16 +1227,6 @@ std::string GpuOf(const NodePod& pod) {
   return a.ok() ? a->containers[0].vgpus[0].uuid.value() : Message(a.status());
 }
 
-// What pod-resources says of a container the agent may have no record of: its pod holds `device`.
-ContainerRecord HeldBy(const std::string& pod, const std::string& device) {
-  ContainerRecord r;
-  r.ns = "default";
-  r.pod_name = pod;
-  r.container = "main";
-  r.device_ids = {device};
-  return r;
-}
-
 // The cluster tier caught this: the kubelet started pod-1 with the allocation made for pod-0 before pod-0's
 // own container came. pod-0 kept its assignment, so its own Allocate handed out pod-0's GPU share a second
 // time (eighteen pods ended up on one GPU, 540% committed), and pod-1's GPU share was never used.
@@ -1268,21 +1303,8 @@ TEST_F(AgentTest, AnyStartOrderEndsWithEveryPodsAnnotationTellingTheTruth) {
     const int base = 100 * static_cast<int>(seed) % 1000;
     std::map<std::string, std::string> started_with;  // pod -> NVIDIA_VISIBLE_DEVICES of its container
     std::vector<ContainerRecord> held;
-    for (int k = 0; k < kPods; ++k) {
-      const std::string pod = StrCat("pod-", base + order[k]);
-      const std::string slot = StrCat("GPU-0::", seed % 2 * 10 + static_cast<uint32_t>(k));
-      auto r = Client()->Allocate({{slot}});
-      ASSERT_TRUE(r.ok()) << "starting " << pod << ": " << r.status();
-      started_with[pod] = (*r)[0].envs.at("NVIDIA_VISIBLE_DEVICES");
-      held.push_back(HeldBy(pod, slot));
-      if (rng() % 2 == 0) {
-        // pod-resources may lag behind the kubelet's latest allocations.
-        const size_t known = held.size() - std::min<size_t>(held.size(), rng() % 3);
-        PublishPodResources(
-            std::vector<ContainerRecord>(held.begin(), held.begin() + static_cast<long>(known)));
-        ASSERT_TRUE(agent->ReconcileOnce().ok());
-      }
-    }
+    StartInOrder(*agent, order, base, seed, rng, /*list_lags=*/false, &held, &started_with);
+    if (HasFatalFailure()) break;
     PublishPodResources(held);
     for (int pass = 0; pass < 3; ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
     std::map<std::string, int> per_gpu;
@@ -1306,10 +1328,7 @@ TEST_F(AgentTest, AnyStartOrderEndsWithEveryPodsAnnotationTellingTheTruth) {
       ASSERT_EQ(limits.device_count, 1);
       EXPECT_EQ(limits.devices[0].uuid, started_with[r.pod_name]) << r.pod_name;
     }
-    for (int i = 0; i < kPods; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
-    PublishPodResources({});
-    ASSERT_TRUE(agent->ReconcileOnce().ok());
-    ASSERT_TRUE(agent->Records().empty());
+    DeleteAll(*agent, base, kPods);
     if (::testing::Test::HasFailure()) break;
   }
 }
@@ -1346,23 +1365,9 @@ TEST_F(AgentTest, AnyStartOrderOfMixedShapesHandsOutEachCommittedPartOnce) {
     }
     std::shuffle(order.begin(), order.end(), rng);
     std::vector<ContainerRecord> held;
-    for (int k = 0; k < kPods; ++k) {
-      const std::string pod = StrCat("pod-", base + order[k]);
-      const std::string slot = StrCat("GPU-0::", seed % 2 * 10 + static_cast<uint32_t>(k));
-      auto r = Client()->Allocate({{slot}});
-      ASSERT_TRUE(r.ok()) << "starting " << pod << ": " << r.status();
-      held.push_back(HeldBy(pod, slot));
-      if (rng() % 2 == 0) {
-        const size_t known = held.size() - std::min<size_t>(held.size(), rng() % 3);
-        PublishPodResources(
-            std::vector<ContainerRecord>(held.begin(), held.begin() + static_cast<long>(known)));
-        // The pod list may predate the agent's own writes (a pass's list does); here for two passes.
-        const bool lag = rng() % 2 == 0;
-        api_.LagList(lag);
-        for (int pass = 0; pass < (lag ? 2 : 1); ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
-        api_.LagList(false);
-      }
-    }
+    std::map<std::string, std::string> started_with;
+    StartInOrder(*agent, order, base, seed, rng, /*list_lags=*/true, &held, &started_with);
+    if (HasFatalFailure()) break;
     PublishPodResources(held);
     for (int pass = 0; pass < 3; ++pass) ASSERT_TRUE(agent->ReconcileOnce().ok());
     std::multiset<std::string> annotated;
@@ -1381,16 +1386,13 @@ TEST_F(AgentTest, AnyStartOrderOfMixedShapesHandsOutEachCommittedPartOnce) {
                                  r.vgpus[0].memory.value()))
           << r.pod_name;
     }
-    for (int i = 0; i < kPods; ++i) api_.DeletePod("default", StrCat("pod-", base + i));
-    PublishPodResources({});
-    ASSERT_TRUE(agent->ReconcileOnce().ok());
-    ASSERT_TRUE(agent->Records().empty());
+    DeleteAll(*agent, base, kPods);
     if (::testing::Test::HasFailure()) break;
   }
 }
 
 // A record a swap moved to pod X runs X's container, while the pod list may still show X's own, smaller part
-// (the agent's report of the swap has not reached its informer). The agent's own check of what a GPU carries
+// (listed before the agent's report of the swap). The agent's own check of what a GPU carries
 // counts that record at its own shares, not at the smaller of the two as for a share the scheduler lowered:
 // otherwise a pod bound where there is no room (a scheduler that got it wrong) is allocated and the limits
 // files hand out more than the GPU has.
