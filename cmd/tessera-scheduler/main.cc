@@ -185,9 +185,11 @@ int Run(const Options& o) {
   std::unique_ptr<scheduler::DraOfferTracker> offer;
   std::unique_ptr<scheduler::ClaimTemplateMaker> template_maker;
   if (backend != nullptr && *extended_to_dra != scheduler::ExtendedToDra::kNever) {
-    offer = std::make_unique<scheduler::DraOfferTracker>([&dra] {
-      return dra != nullptr ? dra->TesseraSlices() : std::vector<std::shared_ptr<const k8s::Json>>{};
-    });
+    offer = std::make_unique<scheduler::DraOfferTracker>(
+        [&dra] {
+          return dra != nullptr ? dra->TesseraSlices() : std::vector<std::shared_ptr<const k8s::Json>>{};
+        },
+        std::chrono::seconds(o.heartbeat_timeout_s));
     backend->SetNodeObserver([&offer](const k8s::Json& node, bool deleted) {
       if (deleted) {
         offer->OnNodeDeleted(node);

@@ -37,6 +37,9 @@ inline constexpr char kGpuInventoryAnnotation[] = "tessera.dev/gpu-inventory";
 inline constexpr char kHeartbeatAnnotation[] = "tessera.dev/heartbeat";
 // The version this build writes and the only one it reads.
 inline constexpr int kGpuInventoryVersion = 1;
+// The health reason of a GPU the node agent gave to its DRA driver (tessera-node --dra-gpus): unhealthy to
+// the device-plugin path, which then never offers it. Every other GPU of an inventory is the device plugin's.
+inline constexpr char kDraHealthReason[] = "given to DRA (gpu.tessera.dev)";
 
 // One GPU of the node.
 struct InventoryGpu {

@@ -25,8 +25,6 @@ using Json = nlohmann::json;
 inline constexpr char kCdiDir[] = "/var/run/cdi";
 inline constexpr char kCdiKind[] = "tessera.dev/claim";  // CDI vendor/class of the claims' devices
 inline constexpr int64_t kCoresCapacity = 100;          // `cores`: percent of one GPU
-// The health reason of a GPU given to DRA in the device-plugin path's inventory (which then never offers it).
-inline constexpr char kDraHealthReason[] = "given to DRA (gpu.tessera.dev)";
 
 struct DraDriverConfig {
   std::string driver = kubelet::kDraDriverName;

@@ -4,7 +4,6 @@
 
 #include "core/strings.h"
 #include "core/topology.h"
-#include "node/dra_claim.h"
 
 namespace tessera::node {
 
@@ -36,7 +35,7 @@ absl::StatusOr<GpuSplit> SplitGpus(const formats::GpuInventory& inventory, std::
   for (formats::InventoryGpu& g : split.device_plugin_inventory.gpus) {
     if (!split.dra_indices.contains(g.info.index)) continue;
     g.info.health = core::GpuHealth::kUnhealthy;
-    g.health_reason = kDraHealthReason;
+    g.health_reason = formats::kDraHealthReason;
   }
   return split;
 }

@@ -2,7 +2,7 @@
 // (tessera-node --dra-gpus), and where a GPU's health change goes (docs/dra.md, "One node, two paths").
 //
 // GPUs given to DRA leave the device-plugin path: the inventory the extender reads and the device plugin's
-// slots show them unhealthy for that reason (kDraHealthReason), so nothing but a ResourceClaim can get them.
+// slots show them unhealthy for that reason (formats::kDraHealthReason), so nothing but a ResourceClaim can get them.
 // A health change goes to the DRA driver (when there is one) for every GPU, and to the device plugin and the
 // agent for the device-plugin GPUs, and for a DRA GPU only when it fails (a healthy DRA GPU stays out).
 //

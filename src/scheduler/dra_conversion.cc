@@ -8,6 +8,7 @@
 #include "core/quantity.h"
 #include "core/strings.h"
 #include "formats/dra_placement.h"
+#include "formats/inventory.h"
 #include "k8s/api_status.h"
 
 namespace tessera::scheduler {
@@ -213,6 +214,40 @@ bool NodeOffersDevicePlugin(const json& node) {
   return q.ok() && q->milli > 0;
 }
 
+namespace {
+std::string NodeName(const json& node) {
+  const json& name = Field(Field(node, "metadata"), "name");
+  return name.is_string() ? name.get<std::string>() : "";
+}
+
+const json& Annotations(const json& node) {
+  return Field(Field(node, "metadata"), "annotations");
+}
+
+// Whether an inventory annotation's text names a GPU its agent did not give to DRA.
+bool ServesDevicePlugin(const json& inventory) {
+  if (!inventory.is_string()) return false;
+  absl::StatusOr<formats::GpuInventory> inv = formats::ParseGpuInventory(inventory.get<std::string>());
+  return inv.ok() && std::any_of(inv->gpus.begin(), inv->gpus.end(), [](const formats::InventoryGpu& g) {
+           return g.health_reason != formats::kDraHealthReason;
+         });
+}
+
+std::optional<std::chrono::system_clock::time_point> HeartbeatOf(const json& node) {
+  const json& heartbeat = Field(Annotations(node), formats::kHeartbeatAnnotation);
+  if (!heartbeat.is_string()) return std::nullopt;
+  absl::StatusOr<std::chrono::system_clock::time_point> t =
+      formats::ParseHeartbeat(heartbeat.get<std::string>());
+  if (!t.ok()) return std::nullopt;
+  return *t;
+}
+}  // namespace
+
+DevicePluginIntent NodeDevicePluginIntent(const json& node) {
+  return {.gpus = ServesDevicePlugin(Field(Annotations(node), formats::kGpuInventoryAnnotation)),
+          .heartbeat = HeartbeatOf(node)};
+}
+
 bool ShouldConvert(ExtendedToDra mode, const DraOffer& offer) {
   switch (mode) {
     case ExtendedToDra::kAlways:
@@ -225,26 +260,39 @@ bool ShouldConvert(ExtendedToDra mode, const DraOffer& offer) {
   return false;
 }
 
-namespace {
-std::string NodeName(const json& node) {
-  const json& name = Field(Field(node, "metadata"), "name");
-  return name.is_string() ? name.get<std::string>() : "";
-}
-}  // namespace
-
 void DraOfferTracker::OnNode(const json& node) {
+  const std::string name = NodeName(node);
   const bool offers = NodeOffersDevicePlugin(node);
+  const json& inventory = Field(Annotations(node), formats::kGpuInventoryAnnotation);
+  const size_t hash = inventory.is_string() ? std::hash<std::string>{}(inventory.get<std::string>()) : 0;
+  std::optional<Intent> known;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = intents_.find(name); it != intents_.end()) known = it->second;
+  }
+  // The inventory is parsed again only when it changed (the heartbeat changes every 10 s, the inventory
+  // seldom); outside the lock, as admission reads the offer meanwhile.
+  const Intent intent{
+      .inventory_hash = hash,
+      .gpus = known && known->inventory_hash == hash ? known->gpus : ServesDevicePlugin(inventory),
+      .heartbeat = HeartbeatOf(node)};
   MutexLock lock(&mu_);
   if (offers) {
-    device_plugin_nodes_.insert(NodeName(node));
+    device_plugin_nodes_.insert(name);
   } else {
-    device_plugin_nodes_.erase(NodeName(node));
+    device_plugin_nodes_.erase(name);
+  }
+  if (inventory.is_string()) {
+    intents_[name] = intent;
+  } else {
+    intents_.erase(name);
   }
 }
 
 void DraOfferTracker::OnNodeDeleted(const json& node) {
   MutexLock lock(&mu_);
   device_plugin_nodes_.erase(NodeName(node));
+  intents_.erase(NodeName(node));
 }
 
 DraOffer DraOfferTracker::Offer() const {
@@ -263,6 +311,18 @@ DraOffer DraOfferTracker::Offer() const {
   MutexLock lock(&mu_);
   if (!fresh) from_slices_.emplace(now, offer);
   offer.device_plugin = !device_plugin_nodes_.empty();
+  if (!offer.device_plugin) {
+    // None offers it this moment: a node whose tessera-node is alive and serves device-plugin GPUs is
+    // restarting it (or its kubelet), not giving its GPUs to DRA.
+    // (A loop, not any_of: the thread-safety analysis does not see mu_ held in a lambda.)
+    const auto wall = clock_.Now();
+    for (const auto& [name, i] : intents_) {
+      if (i.gpus && i.heartbeat && wall - *i.heartbeat <= heartbeat_timeout_) {
+        offer.device_plugin = true;
+        break;
+      }
+    }
+  }
   return offer;
 }
 

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -53,7 +54,7 @@ const char* ToString(ExtendedToDra mode);
 
 // What the conversion needs to know of the cluster: the DraController's slices and the nodes' allocatable.
 struct DraOffer {
-  bool device_plugin = false;  // some node's allocatable has tessera.dev/gpu above 0
+  bool device_plugin = false;  // some node offers tessera.dev/gpu (DraOfferTracker says when)
   bool driver = false;         // Tessera's driver publishes at least one device in a ResourceSlice
   // The memory capacities of Tessera's DRA devices, MiB: a share whose memory (or compute) is in proportion
   // to the GPU's is stated in a claim only when they are all one size.
@@ -64,26 +65,52 @@ DraOffer OfferFromSlices(const std::vector<std::shared_ptr<const nlohmann::json>
 // Whether a Node object's status.allocatable has tessera.dev/gpu above 0 (the device plugin offers GPUs
 // there).
 bool NodeOffersDevicePlugin(const nlohmann::json& node);
+// What a node's own tessera-node says of its device-plugin path: whether its tessera.dev/gpu-inventory names
+// a GPU it did not give to DRA (formats::kDraHealthReason), and the tessera.dev/heartbeat it last wrote. The
+// kubelet's allocatable falls to 0 for seconds whenever tessera-node or the kubelet restarts (the plugin
+// registers again, the kubelet reports its devices again); this says the node serves the device plugin still.
+struct DevicePluginIntent {
+  bool gpus = false;
+  std::optional<std::chrono::system_clock::time_point> heartbeat;
+};
+DevicePluginIntent NodeDevicePluginIntent(const nlohmann::json& node);
 // Whether a pod converted under `mode` with this offer.
 bool ShouldConvert(ExtendedToDra mode, const DraOffer& offer);
 
 // The offer as tessera-scheduler follows it: the nodes that offer tessera.dev/gpu (its node informer calls
 // OnNode/OnNodeDeleted) and the driver's slices (the DraController's informer, read through `slices`). The
 // slices' part is computed again at most once a second (a pod admitted meanwhile sees the last one).
+//
+// A node offers the device plugin while its allocatable has tessera.dev/gpu, and also while its tessera-node
+// says it serves device-plugin GPUs (DevicePluginIntent) with a heartbeat younger than `heartbeat_timeout`
+// (the extender's own bound for a live agent, tessera-scheduler --heartbeat-timeout): a restart of
+// tessera-node or the kubelet empties the allocatable for a few seconds, and `auto` must not turn every GPU
+// pod admitted then into claims for the cluster's few DRA GPUs (the fault harness: a 2-GPU pod made a claim
+// beside one DRA GPU, gated for good).
 class DraOfferTracker {
  public:
   using Slices = std::function<std::vector<std::shared_ptr<const nlohmann::json>>()>;
-  explicit DraOfferTracker(Slices slices, const Clock& clock = RealClock())
-      : slices_(std::move(slices)), clock_(clock) {}
+  explicit DraOfferTracker(Slices slices, std::chrono::seconds heartbeat_timeout = std::chrono::seconds(60),
+                           const Clock& clock = RealClock())
+      : slices_(std::move(slices)), heartbeat_timeout_(heartbeat_timeout), clock_(clock) {}
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
   DraOffer Offer() const;
 
  private:
+  // A node whose tessera-node serves device-plugin GPUs: the inventory text it was read from (by its hash: a
+  // heartbeat alone does not parse the inventory again) and the last heartbeat.
+  struct Intent {
+    size_t inventory_hash = 0;
+    bool gpus = false;
+    std::optional<std::chrono::system_clock::time_point> heartbeat;
+  };
   const Slices slices_;
+  const std::chrono::seconds heartbeat_timeout_;
   const Clock& clock_;
   mutable Mutex mu_;
-  std::set<std::string> device_plugin_nodes_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> device_plugin_nodes_ ABSL_GUARDED_BY(mu_);  // allocatable above 0
+  std::map<std::string, Intent> intents_ ABSL_GUARDED_BY(mu_);      // every node with an inventory
   mutable std::optional<std::pair<std::chrono::steady_clock::time_point, DraOffer>> from_slices_
       ABSL_GUARDED_BY(mu_);
 };

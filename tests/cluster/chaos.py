@@ -51,8 +51,11 @@ RECORD_LAG_S = 90
 LEAK_S = 90
 # 5: after the last fault, every pod that fits runs within this.
 PROGRESS_S = 240
-# A pod pending this long must have an event that says why.
+# A pod pending this long must have an event that says why: a Warning, or one of these (kube-scheduler's for a
+# pod it tried or that is gated; tessera-scheduler's for a pod whose claims it places and that fits no node yet,
+# docs/dra.md "Placement by Tessera").
 PENDING_EVENT_S = 30
+SAYS_WHY = ("FailedScheduling", "SchedulingGated", "TesseraPlacementWaiting")
 # After each fault is undone, the control plane is expected back (healthy) within this; longer is a violation.
 RECOVERY_S = 240
 # A step of the tenant kill (a process of a running container filling its GPU memory, or starting to churn).
@@ -1201,7 +1204,7 @@ class ChaosRun:
             if e.get("reason") == "AllocationSwapped":
                 swaps += e.get("count", 1)
             uid = e.get("involvedObject", {}).get("uid")
-            if uid and (e.get("type") == "Warning" or e.get("reason") in ("FailedScheduling", "SchedulingGated")):
+            if uid and (e.get("type") == "Warning" or e.get("reason") in SAYS_WHY):
                 out.setdefault(uid, []).append(e.get("reason"))
         return out, swaps
 

@@ -31,8 +31,10 @@ REBIND_AFTER = 5
 
 @pytest.fixture(scope="module")
 def c():
+    # --heartbeat-timeout: test_a_pod_admitted_while_the_device_plugin_restarts_stays_on_it stops the node agent
+    # and needs its last heartbeat to count as fresh however slow this machine is.
     with Cluster(tc.SOURCE, tc.BUILD, dra_gpus=DRA_GPUS, dra_fallback_after=5,
-                 scheduler_args=[f"--dra-rebind-after={REBIND_AFTER}"]) as cluster:
+                 scheduler_args=[f"--dra-rebind-after={REBIND_AFTER}", "--heartbeat-timeout=600"]) as cluster:
         cluster.kubectl("apply", "-f", os.path.join(tc.SOURCE, "deploy/dra/deviceclasses.yaml"))
         templates = [d for d in yaml.safe_load_all(open(os.path.join(tc.SOURCE, "examples/dra/claims.yaml")))
                      if d and d["kind"] == "ResourceClaimTemplate"]
@@ -242,6 +244,26 @@ def test_kubelet_and_agent_restarts_lose_nothing(c):
     c.apply(claim_pod("dra-r2", "gpu-share-30"))
     prepared(c, "dra-r2")
     tc.delete(c, "dra-r", "dra-r2")
+
+
+def test_a_pod_admitted_while_the_device_plugin_restarts_stays_on_it(c):
+    # The fault harness (docs/faults.md, "What the harness found"): tessera-node restarted, the kubelet's
+    # allocatable showed no tessera.dev/gpu until the plugin registered again, and a 2-GPU pod admitted then was
+    # turned into a claim (--extended-resources-to-dra auto) that the node's two DRA GPUs could not hold beside
+    # their tenants: gated for good. The agent's inventory and heartbeat say it still serves the device plugin.
+    c.procs["tessera-node"].stop()
+    try:
+        c.wait_for(lambda: c.allocatable_gpu() == 0 or None,
+                   "the kubelet to take tessera.dev/gpu off the node's allocatable", 90)
+        c.apply(tc.pod_yaml("dp-restart", {"tessera.dev/gpu": 2}))
+        pod = c.pod("default", "dp-restart")
+        assert not pod["spec"].get("resourceClaims") and not pod["spec"].get("schedulingGates"), pod["spec"]
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert "tessera.dev/gpu" in limits, limits
+    finally:
+        c.start_node_agent()
+    tc.check_started_with_assignment(c, tc.running(c, "dp-restart", timeout=120))
+    tc.delete(c, "dp-restart")
 
 
 def with_cdi_edits(rec, spec_path):

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "core/strings.h"
-#include "node/dra_claim.h"
 
 namespace tessera::node {
 namespace {
@@ -51,7 +50,7 @@ TEST(GpuSplitTest, ListedGpusLeaveTheDevicePluginPathUnhealthyForThatReason) {
   EXPECT_EQ(gpus[0].info.health, core::GpuHealth::kHealthy);
   EXPECT_EQ(gpus[1].info.health, core::GpuHealth::kHealthy);
   EXPECT_EQ(gpus[2].info.health, core::GpuHealth::kUnhealthy);
-  EXPECT_EQ(gpus[2].health_reason, kDraHealthReason);
+  EXPECT_EQ(gpus[2].health_reason, formats::kDraHealthReason);
   EXPECT_EQ(gpus[3].info.health, core::GpuHealth::kUnhealthy);
 }
 

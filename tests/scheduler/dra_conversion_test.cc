@@ -1,12 +1,15 @@
-// What --extended-resources-to-dra reads of the cluster (dra_conversion.h): the driver's slices and the
-// nodes' allocatable. The webhook's rewrite itself is tested in admission_test.cc (AdmissionDraTest).
+// What --extended-resources-to-dra reads of the cluster (dra_conversion.h): the driver's slices, the nodes'
+// allocatable and their agents' inventory and heartbeat. The webhook's rewrite itself is tested in
+// admission_test.cc (AdmissionDraTest).
 #include "scheduler/dra_conversion.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
+#include "formats/inventory.h"
 #include "nlohmann/json.hpp"
+#include "test_util.h"
 
 namespace tessera::scheduler {
 namespace {
@@ -72,7 +75,7 @@ TEST(DraConversionTest, TrackerFollowsNodesAndRereadsSlicesAtMostOnceASecond) {
         ++reads;
         return slices;
       },
-      clock);
+      std::chrono::seconds(60), clock);
   EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));  // nothing published yet
   slices.push_back(Slice("gpu.tessera.dev", {"32Gi"}));
   EXPECT_FALSE(tracker.Offer().driver);  // the last reading, within the second
@@ -92,6 +95,73 @@ TEST(DraConversionTest, TrackerFollowsNodesAndRereadsSlicesAtMostOnceASecond) {
   EXPECT_TRUE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
   tracker.OnNode(dp);
   tracker.OnNodeDeleted(dp);
+  EXPECT_TRUE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+}
+
+// A node as tessera-node leaves it: its inventory (GPUs given to DRA marked as gpu_split.cc marks them), its
+// heartbeat, and the kubelet's allocatable.
+json AgentNode(const std::string& name, int gpus, int given_to_dra,
+               std::chrono::system_clock::time_point heartbeat, const std::string& allocatable) {
+  core::NodeInfo info = testing::MakeNode(name, gpus);
+  formats::GpuInventory inv;
+  for (const core::GpuInfo& g : info.gpus) inv.gpus.push_back({g, "", "", ""});
+  for (int i = gpus - given_to_dra; i < gpus; ++i) {
+    inv.gpus[i].info.health = core::GpuHealth::kUnhealthy;
+    inv.gpus[i].health_reason = formats::kDraHealthReason;
+  }
+  inv.links = core::LinkMatrix(gpus);
+  inv.source = "fake:test";
+  return {{"metadata",
+           {{"name", name},
+            {"annotations",
+             {{formats::kGpuInventoryAnnotation, formats::SerializeGpuInventory(inv)},
+              {formats::kHeartbeatAnnotation, formats::FormatHeartbeat(heartbeat)}}}}},
+          {"status", {{"allocatable", {{"tessera.dev/gpu", allocatable}}}}}};
+}
+
+TEST(DraConversionTest, ANodeAgentsInventorySaysItServesTheDevicePlugin) {
+  const auto now = std::chrono::system_clock::now();
+  DevicePluginIntent mixed = NodeDevicePluginIntent(AgentNode("a", 8, 1, now, "0"));
+  EXPECT_TRUE(mixed.gpus);
+  ASSERT_TRUE(mixed.heartbeat.has_value());
+  EXPECT_LT(std::chrono::abs(*mixed.heartbeat - now), std::chrono::milliseconds(1));
+  EXPECT_FALSE(NodeDevicePluginIntent(AgentNode("b", 8, 8, now, "0")).gpus);  // --dra-gpus=all
+  json garbled = AgentNode("c", 2, 0, now, "0");
+  garbled["metadata"]["annotations"][formats::kGpuInventoryAnnotation] = "{not json";
+  garbled["metadata"]["annotations"][formats::kHeartbeatAnnotation] = "yesterday";
+  DevicePluginIntent none = NodeDevicePluginIntent(garbled);
+  EXPECT_FALSE(none.gpus);
+  EXPECT_FALSE(none.heartbeat.has_value());
+  EXPECT_FALSE(NodeDevicePluginIntent(json::parse(R"({"metadata":{"name":"cpu"}})")).gpus);
+}
+
+// The fault harness (tests/cluster/chaos.py, docs/faults.md): tessera-node killed for 0.1 s, the kubelet's
+// allocatable at 0 until the plugin registered again, and a 2-GPU pod admitted then became a claim on a node
+// with one DRA GPU, gated for good. A live agent that serves device-plugin GPUs keeps `auto` off.
+TEST(DraConversionTest, ARestartingDevicePluginDoesNotTurnPodsIntoClaims) {
+  FakeClock clock;
+  DraOfferTracker tracker(
+      [] { return std::vector<std::shared_ptr<const json>>{Slice("gpu.tessera.dev", {"32Gi"})}; },
+      std::chrono::seconds(60), clock);
+  tracker.OnNode(AgentNode("a", 8, 1, clock.Now(), "70"));
+  EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  // The plugin restarts: allocatable 0, the heartbeat fresh.
+  tracker.OnNode(AgentNode("a", 8, 1, clock.Now(), "0"));
+  EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  clock.Advance(std::chrono::seconds(60));
+  EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));  // within --heartbeat-timeout
+  // The agent gone for longer than the extender waits for a heartbeat: its GPUs are no longer offered.
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_TRUE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  // Back, its heartbeat fresh (the inventory unchanged, not read again): off again.
+  tracker.OnNode(AgentNode("a", 8, 1, clock.Now(), "0"));
+  EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  // The agent restarted with every GPU given to DRA: the new inventory is read, and auto converts at once.
+  tracker.OnNode(AgentNode("a", 8, 8, clock.Now(), "0"));
+  EXPECT_TRUE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  tracker.OnNode(AgentNode("a", 8, 1, clock.Now(), "0"));
+  EXPECT_FALSE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
+  tracker.OnNodeDeleted(AgentNode("a", 8, 1, clock.Now(), "0"));
   EXPECT_TRUE(ShouldConvert(ExtendedToDra::kAuto, tracker.Offer()));
 }
 
