@@ -164,6 +164,13 @@ void ClusterCache::RemoveNode(const NodeName& name) {
 absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   absl::StatusOr<core::PodRequest> request = core::ParsePodRequest(pod.spec, ledger_.options().parse);
   LedgerLock lock(&ledger_);
+  absl::Status st = ObservePodLocked(pod, request);
+  ledger_.ApplyMovesLocked();  // a release above may have made room for a move waiting for it
+  return st;
+}
+
+absl::Status ClusterCache::ObservePodLocked(const formats::PodObject& pod,
+                                            const absl::StatusOr<core::PodRequest>& request) {
   const PodUid uid(pod.spec.uid);
   if (!request.ok()) {
     ledger_.ReleaseLocked(uid);
@@ -212,7 +219,12 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
     }
     // An event from before our own rewrite of its shares: the record is newer, and the write is on its way.
     if (it->second.unwritten) return absl::OkStatus();
-    ledger_.ReleaseLocked(uid);
+    // Another part than ours: tessera-node corrected an allocation the kubelet swapped, and the pod's
+    // counterparts show up one by one. Moved with them, all or none (CacheLedger::MoveLocked); released and
+    // recorded alone, its old part was free for a bind before the pod taking it showed up (the fault
+    // harness and the cluster tier: two whole-GPU pods on one GPU in the pods' annotations).
+    ledger_.MoveLocked(uid, std::move(placement));
+    return absl::OkStatus();
   }
   ledger_.orphans.erase(uid.value());
   absl::Status st = ledger_.RecordLocked(*request, std::move(placement));
@@ -227,6 +239,7 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
 void ClusterCache::ForgetPod(const PodUid& uid) {
   LedgerLock lock(&ledger_);
   ledger_.ReleaseLocked(uid);
+  ledger_.ApplyMovesLocked();  // room made for a move waiting for it
 }
 
 FilterOutcome ClusterCache::Filter(const core::PodRequest& request, std::span<const std::string> nodes) {

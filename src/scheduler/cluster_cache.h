@@ -149,6 +149,10 @@ class ClusterCache {
   uint64_t warmed_evaluations() const;
 
  private:
+  absl::Status ObservePodLocked(const formats::PodObject& pod,
+                                const absl::StatusOr<core::PodRequest>& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ledger_.mu);
+
   CacheLedger ledger_;
   ShapeWarmer warmer_;  // its thread starts once the ledger is built
   FilterPoint filter_;

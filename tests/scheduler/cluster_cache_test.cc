@@ -414,5 +414,87 @@ TEST(ScaleScoresTest, BestIsTenWorstIsOneLowerTiersZero) {
   EXPECT_EQ(s[3].score, 0);
 }
 
+// tessera-node corrects an allocation the kubelet swapped between two pods by rewriting both pods'
+// assignments (docs/node-agent.md, "Swapped allocations"); the API shows the two writes one at a time. Found
+// by the fault harness (docs/faults.md) and the cluster tier: moved alone, the first pod's old GPU was free
+// until the second showed up, a whole-GPU pod was bound there, and the second pod, finding its new GPU
+// taken, was counted nowhere.
+const char* const kGpu0 = "GPU-n1-0";
+const char* const kGpu1 = "GPU-n1-1";
+
+std::string GpuOf(const ClusterCache& cache, const std::string& uid) {
+  std::optional<PodEntry> e = cache.FindPod(core::PodUid(uid));
+  if (!e || e->placement.containers.empty() || e->placement.containers[0].vgpus.empty()) return "";
+  return e->placement.containers[0].vgpus[0].uuid.value();
+}
+
+TEST(ClusterCacheTest, PodsSwappedByTheNodeAgentMoveTogetherWithNoGpuFreeBetween) {
+  for (const bool p_first : {true, false}) {
+    SCOPED_TRACE(p_first ? "p's write lands first" : "q's write lands first");
+    ClusterCache cache(Options());
+    ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+    ASSERT_TRUE(cache.ObservePod(BoundPod("p", "n1", kGpu0, 100)).ok());
+    ASSERT_TRUE(cache.ObservePod(BoundPod("q", "n1", kGpu1, 100)).ok());
+    const core::PodRequest z = MakePod("z", {Share(100)});
+    const formats::PodObject p_moved = BoundPod("p", "n1", kGpu1, 100);
+    const formats::PodObject q_moved = BoundPod("q", "n1", kGpu0, 100);
+    EXPECT_TRUE(cache.ObservePod(p_first ? p_moved : q_moved).ok());
+    EXPECT_FALSE(cache.Reserve(z, core::NodeName("n1")).ok()) << "a GPU was free between the two writes";
+    EXPECT_TRUE(cache.ObservePod(p_first ? q_moved : p_moved).ok());
+    EXPECT_EQ(GpuOf(cache, "p"), kGpu1);
+    EXPECT_EQ(GpuOf(cache, "q"), kGpu0);
+    EXPECT_FALSE(cache.Reserve(z, core::NodeName("n1")).ok());
+    cache.ForgetPod(core::PodUid("p"));
+    ASSERT_TRUE(cache.Reserve(z, core::NodeName("n1")).ok());
+    EXPECT_EQ(GpuOf(cache, "z"), kGpu1);
+  }
+}
+
+// Pods of different shapes: the whole GPU's pod takes the 20% part and the 20% pod the whole GPU. The first
+// write fits alone, so it is made at once; the whole GPU it left stays held for the pod that takes it.
+TEST(ClusterCacheTest, APartASwappedPodLeftIsHeldForThePodThatTakesIt) {
+  FakeClock clock;
+  CacheOptions o = Options();
+  o.clock = &clock;
+  ClusterCache cache(o);
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("whole", "n1", kGpu0, 100)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("small", "n1", kGpu1, 20)).ok());
+  const core::PodRequest z = MakePod("z", {Share(100)});
+  ASSERT_TRUE(cache.ObservePod(BoundPod("whole", "n1", kGpu1, 20)).ok());
+  EXPECT_EQ(GpuOf(cache, "whole"), kGpu1);
+  EXPECT_FALSE(cache.Reserve(z, core::NodeName("n1")).ok()) << "the whole GPU left was handed out";
+  ASSERT_TRUE(cache.ObservePod(BoundPod("small", "n1", kGpu0, 100)).ok());
+  EXPECT_EQ(GpuOf(cache, "small"), kGpu0);
+  const core::NodeState* n = cache.Snapshot().FindNode(core::NodeName("n1"));
+  // small at 100%, the hold gone with it; whole at 20%, nothing held for the part small left (whole has it).
+  EXPECT_EQ(n->free_cores(0).value(), 0);
+  EXPECT_EQ(n->free_cores(1).value(), 800);
+  // A part left that no pod takes (its taker deleted meanwhile) is free again after the hold's bound.
+  ASSERT_TRUE(cache.ObservePod(BoundPod("whole", "n1", kGpu0, 20)).ok());  // a rewrite no counterpart follows
+  cache.ForgetPod(core::PodUid("small"));
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(1).value(), 800);  // held
+  clock.Advance(CacheLedger::kMoveHold + std::chrono::seconds(1));
+  cache.ExpireReservations(std::chrono::seconds(60));
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(1).value(), 1000);
+}
+
+// A move that does not fit (its new part held by a pod the API still shows there) waits, the pod counted
+// where it was, and is made once room is made.
+TEST(ClusterCacheTest, AMoveThatDoesNotFitYetWaitsCountedWhereItWas) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 2)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("p", "n1", kGpu0, 100)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("r", "n1", kGpu1, 100)).ok());
+  ASSERT_TRUE(cache.ObservePod(BoundPod("p", "n1", kGpu1, 100)).ok());
+  EXPECT_EQ(GpuOf(cache, "p"), kGpu0);
+  EXPECT_EQ(cache.pod_count(), 2);
+  cache.ForgetPod(core::PodUid("r"));
+  EXPECT_EQ(GpuOf(cache, "p"), kGpu1);
+  const core::NodeState* n = cache.Snapshot().FindNode(core::NodeName("n1"));
+  EXPECT_EQ(n->free_cores(1).value(), 0);
+  EXPECT_EQ(n->free_cores(0).value(), 0);  // held for a taker, up to CacheLedger::kMoveHold
+}
+
 }  // namespace
 }  // namespace tessera::scheduler

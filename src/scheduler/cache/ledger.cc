@@ -1,8 +1,11 @@
 #include "scheduler/cache/ledger.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "core/placement/policy.h"
 #include "core/strings.h"
 
@@ -75,6 +78,54 @@ void CacheLedger::NoteWorkloadLocked(const core::PodRequest& request) {
 
 // Resolves GPU indices from UUIDs (the node's order may differ from the one the assignment was written with)
 // and commits.
+namespace {
+
+// Commits `placement` (GPU indices resolved from the UUIDs) to `c`.
+absl::Status CommitAt(core::Cluster& c, const core::PodRequest& request, core::Placement placement) {
+  const core::NodeState* node = c.FindNode(placement.node);
+  if (node == nullptr) {
+    return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned to node ",
+                                      placement.node.value(),
+                                      ", which the scheduler does not know (no Tessera inventory on it)"));
+  }
+  for (core::ContainerAssignment& ct : placement.containers) {
+    for (core::VGpuAssignment& v : ct.vgpus) {
+      int index = -1;
+      for (int g = 0; g < node->gpu_count(); ++g) {
+        if (node->gpu(g).uuid == v.uuid) index = g;
+      }
+      if (index < 0) {
+        return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned GPU ", v.uuid.value(),
+                                          ", which node ", placement.node.value(), " does not have"));
+      }
+      v.gpu_index = index;
+    }
+  }
+  return c.Commit(request, placement);
+}
+
+// What a part is: its node and every vGPU's GPU, share and memory (a swap exchanges whole parts).
+std::string PartKey(const core::Placement& p) {
+  std::vector<std::string> vgpus;
+  for (const core::ContainerAssignment& c : p.containers) {
+    for (const core::VGpuAssignment& v : c.vgpus) {
+      vgpus.push_back(StrCat(v.uuid.value(), ":", v.cores.value(), ":", v.memory.value()));
+    }
+  }
+  std::sort(vgpus.begin(), vgpus.end());
+  return StrCat(p.node.value(), "|", StrJoin(vgpus, ","));
+}
+
+std::set<std::string> GpusOf(const core::Placement& p) {
+  std::set<std::string> out;
+  for (const core::ContainerAssignment& c : p.containers) {
+    for (const core::VGpuAssignment& v : c.vgpus) out.insert(v.uuid.value());
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status CacheLedger::RecordLocked(const core::PodRequest& request, core::Placement placement) {
   const core::NodeState* node = cluster.FindNode(placement.node);
   if (node == nullptr) {
@@ -112,7 +163,134 @@ void CacheLedger::AdoptOrphansLocked(const core::NodeName& node) {
   }
 }
 
+void CacheLedger::MoveLocked(const PodUid& uid, core::Placement to) {
+  if (!pods.contains(uid)) return;
+  moves[uid] = PendingMove{std::move(to), SteadyNow()};
+  moves_due_ = true;
+  ApplyMovesLocked();
+}
+
+void CacheLedger::ApplyMovesLocked() {
+  // Tried again only when something changed since (a new move, a release): the try copies the cluster.
+  if (!moves_due_) return;
+  moves_due_ = false;
+  for (auto it = moves.begin(); it != moves.end();)
+    it = pods.contains(it->first) ? std::next(it) : moves.erase(it);
+  if (moves.empty()) return;
+  // What the batch leaves and takes. A part taken that the batch leaves is the swap's other half; one it does
+  // not leave was left earlier (a hold) or is still held by a pod the API has not shown leaving it.
+  std::multiset<std::string> unmatched_left;
+  for (const auto& [uid, m] : moves) {
+    if (GpusOf(pods.at(uid).placement) != GpusOf(m.to))
+      unmatched_left.insert(PartKey(pods.at(uid).placement));
+  }
+  std::vector<size_t> used_holds;
+  std::vector<std::string> early;
+  for (const auto& [uid, m] : moves) {
+    if (GpusOf(pods.at(uid).placement) == GpusOf(m.to)) continue;  // shares changed, not GPUs: no swap
+    const std::string key = PartKey(m.to);
+    if (auto f = unmatched_left.find(key); f != unmatched_left.end()) {
+      unmatched_left.erase(f);
+      continue;
+    }
+    bool found = false;
+    for (size_t i = 0; i < holds.size() && !found; ++i) {
+      if (holds[i].key == key && std::find(used_holds.begin(), used_holds.end(), i) == used_holds.end()) {
+        used_holds.push_back(i);
+        found = true;
+      }
+    }
+    if (!found) early.push_back(key);
+  }
+  // All or none: tried on a copy first.
+  core::Cluster trial = cluster;
+  for (const auto& [uid, m] : moves) (void)trial.Release(uid);
+  for (size_t i : used_holds) (void)trial.Release(holds[i].hold);
+  for (const auto& [uid, m] : moves) {
+    if (!CommitAt(trial, pods.at(uid).request, m.to).ok()) return;  // not yet: the pods stay where they were
+  }
+  std::set<PodUid> given_back;
+  std::vector<std::pair<PodUid, core::Placement>> left;  // the parts no pod of the batch took
+  for (const auto& [uid, m] : moves) {
+    const core::Placement before = pods.at(uid).placement;
+    if (GpusOf(before) != GpusOf(m.to)) left.emplace_back(uid, before);
+    if (absl::StatusOr<std::vector<core::ShareChange>> changes = cluster.Release(uid); changes.ok()) {
+      for (const core::ShareChange& c : *changes) given_back.insert(c.tenant.pod);
+    }
+  }
+  std::sort(used_holds.rbegin(), used_holds.rend());
+  for (size_t i : used_holds) {
+    (void)cluster.Release(holds[i].hold);
+    holds.erase(holds.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  const auto now = SteadyNow();
+  for (auto& [uid, m] : moves) {
+    PodEntry& e = pods.at(uid);
+    if (absl::Status st = CommitAt(cluster, e.request, m.to); !st.ok()) {
+      // Cannot happen (the copy took it); counted nowhere otherwise, so kept aside as a pod of unknown GPUs.
+      orphans[uid.value()] = PodEntry{e.request, m.to, false, {}};
+      pods.erase(uid);
+      continue;
+    }
+    e.placement = *cluster.FindPlacement(uid);
+    e.reserved = false;
+    e.unwritten = false;
+  }
+  // Each part left that no pod of the batch took is held for the pod that takes it, unless a pod took it
+  // already (before the API showed this one leave).
+  for (auto& [uid, before] : left) {
+    const std::string key = PartKey(before);
+    auto f = unmatched_left.find(key);
+    if (f == unmatched_left.end()) continue;  // taken in this batch
+    unmatched_left.erase(f);
+    auto t = std::find_if(taken.begin(), taken.end(), [&](const MovedPart& p) { return p.key == key; });
+    if (t != taken.end()) {
+      taken.erase(t);
+      continue;
+    }
+    core::PodRequest hold = pods.contains(uid) ? pods.at(uid).request : core::PodRequest{};
+    hold.uid = PodUid(StrCat("tessera.dev/moved-part/", ++next_hold_));
+    if (CommitAt(cluster, hold, before).ok()) holds.push_back({hold.uid, key, now});
+  }
+  for (std::string& key : early) taken.push_back({PodUid(), std::move(key), now});
+  moves.clear();
+  for (const PodUid& tenant : given_back) FollowShareLocked(tenant);
+}
+
+int CacheLedger::ExpireMovedPartsLocked(std::chrono::steady_clock::duration age) {
+  const auto now = SteadyNow();
+  int expired = 0;
+  for (auto it = holds.begin(); it != holds.end();) {
+    if (now - it->since <= age) {
+      ++it;
+      continue;
+    }
+    (void)cluster.Release(it->hold);
+    it = holds.erase(it);
+    ++expired;
+  }
+  expired += static_cast<int>(std::erase_if(taken, [&](const MovedPart& p) { return now - p.since > age; }));
+  // A move that never fitted: the pod stays counted where it was, though the API shows it elsewhere.
+  for (auto it = moves.begin(); it != moves.end();) {
+    if (now - it->second.since <= age) {
+      ++it;
+      continue;
+    }
+    log::Warn("a pod's new assignment never fitted beside the others; it stays counted where it was",
+              {{"uid", it->first.value()}, {"node", it->second.to.node.value()}});
+    it = moves.erase(it);
+    ++expired;
+  }
+  if (expired > 0) {
+    moves_due_ = true;
+    ApplyMovesLocked();
+  }
+  return expired;
+}
+
 void CacheLedger::ReleaseLocked(const PodUid& uid) {
+  moves.erase(uid);
+  moves_due_ = true;  // room made, maybe for a move waiting for it
   orphans.erase(uid.value());
   if (!pods.contains(uid)) return;
   absl::StatusOr<std::vector<core::ShareChange>> changes = cluster.Release(uid);

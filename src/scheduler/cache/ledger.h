@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -68,6 +69,22 @@ struct PodEntry {
   bool unwritten = false;
 };
 
+// A pod whose assignment tessera-node rewrote to the part another pod held (it corrects an allocation the
+// kubelet swapped between pods: X takes Y's part, Y takes X's; docs/node-agent.md, "Swapped allocations").
+// The API shows the pods' new assignments one at a time, so the ledger moves them as a whole (MoveLocked).
+struct PendingMove {
+  core::Placement to;  // as the API shows it
+  std::chrono::steady_clock::time_point since;
+};
+
+// A part a moved pod left, held until the pod that takes it shows up (or kMoveHold passes); or a part a pod
+// took before the API showed its holder leave it.
+struct MovedPart {
+  core::PodUid hold;  // the hold's own uid in `cluster` (none for a part taken early)
+  std::string key;    // what the part is (PartKey)
+  std::chrono::steady_clock::time_point since;
+};
+
 class CacheLedger {
  public:
   explicit CacheLedger(const CacheOptions& options);
@@ -97,6 +114,19 @@ class CacheLedger {
   // A tenant whose share the cluster changed (compressed, or given back): its record follows the cluster's,
   // and its assignment is due to be rewritten (ClusterCache::TakeChangedShares).
   void FollowShareLocked(const core::PodUid& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A recorded pod the API now shows on another part (`to`), which was not this scheduler's rewrite:
+  // tessera-node corrected a swap, and the pod's counterparts show up one by one. Moving the pod at once
+  // freed its old part before the counterpart that takes it showed up (a bind could take it: two pods on one
+  // GPU), and the counterpart, seen first, found its new part still held and was left uncounted. So every
+  // pending move is made together, all or none: each pod leaves its part and takes its new one; a part left
+  // that no pod of the batch took stays held (a hold in `cluster`) until a pod takes it or kMoveHold passes;
+  // a move that does not fit yet waits, the pod counted where it was, for the next pod event or release.
+  void MoveLocked(const core::PodUid& uid, core::Placement to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Tries the pending moves again (after a release made room).
+  void ApplyMovesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Drops the holds and early-taken marks older than `age`.
+  int ExpireMovedPartsLocked(std::chrono::steady_clock::duration age) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  static constexpr std::chrono::seconds kMoveHold{60};
 
   // The lock: guards every member below. Taken through LedgerLock.
   mutable Mutex mu;
@@ -112,8 +142,11 @@ class CacheLedger {
   core::Rng rng ABSL_GUARDED_BY(mu){1};
   uint64_t policy_generation ABSL_GUARDED_BY(mu) = 0;  // counts rebuilds
   std::unordered_map<core::PodUid, PodEntry> pods ABSL_GUARDED_BY(mu);
-  std::map<std::string, PodEntry> orphans ABSL_GUARDED_BY(mu);  // uid -> a pod whose node or GPUs are gone
-  std::set<core::PodUid> changed ABSL_GUARDED_BY(mu);           // pods whose shares changed under them
+  std::map<std::string, PodEntry> orphans ABSL_GUARDED_BY(mu);    // uid -> a pod whose node or GPUs are gone
+  std::set<core::PodUid> changed ABSL_GUARDED_BY(mu);             // pods whose shares changed under them
+  std::map<core::PodUid, PendingMove> moves ABSL_GUARDED_BY(mu);  // recorded pods the API shows elsewhere
+  std::vector<MovedPart> holds ABSL_GUARDED_BY(mu);               // parts left, waiting for their taker
+  std::vector<MovedPart> taken ABSL_GUARDED_BY(mu);               // parts taken before their holder left
 
  private:
   const CacheOptions options_;
@@ -127,6 +160,8 @@ class CacheLedger {
   uint64_t observed_generation_ ABSL_GUARDED_BY(mu) = ~uint64_t{0};
   uint64_t observed_version_ ABSL_GUARDED_BY(mu) = 0;
   int observed_nodes_ ABSL_GUARDED_BY(mu) = -1;
+  uint64_t next_hold_ ABSL_GUARDED_BY(mu) = 0;
+  bool moves_due_ ABSL_GUARDED_BY(mu) = false;  // something changed since the pending moves were last tried
 };
 
 // The ledger's lock, taken by every point and by ClusterCache (not by the warming thread's loop): it counts

@@ -45,6 +45,7 @@ void ReservePoint::Unreserve(const PodUid& uid) {
   auto it = ledger_.pods.find(uid);
   if (it == ledger_.pods.end() || !it->second.reserved) return;
   ledger_.ReleaseLocked(uid);
+  ledger_.ApplyMovesLocked();
 }
 
 int ReservePoint::ExpireReservations(std::chrono::steady_clock::duration age) {
@@ -55,6 +56,9 @@ int ReservePoint::ExpireReservations(std::chrono::steady_clock::duration age) {
     if (entry.reserved && now - entry.reserved_at > age) expired.push_back(uid);
   }
   for (const PodUid& uid : expired) ledger_.ReleaseLocked(uid);
+  // The parts swapped pods left and no pod took within the bound (the pod deleted meanwhile) are free again.
+  (void)ledger_.ExpireMovedPartsLocked(CacheLedger::kMoveHold);
+  if (!expired.empty()) ledger_.ApplyMovesLocked();
   return static_cast<int>(expired.size());
 }
 
