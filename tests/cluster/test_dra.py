@@ -139,6 +139,32 @@ def test_the_node_publishes_its_dra_gpus_and_keeps_them_from_the_device_plugin(c
     assert "registered with the kubelet as a DRA driver" in c.procs["tessera-node"].tail(100000)
 
 
+def test_a_pod_admitted_while_the_device_plugin_restarts_stays_on_it(c):
+    # The fault harness (docs/faults.md, "What the harness found"): tessera-node restarted, the kubelet's
+    # allocatable showed no tessera.dev/gpu until the plugin registered again, and a 2-GPU pod admitted then was
+    # turned into a claim (--extended-resources-to-dra auto) that the node's two DRA GPUs could not hold beside
+    # their tenants: gated for good. The agent's inventory and heartbeat say it still serves the device plugin.
+    # The agent's own registration first: right after a restart (a test that restarts it) the kubelet may
+    # still refuse it ("device plugin already connected") until it has seen the old one go, and an agent the
+    # kubelet never took leaves the allocatable as it was when stopped.
+    agent = c.procs["tessera-node"]
+    c.wait_for(lambda: 'msg="registered with the kubelet" resource=tessera.dev/gpu' in agent.since_start() or None,
+               "tessera-node's device plugin to be registered with the kubelet", 90)
+    agent.stop()
+    try:
+        c.wait_for(lambda: c.allocatable_gpu() == 0 or None,
+                   "the kubelet to take tessera.dev/gpu off the node's allocatable", 90)
+        c.apply(tc.pod_yaml("dp-restart", {"tessera.dev/gpu": 2}))
+        pod = c.pod("default", "dp-restart")
+        assert not pod["spec"].get("resourceClaims") and not pod["spec"].get("schedulingGates"), pod["spec"]
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert "tessera.dev/gpu" in limits, limits
+    finally:
+        c.start_node_agent()
+    tc.check_started_with_assignment(c, tc.running(c, "dp-restart", timeout=120))
+    tc.delete(c, "dp-restart")
+
+
 def test_a_share_claim_is_prepared_with_its_limits(c):
     c.apply(claim_pod("dra-share", "gpu-share-30"))
     claim, env, limits, _ = prepared(c, "dra-share")
@@ -244,26 +270,6 @@ def test_kubelet_and_agent_restarts_lose_nothing(c):
     c.apply(claim_pod("dra-r2", "gpu-share-30"))
     prepared(c, "dra-r2")
     tc.delete(c, "dra-r", "dra-r2")
-
-
-def test_a_pod_admitted_while_the_device_plugin_restarts_stays_on_it(c):
-    # The fault harness (docs/faults.md, "What the harness found"): tessera-node restarted, the kubelet's
-    # allocatable showed no tessera.dev/gpu until the plugin registered again, and a 2-GPU pod admitted then was
-    # turned into a claim (--extended-resources-to-dra auto) that the node's two DRA GPUs could not hold beside
-    # their tenants: gated for good. The agent's inventory and heartbeat say it still serves the device plugin.
-    c.procs["tessera-node"].stop()
-    try:
-        c.wait_for(lambda: c.allocatable_gpu() == 0 or None,
-                   "the kubelet to take tessera.dev/gpu off the node's allocatable", 90)
-        c.apply(tc.pod_yaml("dp-restart", {"tessera.dev/gpu": 2}))
-        pod = c.pod("default", "dp-restart")
-        assert not pod["spec"].get("resourceClaims") and not pod["spec"].get("schedulingGates"), pod["spec"]
-        limits = pod["spec"]["containers"][0]["resources"]["limits"]
-        assert "tessera.dev/gpu" in limits, limits
-    finally:
-        c.start_node_agent()
-    tc.check_started_with_assignment(c, tc.running(c, "dp-restart", timeout=120))
-    tc.delete(c, "dp-restart")
 
 
 def with_cdi_edits(rec, spec_path):
