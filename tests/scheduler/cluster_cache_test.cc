@@ -466,7 +466,8 @@ TEST(ClusterCacheTest, APartASwappedPodLeftIsHeldForThePodThatTakesIt) {
   EXPECT_FALSE(cache.Reserve(z, core::NodeName("n1")).ok()) << "the whole GPU left was handed out";
   ASSERT_TRUE(cache.ObservePod(BoundPod("small", "n1", kGpu0, 100)).ok());
   EXPECT_EQ(GpuOf(cache, "small"), kGpu0);
-  const core::NodeState* n = cache.Snapshot().FindNode(core::NodeName("n1"));
+  const core::Cluster snap = cache.Snapshot();
+  const core::NodeState* n = snap.FindNode(core::NodeName("n1"));
   // small at 100%, the hold gone with it; whole at 20%, nothing held for the part small left (whole has it).
   EXPECT_EQ(n->free_cores(0).value(), 0);
   EXPECT_EQ(n->free_cores(1).value(), 800);
@@ -491,7 +492,8 @@ TEST(ClusterCacheTest, AMoveThatDoesNotFitYetWaitsCountedWhereItWas) {
   EXPECT_EQ(cache.pod_count(), 2);
   cache.ForgetPod(core::PodUid("r"));
   EXPECT_EQ(GpuOf(cache, "p"), kGpu1);
-  const core::NodeState* n = cache.Snapshot().FindNode(core::NodeName("n1"));
+  const core::Cluster snap = cache.Snapshot();
+  const core::NodeState* n = snap.FindNode(core::NodeName("n1"));
   EXPECT_EQ(n->free_cores(1).value(), 0);
   EXPECT_EQ(n->free_cores(0).value(), 0);  // held for a taker, up to CacheLedger::kMoveHold
 }
