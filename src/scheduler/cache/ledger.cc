@@ -127,26 +127,7 @@ std::set<std::string> GpusOf(const core::Placement& p) {
 }  // namespace
 
 absl::Status CacheLedger::RecordLocked(const core::PodRequest& request, core::Placement placement) {
-  const core::NodeState* node = cluster.FindNode(placement.node);
-  if (node == nullptr) {
-    return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned to node ",
-                                      placement.node.value(),
-                                      ", which the scheduler does not know (no Tessera inventory on it)"));
-  }
-  for (core::ContainerAssignment& c : placement.containers) {
-    for (core::VGpuAssignment& v : c.vgpus) {
-      int index = -1;
-      for (int g = 0; g < node->gpu_count(); ++g) {
-        if (node->gpu(g).uuid == v.uuid) index = g;
-      }
-      if (index < 0) {
-        return absl::NotFoundError(StrCat("pod ", request.FullName(), " is assigned GPU ", v.uuid.value(),
-                                          ", which node ", placement.node.value(), " does not have"));
-      }
-      v.gpu_index = index;
-    }
-  }
-  if (absl::Status st = cluster.Commit(request, placement); !st.ok()) return st;
+  if (absl::Status st = CommitAt(cluster, request, std::move(placement)); !st.ok()) return st;
   const core::Placement* recorded = cluster.FindPlacement(request.uid);
   pods[request.uid] = PodEntry{request, *recorded, false, {}};
   return absl::OkStatus();
