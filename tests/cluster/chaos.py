@@ -18,6 +18,7 @@ tests/cluster/test_chaos_checker.py can feed it broken histories without a clust
 """
 
 import contextlib
+import ctypes
 import http.client
 import json
 import os
@@ -887,6 +888,54 @@ class FaultSchedule:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# A directory made read-only in place (the "state dir read-only" fault).
+
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # one number on every architecture but alpha
+_AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
+_MOVE_MOUNT_F_EMPTY_PATH, _MOUNT_ATTR_RDONLY = 0x4, 0x1
+
+
+def mount_read_only(d):
+    """Mounts a read-only bind of `d` over `d` (undone by `umount d`).
+
+    `mount --bind` then `mount -o remount,bind,ro` is two steps, and the remount fails with EBUSY when a process
+    opened a file for writing through the new bind between them (tessera-node writes its state directory all the
+    time: CI saw exit 32). The kernel's new mount API has no such window: the clone is made read-only while
+    detached, where nothing can open through it, and only then attached. Where that API is refused (ENOSYS,
+    EPERM from a seccomp filter), the two steps are tried again until a remount finds no writer."""
+    if _mount_read_only_detached(d):
+        return
+    deadline = time.monotonic() + 30
+    while True:
+        subprocess.run(["mount", "--bind", d, d], check=True)
+        r = subprocess.run(["mount", "-o", "remount,bind,ro", d], capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        subprocess.run(["umount", "--lazy", d], check=False)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cannot remount {d} read-only for 30 s (a writer each time?): {r.stderr.strip()}")
+        time.sleep(0.2)
+
+
+def _mount_read_only_detached(d):
+    """open_tree(2) a clone of `d`'s mount, mount_setattr(2) it read-only, move_mount(2) it onto `d`; False where
+    the kernel or a seccomp filter refuses any of the three (nothing mounted then)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    path = os.fsencode(d)
+    fd = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, path, _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC)
+    if fd < 0:
+        return False
+    try:
+        attr = (ctypes.c_uint64 * 4)(_MOUNT_ATTR_RDONLY, 0, 0, 0)  # struct mount_attr: set, clr, propagation, userns
+        return (libc.syscall(_SYS_MOUNT_SETATTR, fd, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, attr, ctypes.sizeof(attr))
+                == 0 and libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, path, _MOVE_MOUNT_F_EMPTY_PATH) == 0)
+    finally:
+        os.close(fd)  # a clone never attached goes with its last descriptor
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # A run
 
 def pod_state(pod):
@@ -1035,12 +1084,11 @@ class ChaosRun:
                 self.proxy.mode = None
         elif kind == "state dir read-only":
             d = c.path("tessera")
-            subprocess.run(["mount", "--bind", d, d], check=True)
+            mount_read_only(d)
             try:
-                subprocess.run(["mount", "-o", "remount,bind,ro", d], check=True)
                 time.sleep(held)
             finally:
-                subprocess.run(["umount", d], check=False)
+                subprocess.run(["umount", "--lazy", d], check=False)
         elif kind == "delete in Allocate":
             self.workload.doom_next = True
 

@@ -1,9 +1,16 @@
 """The chaos checker (tests/cluster/chaos.py) can fail: fed histories that break each of Tessera's guarantees
-(docs/faults.md), it reports each; fed a clean history, nothing. Pure Python, no cluster (ctest `chaos_checker`).
+(docs/faults.md), it reports each; fed a clean history, nothing. Pure Python, no cluster (ctest `chaos_checker`);
+the harness's read-only mount of the state directory is tested here too (as root).
 
 The GPUs' figures are the harness's fake V100s (examples/fake-gpus/two-socket-8gpu.yaml: 32,768 MiB each)."""
 
 import copy
+import errno
+import os
+import subprocess
+import threading
+
+import pytest
 
 import chaos
 from chaos import Checker
@@ -213,3 +220,39 @@ def test_the_schedule_is_the_seeds_and_covers_every_kind():
     assert a.faults == b.faults and a.faults != chaos.FaultSchedule(8, 3600).faults
     assert {k for _, k, _ in a.faults} == set(chaos.fault_kinds())
     assert "--seeds 7" in a.text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root (the cluster tier runs as root)")
+def test_the_state_dir_goes_read_only_while_it_is_being_written(tmp_path):
+    """The "state dir read-only" fault takes even while files are opened for writing in the directory all the time
+    (tessera-node's state directory; CI: `mount -o remount,bind,ro` refused with EBUSY, exit 32, when a writer
+    opened a file through the fresh bind first), and is undone while a file opened during it is still open."""
+    d = str(tmp_path)
+    stop = threading.Event()
+
+    def write():
+        while not stop.is_set():
+            try:
+                with open(os.path.join(d, "busy"), "w") as f:
+                    f.write("x")
+            except OSError:
+                pass
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(20):
+            chaos.mount_read_only(d)
+            try:
+                with pytest.raises(OSError) as e:
+                    open(os.path.join(d, "new"), "w")
+                assert e.value.errno == errno.EROFS
+                held = open(os.path.join(d, "busy"))  # read through the read-only mount, open past the fault
+            finally:
+                subprocess.run(["umount", "--lazy", d], check=True)
+            held.close()
+    finally:
+        stop.set()
+        writer.join()
+    with open(os.path.join(d, "new"), "w") as f:
+        f.write("writable again")
