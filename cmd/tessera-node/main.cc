@@ -47,6 +47,7 @@ struct Options {
   std::string cdi_dir = node::kCdiDir;
   int slots_per_gpu = 10;
   int dra_fallback_after = 60;  // seconds; 0: off
+  int dra_forgotten_claim_grace = 120;  // seconds
   std::string scheduler_lease = "tessera-system/tessera-scheduler";
   bool device_nodes = false;
   bool verbose = false;
@@ -134,6 +135,7 @@ int Run(const Options& o) {
     dc.node_name = o.node_name;
     dc.cdi_dir = o.cdi_dir;
     dc.gpus = split->dra_indices;
+    dc.forgotten_claim_grace = std::chrono::seconds(o.dra_forgotten_claim_grace);
     dra = std::make_unique<node::DraDriver>(dc, kube.get(), &agent, *inventory);
     dra->Start();
     kubelet::DraPluginConfig dpc;
@@ -170,7 +172,7 @@ int Run(const Options& o) {
   http::GuardedHttpServer http{
       http::HttpLimits{.request_timeout = std::chrono::seconds(10), .threads = 8, .max_connections = 256}};
   http.Get("/metrics", http.Guard([&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() : "") +
+    res.set_content(agent.MetricsText() + (dra_plugin ? dra_plugin->MetricsText() + dra->MetricsText() : "") +
                         (fallback ? fallback->MetricsText() : ""),
                     "text/plain; version=0.0.4");
   }));
@@ -244,6 +246,12 @@ int main(int argc, char** argv) {
          "--dra-fallback-after", o.dra_fallback_after,
          "Seconds a pod gated for DRA placement by tessera-scheduler waits, with tessera-scheduler's Lease "
          "unrenewed as long, before this agent hands it to kube-scheduler's allocator (0: off; docs/dra.md)")
+      ->check(CLI::Range(0, 604800))
+      ->capture_default_str();
+  app.add_option("--dra-forgotten-claim-grace", o.dra_forgotten_claim_grace,
+                 "Seconds a claim prepared here must look forgotten by the kubelet (its ResourceClaim gone from "
+                 "the API server, no pod of it on the node, no process of it registered) before this agent "
+                 "unprepares it itself (docs/dra.md)")
       ->check(CLI::Range(0, 604800))
       ->capture_default_str();
   app.add_option("--scheduler-lease", o.scheduler_lease,

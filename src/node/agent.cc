@@ -194,6 +194,14 @@ std::vector<ContainerRecord> NodeAgent::Records() const {
   return out;
 }
 
+std::optional<std::set<std::string>> NodeAgent::ListedPodUids() const {
+  std::shared_ptr<const std::vector<NodePod>> pods = Pods();
+  if (pods == nullptr) return std::nullopt;
+  std::set<std::string> uids;
+  for (const NodePod& p : *pods) uids.insert(p.uid);
+  return uids;
+}
+
 std::vector<int> NodeAgent::TenantPids(const std::string& pod_uid, const std::string& container) const {
   return registration_->Pids(pod_uid + "/" + container);
 }

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -149,6 +150,9 @@ class NodeAgent : public kubelet::AllocationBackend {
 
   std::vector<ContainerRecord> Records() const;
   std::vector<int> TenantPids(const std::string& pod_uid, const std::string& container) const;
+  // The UIDs of the pods on this node as the last list of them read (each pass lists them); nullopt before the
+  // first list.
+  std::optional<std::set<std::string>> ListedPodUids() const;
   std::string registration_socket() const;
   AgentStats stats() const;
   const NodeAgentConfig& config() const { return config_; }

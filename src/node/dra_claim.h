@@ -32,6 +32,9 @@ struct DraDriverConfig {
   std::string cdi_dir = kCdiDir;
   std::set<int> gpus;  // indices of the GPUs published to DRA
   std::chrono::milliseconds resync{10000};
+  // A claim the kubelet never unprepared is unprepared by the driver once it has looked forgotten this long
+  // (DraDriver::SweepForgottenClaims; tessera-node --dra-forgotten-claim-grace).
+  std::chrono::milliseconds forgotten_claim_grace{120000};
 };
 
 // The device name of GPU `index` in the node's slice, and back (-1 when `name` is not one).

@@ -1,8 +1,11 @@
 #include "node/dra_driver.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
+#include "common/exposition.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "core/strings.h"
@@ -105,6 +108,78 @@ absl::Status DraDriver::PublishSlice() {
   return updated.status();
 }
 
+int DraDriver::SweepForgottenClaims() {
+  const std::optional<std::set<std::string>> listed = agent_->ListedPodUids();
+  const auto now = std::chrono::steady_clock::now();
+  std::set<std::string> prepared;  // claim UIDs with a record
+  std::set<std::string> wanted;    // of those, the ones this sweep found still in use or about to be unprepared
+  std::vector<kubelet::DraClaim> due;
+  for (const ContainerRecord& r : agent_->Records()) {
+    if (!r.is_claim()) continue;
+    prepared.insert(r.claim->uid);
+    // What cannot be read decides nothing: the claim keeps its mark, neither set nor cleared.
+    if (!listed) continue;
+    // The node's own knowledge first, so that a claim in use costs the API server nothing: a pod of it still
+    // listed (its teardown, and the kubelet's unprepare, to come) or a process of it still running.
+    std::vector<std::string> pods = r.claim->consumers;
+    pods.push_back(r.pod_uid);
+    if (std::any_of(pods.begin(), pods.end(), [&](const std::string& uid) { return listed->contains(uid); }) ||
+        !agent_->TenantPids(r.pod_uid, r.container).empty()) {
+      wanted.insert(r.claim->uid);
+      continue;
+    }
+    absl::StatusOr<Json> claim = api_->Get(k8s::kResourceClaims, r.claim->ns, r.claim->name);
+    if (!claim.ok() && !absl::IsNotFound(claim.status())) continue;
+    if (claim.ok() && k8s::Uid(*claim) == r.claim->uid) {  // the kubelet will unprepare it
+      wanted.insert(r.claim->uid);
+      continue;
+    }
+    MutexLock lock(&mu_);
+    auto [since, first] = forgotten_since_.try_emplace(r.claim->uid, now);
+    if (now - since->second >= config_.forgotten_claim_grace) {
+      due.push_back(kubelet::DraClaim{r.claim->ns, r.claim->uid, r.claim->name});
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    std::erase_if(forgotten_since_, [&](const auto& entry) {
+      return !prepared.contains(entry.first) || wanted.contains(entry.first);
+    });
+  }
+  int unprepared = 0;
+  for (const kubelet::DraClaim& ref : due) {
+    if (absl::Status s = Unprepare(ref); !s.ok()) {
+      log::Warn("cannot unprepare a claim the kubelet forgot; will retry",
+                {{"claim", StrCat(ref.ns, "/", ref.name)}, {"uid", ref.uid}, {"error", Message(s)}});
+      continue;
+    }
+    ++unprepared;
+    log::Warn("unprepared a claim the kubelet forgot: its ResourceClaim is gone from the API server, no pod of "
+              "it is on the node and no process of it is registered",
+              {{"claim", StrCat(ref.ns, "/", ref.name)}, {"uid", ref.uid},
+               {"grace_ms", StrCat(config_.forgotten_claim_grace.count())}});
+    MutexLock lock(&mu_);
+    forgotten_since_.erase(ref.uid);
+    ++forgotten_unprepared_;
+  }
+  return unprepared;
+}
+
+std::string DraDriver::MetricsText() const {
+  uint64_t n = 0;
+  {
+    MutexLock lock(&mu_);
+    n = forgotten_unprepared_;
+  }
+  std::string out;
+  exposition::AppendFamily(&out, "tessera_node_dra_forgotten_claims_unprepared_total",
+                           "Claims prepared here that the kubelet never unprepared and that tessera-node "
+                           "unprepared itself: the ResourceClaim gone from the API server, no pod of it on the "
+                           "node, no process of it registered, for the grace period (docs/dra.md).",
+                           "counter", StrCat("tessera_node_dra_forgotten_claims_unprepared_total ", n, "\n"));
+  return out;
+}
+
 void DraDriver::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -118,6 +193,7 @@ void DraDriver::Loop() {
     if (absl::Status s = PublishSlice(); !s.ok()) {
       log::Warn("cannot publish the node's ResourceSlice; will retry", {{"error", Message(s)}});
     }
+    SweepForgottenClaims();
     const auto until = std::chrono::steady_clock::now() + config_.resync;
     MutexLock lock(&mu_);
     while (!stopping_ && !publish_now_) {

@@ -326,7 +326,8 @@ class ContainerProcess:
 
 class Cluster:
     def __init__(self, source_dir, build_dir, k8s_bin=None, keep=False, scheduler_args=(), service_proxy=True,
-                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None, fake_gpus=FAKE_GPUS, api_front=None):
+                 dra_gpus=(), apiserver_args=(), dra_fallback_after=None, fake_gpus=FAKE_GPUS, api_front=None,
+                 node_args=()):
         self.src = os.path.abspath(source_dir)
         self.build = os.path.abspath(build_dir)
         self.k8s_bin = os.path.abspath(k8s_bin or os.environ.get("TESSERA_K8S_BIN")
@@ -340,6 +341,8 @@ class Cluster:
         self.scheduler_args = list(scheduler_args)
         # tessera-node's --dra-fallback-after (seconds), where a test cannot wait the shipped minute.
         self.dra_fallback_after = dra_fallback_after
+        # More tessera-node flags, after the DaemonSet's (where a test cannot wait a shipped default).
+        self.node_args = list(node_args)
         # False: one tessera-scheduler replica, called directly (the scale benchmark, where the stand-in's Python
         # forwarding would be what is measured).
         self.service_proxy = service_proxy
@@ -726,7 +729,7 @@ class Cluster:
                  "--verbose"]
         if self.dra_gpus:
             argv += ["--dra-gpus=" + ",".join(str(i) for i in self.dra_gpus), "--cdi-dir=" + self.path("cdi")]
-        return argv
+        return argv + self.node_args
 
     def install_hooks(self):
         """What the DaemonSet's install-hooks init container does: the hook libraries into the agent's state

@@ -21,20 +21,24 @@ import pytest
 import yaml
 
 import test_cluster as tc
-from cluster import FAKE_GPUS, NODE, Cluster, HarnessError
+from cluster import FAKE_GPUS, KUBELET_ROOT, NODE, Cluster, HarnessError
 
 DRA_GPUS = (6, 7)
 # tessera-scheduler's --dra-rebind-after here (30 s shipped): how long kube-scheduler may refuse to bind a pod
 # whose claims Tessera placed before they are deallocated and placed again.
 REBIND_AFTER = 5
+# tessera-node's --dra-forgotten-claim-grace here (120 s shipped), in seconds.
+FORGOTTEN_GRACE = 5
 
 
 @pytest.fixture(scope="module")
 def c():
     # --heartbeat-timeout: test_a_pod_admitted_while_the_device_plugin_restarts_stays_on_it stops the node agent
-    # and needs its last heartbeat to count as fresh however slow this machine is.
+    # and needs its last heartbeat to count as fresh however slow this machine is. --dra-forgotten-claim-grace:
+    # test_a_claim_the_kubelet_forgot_is_unprepared_by_the_node_agent cannot wait the shipped two minutes.
     with Cluster(tc.SOURCE, tc.BUILD, dra_gpus=DRA_GPUS, dra_fallback_after=5,
-                 scheduler_args=[f"--dra-rebind-after={REBIND_AFTER}", "--heartbeat-timeout=600"]) as cluster:
+                 scheduler_args=[f"--dra-rebind-after={REBIND_AFTER}", "--heartbeat-timeout=600"],
+                 node_args=[f"--dra-forgotten-claim-grace={FORGOTTEN_GRACE}"]) as cluster:
         cluster.kubectl("apply", "-f", os.path.join(tc.SOURCE, "deploy/dra/deviceclasses.yaml"))
         templates = [d for d in yaml.safe_load_all(open(os.path.join(tc.SOURCE, "examples/dra/claims.yaml")))
                      if d and d["kind"] == "ResourceClaimTemplate"]
@@ -270,6 +274,38 @@ def test_kubelet_and_agent_restarts_lose_nothing(c):
     c.apply(claim_pod("dra-r2", "gpu-share-30"))
     prepared(c, "dra-r2")
     tc.delete(c, "dra-r", "dra-r2")
+
+
+def test_a_claim_the_kubelet_forgot_is_unprepared_by_the_node_agent(c):
+    # The kubelet calls NodeUnprepareResources only for the claims its DRA checkpoint says it prepared for a pod
+    # (kubernetes/kubernetes#131513 and #140212: a pod deleted while its prepare was in flight is never
+    # unprepared). A kubelet that lost its checkpoint forgets the same way: stopped, its dra_manager_state removed,
+    # the pod force-deleted meanwhile (its claim then deleted by the claim controller), started again. No one would
+    # ever unprepare the claim, and its share of the GPU would stay held; tessera-node does it once the claim is
+    # gone from the API server, no pod of it is on the node and no process of it registered, for its grace.
+    c.apply(claim_pod("dra-forgot", "gpu-share-30"))
+    claim, _, _, spec_path = prepared(c, "dra-forgot")
+    uid, name = claim["metadata"]["uid"], claim["metadata"]["name"]
+    records = lambda: [n for n in os.listdir(c.path("tessera", "records")) if uid in n]  # noqa: E731
+    assert records()
+    c.procs["kubelet"].stop()
+    os.remove(os.path.join(KUBELET_ROOT, "dra_manager_state"))
+    c.kubectl("delete", "pod", "dra-forgot", "--wait=false", "--grace-period=0", "--force", check=False)
+    tc.gone(c, "dra-forgot")
+    c.wait_for(lambda: c.kubectl("get", "resourceclaim", name, check=False).returncode != 0,
+               "the claim controller to delete the pod's claim")
+    c.start_kubelet()
+    c.wait_for_plugin()
+    # The sweep runs every 10 s (the slice's resync) and waits out the grace: well inside a minute.
+    c.wait_for(lambda: not records() and not os.path.exists(spec_path),
+               "tessera-node to unprepare the claim the kubelet forgot", 120)
+    assert "unprepared a claim the kubelet forgot" in c.procs["tessera-node"].since_start()
+    # Its share is free again on the node: both DRA GPUs whole are prepared (with the 30% record left, the
+    # agent would refuse the whole-GPU claim on its GPU).
+    c.apply("---\n".join(claim_pod(p, "gpu-whole") for p in ("dra-after-a", "dra-after-b")))
+    for p in ("dra-after-a", "dra-after-b"):
+        prepared(c, p)
+    tc.delete(c, "dra-after-a", "dra-after-b")
 
 
 def with_cdi_edits(rec, spec_path):

@@ -7,10 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/strings.h"
 #include "hook/common/limits.h"
+#include "hook/common/registration.h"
 #include "k8s/kube_api.h"
 #include "k8s/objects.h"
 #include "temp_dir.h"
@@ -443,6 +446,136 @@ TEST(DraDriverTest, PublishesFollowsHealthPreparesAndUnprepares) {
   ASSERT_TRUE(driver.Unprepare(ref).ok());
   EXPECT_FALSE(fs::exists(CdiSpecPath(config, uid)));
   EXPECT_TRUE(agent.Records().empty());
+  agent.Stop();
+}
+
+// The node's pods as a test sets them (NoApi lists none).
+class ListedApi : public NoApi {
+ public:
+  absl::StatusOr<std::vector<NodePod>> ListNodePods() override {
+    MutexLock lock(&mu_);
+    return pods_;
+  }
+  void Set(std::vector<NodePod> pods) {
+    MutexLock lock(&mu_);
+    pods_ = std::move(pods);
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<NodePod> pods_ ABSL_GUARDED_BY(mu_);
+};
+
+// The kubelet calls NodeUnprepareResources only for what its own records say it prepared for a pod (a pod
+// deleted while its prepare was in flight, a lost DRA checkpoint: kubernetes/kubernetes#131513, #140212). The
+// driver unprepares such a claim itself, and only when nothing can still use it: the claim gone from the API
+// server (404, or its name taken by a claim of another UID), no pod of it in the node's pod list, no process of
+// it registered, for the whole grace period; a sweep that cannot read the API decides nothing.
+TEST(DraDriverTest, AClaimTheKubeletForgotIsUnpreparedOnlyOnceNothingCanUseIt) {
+  absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> server = fake::FakeApiServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  fake::FakeApiServer& s = **server;
+  ASSERT_TRUE(s.Create("nodes", "", Json{{"metadata", {{"name", "gpu-1"}}}}).ok());
+  k8s::ClientConfig client;
+  client.server = s.url();
+  absl::StatusOr<std::unique_ptr<k8s::KubeApi>> kube = k8s::NewKubeApi(client);
+  ASSERT_TRUE(kube.ok());
+  TempDir dir;
+  ListedApi node_api;
+  NodePod consumer;
+  consumer.ns = "ml";
+  consumer.name = "trainer";
+  consumer.uid = "7f3d2c1e-0000-4000-8000-000000000001";  // a UID a pod's cgroup can name
+  node_api.Set({consumer});
+  NodeAgent agent(AgentConfig(dir), &node_api, Inventory(4), nullptr);
+  ASSERT_TRUE(agent.Start(/*background=*/false).ok());
+  DraDriverConfig config = Config();
+  config.cdi_dir = dir.path() + "/cdi";
+  config.forgotten_claim_grace = std::chrono::milliseconds(0);
+  DraDriver driver(config, kube->get(), &agent, Inventory(4));
+  DraDriverConfig patient_config = config;
+  patient_config.forgotten_claim_grace = std::chrono::hours(1);
+  DraDriver patient(patient_config, kube->get(), &agent, Inventory(4));
+
+  Json reserved = Claim(Json::array({Result("gpu-2", "30", "8Gi")}));
+  reserved["status"]["reservedFor"][0]["uid"] = consumer.uid;
+  ASSERT_TRUE(s.Create("resourceclaims.resource.k8s.io", "ml", reserved).ok());
+  const std::string uid = (*s.Get("resourceclaims.resource.k8s.io", "ml", "share"))["metadata"]["uid"];
+  const kubelet::DraClaim ref{"ml", uid, "share"};
+  ASSERT_TRUE(driver.Prepare(ref).ok());
+  auto claim_records = [&] {
+    int n = 0;
+    for (const ContainerRecord& r : agent.Records()) n += r.is_claim();
+    return n;
+  };
+
+  // Its pod is on the node.
+  EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+  // The pod gone from the node's list, but the claim stands in the API server: the kubelet will unprepare it.
+  node_api.Set({});
+  ASSERT_TRUE(agent.ReconcileOnce().ok());
+  EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+  // The claim gone from the API while its pod is listed on the node (being torn down: the unprepare to come).
+  ASSERT_TRUE(s.Delete("resourceclaims.resource.k8s.io", "ml", "share").ok());
+  node_api.Set({consumer});
+  ASSERT_TRUE(agent.ReconcileOnce().ok());
+  EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+  // The pod gone too, but a process of the claim registered (a container still running on the GPU).
+  node_api.Set({});
+  ASSERT_TRUE(agent.ReconcileOnce().ok());
+  dir.Write(StrCat("proc/", getpid(), "/cgroup"),
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod7f3d2c1e_0000_4000_8000_000000000001"
+            ".slice/cri-containerd-"
+            "aa11bb22cc33dd44ee55ff66.scope\n");
+  {
+    hook::AgentConnection conn;
+    hook::Hello hello;
+    hello.pid = 7;
+    hook::CopyString(hello.lib, sizeof(hello.lib), "cuda");
+    hook::CopyString(hello.gpus, sizeof(hello.gpus), "GPU-2");
+    hello.generation = 1;
+    hook::AgentMessage reply;
+    hook::Error error;
+    ASSERT_TRUE(conn.Register(agent.registration_socket().c_str(), hello, 5000, &reply, &error)) << error.text;
+    ASSERT_EQ(agent.TenantPids(consumer.uid, "claim_" + uid), std::vector<int>{getpid()});
+    EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+    conn.Close();
+  }
+  // The process gone (the server hears the EOF on its own thread).
+  for (int i = 0; i < 5000 && !agent.TenantPids(consumer.uid, "claim_" + uid).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(agent.TenantPids(consumer.uid, "claim_" + uid).empty());
+  // Nothing can use it now, but the API cannot be read: nothing is decided.
+  fake::FaultRule failing;
+  failing.verb = "get";
+  failing.count = -1;
+  s.FailRequests(failing);
+  EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+  s.ClearFaults();
+  // Forgotten, but not yet for its grace period.
+  EXPECT_EQ(patient.SweepForgottenClaims(), 0);
+  EXPECT_EQ(claim_records(), 1);
+  // Forgotten for the (zero) grace: unprepared as the kubelet would have, CDI spec included.
+  EXPECT_EQ(driver.SweepForgottenClaims(), 1);
+  EXPECT_EQ(claim_records(), 0);
+  EXPECT_FALSE(fs::exists(CdiSpecPath(config, uid)));
+  EXPECT_THAT(driver.MetricsText(), HasSubstr("tessera_node_dra_forgotten_claims_unprepared_total 1\n"));
+  // The kubelet's own unprepare, should it come after all, finds nothing to do.
+  EXPECT_TRUE(driver.Unprepare(ref).ok());
+
+  // A claim whose name is taken by a new claim (another UID) is forgotten the same way.
+  ASSERT_TRUE(s.Create("resourceclaims.resource.k8s.io", "ml", Claim(Json::array({Result("gpu-3", "50", "4Gi")})))
+                  .ok());
+  const std::string old_uid = (*s.Get("resourceclaims.resource.k8s.io", "ml", "share"))["metadata"]["uid"];
+  ASSERT_TRUE(driver.Prepare({"ml", old_uid, "share"}).ok());
+  EXPECT_EQ(driver.SweepForgottenClaims(), 0);
+  ASSERT_TRUE(s.Delete("resourceclaims.resource.k8s.io", "ml", "share").ok());
+  ASSERT_TRUE(s.Create("resourceclaims.resource.k8s.io", "ml", Claim(Json::array({Result("gpu-3", "50", "4Gi")})))
+                  .ok());
+  ASSERT_NE((*s.Get("resourceclaims.resource.k8s.io", "ml", "share"))["metadata"]["uid"], old_uid);
+  EXPECT_EQ(driver.SweepForgottenClaims(), 1);
+  EXPECT_EQ(claim_records(), 0);
   agent.Stop();
 }
 
