@@ -175,6 +175,7 @@ int Run(const Options& o) {
     dra_options.identity = backend_identity;
     dra_options.rebind_after = std::chrono::seconds(o.dra_rebind_after);
     dra_options.quotas = &dra_quotas;
+    if (!o.lease_name.empty()) dra_options.leading_term = [&] { return backend->LeadingTerm(); };
     dra = std::make_unique<scheduler::DraController>(*api, dra_options, [&] { return backend->IsLeader(); });
     backend->SetDra(dra.get());
   }

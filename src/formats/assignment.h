@@ -32,6 +32,12 @@ namespace tessera::formats {
 inline constexpr char kAnnotationAssignment[] = "tessera.dev/assignment";
 inline constexpr char kAnnotationAssignedAt[] = "tessera.dev/assigned-at";
 inline constexpr char kAnnotationPhase[] = "tessera.dev/phase";
+// With leader election, every bind carries the tessera-scheduler replica that made it and the Lease's term it
+// led in, and so does every ResourceClaim before tessera-scheduler writes its status; the API server refuses the
+// bind, or the claim's status write, when the Lease has moved past that term (deploy/scheduler/70-leader-fence.yaml,
+// docs/faults.md). The object keeps them: who bound or allocated it, in which term.
+inline constexpr char kAnnotationLeader[] = "tessera.dev/leader";
+inline constexpr char kAnnotationLeaderTerm[] = "tessera.dev/leader-term";
 inline constexpr char kPhaseBound[] = "bound";
 inline constexpr char kPhaseAllocated[] = "allocated";
 inline constexpr int kAssignmentVersion = 1;

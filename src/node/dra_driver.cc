@@ -112,7 +112,7 @@ int DraDriver::SweepForgottenClaims() {
   const std::optional<std::set<std::string>> listed = agent_->ListedPodUids();
   const auto now = std::chrono::steady_clock::now();
   std::set<std::string> prepared;  // claim UIDs with a record
-  std::set<std::string> wanted;    // of those, the ones this sweep found still in use or about to be unprepared
+  std::set<std::string> wanted;    // of those, the ones this sweep found still wanted (a pod, a process, the claim)
   std::vector<kubelet::DraClaim> due;
   for (const ContainerRecord& r : agent_->Records()) {
     if (!r.is_claim()) continue;
@@ -135,7 +135,7 @@ int DraDriver::SweepForgottenClaims() {
       continue;
     }
     MutexLock lock(&mu_);
-    auto [since, first] = forgotten_since_.try_emplace(r.claim->uid, now);
+    const auto since = forgotten_since_.try_emplace(r.claim->uid, now).first;  // kept from an earlier sweep
     if (now - since->second >= config_.forgotten_claim_grace) {
       due.push_back(kubelet::DraClaim{r.claim->ns, r.claim->uid, r.claim->name});
     }

@@ -101,6 +101,10 @@ bool ApiBackend::IsLeader() const {
   return elector_ == nullptr || elector_->IsLeader();
 }
 
+std::optional<int64_t> ApiBackend::LeadingTerm() const {
+  return elector_ == nullptr ? std::nullopt : elector_->LeadingTerm();
+}
+
 bool ApiBackend::Ready() const {
   return nodes_ && pods_ && nodes_->HasSynced() && pods_->HasSynced() && IsLeader();
 }
@@ -190,8 +194,8 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
         {formats::kAnnotationPhase, formats::kPhaseBound}};
   }
   if (term) {
-    options.annotations[kAnnotationLeader] = options_.identity;
-    options.annotations[kAnnotationLeaderTerm] = StrCat(*term);
+    options.annotations[formats::kAnnotationLeader] = options_.identity;
+    options.annotations[formats::kAnnotationLeaderTerm] = StrCat(*term);
   }
   absl::Status st = api_.Bind(pod.ns, pod.name, pod.node, options);
   const bool conflict = absl::IsAlreadyExists(st) || absl::IsFailedPrecondition(st) || k8s::IsConflict(st);

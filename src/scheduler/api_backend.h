@@ -34,12 +34,6 @@
 
 namespace tessera::scheduler {
 
-// With leader election, every bind carries the replica that made it and the Lease's term it led in; the API
-// server refuses a bind whose term the Lease has moved past (deploy/scheduler/70-leader-fence.yaml). The pod keeps
-// them: who bound it, in which term.
-inline constexpr char kAnnotationLeader[] = "tessera.dev/leader";
-inline constexpr char kAnnotationLeaderTerm[] = "tessera.dev/leader-term";
-
 struct ApiBackendOptions {
   // sync.clock is the backend's clock: the informers' backoff, the leader election, heartbeats' age and the
   // time written on a bind read it.
@@ -74,6 +68,9 @@ class ApiBackend : public Binder, public PodSource {
   static constexpr int kReconcileLookups = 64;  // pods looked up in the API a period, at most
   bool Ready() const;
   bool IsLeader() const;
+  // With leader election, the Lease term this replica leads in now (nullopt once it leads no more); without,
+  // nullopt. Read under the elector's lock with the leadership (k8s::LeaderElector::LeadingTerm).
+  std::optional<int64_t> LeadingTerm() const;
   ApiSync& sync() { return sync_; }
   // Feeds the DRA controller from the node and pod informers too (call before Start; it must outlive them).
   void SetDra(DraController* dra) { dra_ = dra; }

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/quote.h"
 #include "core/strings.h"
+#include "formats/assignment.h"
 #include "formats/dra_placement.h"
 #include "k8s/api_status.h"
 #include "scheduler/dra_rebind.h"
@@ -289,6 +290,32 @@ void DraController::Lift(const Json& pod, const char* label, const std::string& 
   }
 }
 
+absl::StatusOr<Json> DraController::ReadyToWrite(const Json& claim, bool finalizer) {
+  Json with = claim;
+  bool changed = false;
+  if (finalizer && !HasFinalizer(claim)) {
+    // As kube-scheduler does before it allocates (a PUT of the claim: a status write ignores metadata).
+    Json& finalizers = with["metadata"]["finalizers"];
+    if (!finalizers.is_array()) finalizers = Json::array();
+    finalizers.push_back(kClaimFinalizer);
+    changed = true;
+  }
+  if (options_.leading_term) {
+    const std::optional<int64_t> term = options_.leading_term();
+    if (!term) return absl::UnavailableError("this tessera-scheduler replica leads no more");
+    Json& annotations = with["metadata"]["annotations"];
+    if (!annotations.is_object()) annotations = Json::object();
+    if (Str(annotations, formats::kAnnotationLeader) != options_.identity ||
+        Str(annotations, formats::kAnnotationLeaderTerm) != StrCat(*term)) {
+      annotations[formats::kAnnotationLeader] = options_.identity;
+      annotations[formats::kAnnotationLeaderTerm] = StrCat(*term);
+      changed = true;
+    }
+  }
+  if (!changed) return claim;
+  return api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), with);
+}
+
 bool DraController::Release(const Json& pod, const std::vector<Json>& claims,
                             const std::vector<size_t>& which, const std::string& node,
                             const std::string& reason, std::map<std::string, Json>& fresh) {
@@ -308,14 +335,16 @@ bool DraController::Release(const Json& pod, const std::vector<Json>& claims,
     // As kube-scheduler deallocates (its PostFilter): reservation, allocation and device status cleared in
     // one write, conditional on the resourceVersion read. The API allows clearing a set allocation (only
     // changing it is refused), and reservedFor must be empty without one.
-    Json updated = claim;
-    if (Json& status = updated["status"]; status.is_object()) {
-      status.erase("allocation");
-      status.erase("reservedFor");
-      status.erase("devices");
+    absl::StatusOr<Json> st = ReadyToWrite(claim, /*finalizer=*/false);
+    if (st.ok()) {
+      Json updated = *std::move(st);
+      if (Json& status = updated["status"]; status.is_object()) {
+        status.erase("allocation");
+        status.erase("reservedFor");
+        status.erase("devices");
+      }
+      st = api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated, "status");
     }
-    absl::StatusOr<Json> st =
-        api_.Update(k8s::kResourceClaims, Str(Field(claim, "metadata"), "namespace"), updated, "status");
     if (!st.ok()) {
       MutexLock lock(&mu_);
       ++(k8s::IsConflict(st.status()) ? counters_.conflicts : counters_.write_errors);
@@ -621,17 +650,9 @@ void DraController::Round() {
       const Json& claim = inputs[i].claims[k];
       if (!d.allocations[k] && ReservedFor(claim, pod_uid)) continue;
       const std::string ns = Str(Field(claim, "metadata"), "namespace");
-      Json updated = claim;
-      absl::StatusOr<Json> st = claim;
-      if (d.allocations[k] && !HasFinalizer(claim)) {
-        // First the finalizer, as kube-scheduler does (a PUT of the claim: a status write ignores metadata).
-        Json with = claim;
-        Json& finalizers = with["metadata"]["finalizers"];
-        if (!finalizers.is_array()) finalizers = Json::array();
-        finalizers.push_back(kClaimFinalizer);
-        st = api_.Update(k8s::kResourceClaims, ns, with);
-        if (st.ok()) updated = *st;
-      }
+      // First the finalizer (for an allocation) and the leader's term, then the status.
+      absl::StatusOr<Json> st = ReadyToWrite(claim, /*finalizer=*/d.allocations[k].has_value());
+      Json updated = st.ok() ? *st : claim;
       if (st.ok() && d.allocations[k]) {
         updated["status"]["allocation"] = *d.allocations[k];
         // As kube-scheduler stamps its allocations. Without it, kube-scheduler's PreBind of a pod not yet in

@@ -86,6 +86,12 @@ struct DraControllerOptions {
   // Quotas shared with the device-plugin path (nullptr: none on the DRA path, as without --quota-file). Must
   // outlive the controller.
   QuotaExchange* quotas = nullptr;
+  // Where replicas elect a leader: the Lease term this replica leads in now, nullopt once it leads no more
+  // (k8s::LeaderElector::LeadingTerm). Every claim status write is then preceded by the claim naming this
+  // replica (`identity`) and that term (tessera.dev/leader, tessera.dev/leader-term), which the API server's
+  // claim fence checks against the Lease at the status write (deploy/scheduler/70-leader-fence.yaml). Unset:
+  // one replica, nothing to fence.
+  std::function<std::optional<int64_t>()> leading_term;
 };
 
 struct DraCounters {
@@ -132,6 +138,10 @@ class DraController {
   // UID, into `fresh`. False when a write failed.
   bool Release(const k8s::Json& pod, const std::vector<k8s::Json>& claims, const std::vector<size_t>& which,
                const std::string& node, const std::string& reason, std::map<std::string, k8s::Json>& fresh);
+  // The claim as its status may be written now: with the finalizer when `finalizer`, and naming this replica
+  // and its term where leaders are elected (DraControllerOptions::leading_term); a PUT conditional on the
+  // claim's resourceVersion where either was missing. Unavailable when this replica leads no more.
+  absl::StatusOr<k8s::Json> ReadyToWrite(const k8s::Json& claim, bool finalizer);
   std::optional<k8s::Json> ClaimSpecOf(const std::string& ns, const k8s::Json& entry) const;
   void Lift(const k8s::Json& pod, const char* label, const std::string& reason);
   void Event(const k8s::Json& pod, const std::string& type, const std::string& reason,

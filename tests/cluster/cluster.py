@@ -802,7 +802,7 @@ class Cluster:
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/00-namespace.yaml"))
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/10-rbac.yaml"))
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/node/daemonset.yaml"))
-        # The binds of tessera-scheduler's replicas fenced by the Lease's term, as shipped.
+        # The binds and claim status writes of tessera-scheduler's replicas fenced by the Lease's term, as shipped.
         self.kubectl("apply", "-f", os.path.join(self.src, "deploy/scheduler/70-leader-fence.yaml"))
         front = self.api_front(self) if self.api_front else None
         self.scheduler_kubeconfig = self.token_kubeconfig("tessera-system", "tessera-scheduler", front)

@@ -227,24 +227,32 @@ def test_the_charts_policy_names_the_releases_service_accounts(c):
 
 
 def test_the_charts_leader_fence_is_the_shipped_one(c):
-    """The chart's copy of the leader fence (templates/leader-fence.yaml) is the manifest the cluster tier applies
-    and tests (deploy/scheduler/70-leader-fence.yaml), but for the Lease's namespace, which is the release's."""
+    """The chart's copy of the leader fences (templates/leader-fence.yaml: binds, and claims' status writes) is the
+    manifest the cluster tier applies and tests (deploy/scheduler/70-leader-fence.yaml), but for the release's
+    namespace: the Lease's, and tessera-scheduler's service account's."""
     chart = os.path.join(SOURCE, "deploy", "helm", "tessera")
     helm = os.path.join(c.k8s_bin, "helm")
     rendered = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg=="],
                               capture_output=True, text=True, check=True).stdout
-    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d and
-            d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] == "tessera-leader-fence"}
-    shipped = {d["kind"]: d for d in yaml.safe_load_all(open(FENCE)) if d}
-    assert set(docs) == set(shipped) == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, docs
-    assert docs["ValidatingAdmissionPolicy"]["spec"] == shipped["ValidatingAdmissionPolicy"]["spec"]
-    binding, shipped_binding = docs["ValidatingAdmissionPolicyBinding"]["spec"], \
-        shipped["ValidatingAdmissionPolicyBinding"]["spec"]
-    assert binding["paramRef"]["namespace"] == "gpu-sharing", binding
-    shipped_binding["paramRef"]["namespace"] = "gpu-sharing"
-    assert binding == shipped_binding
+    names = {"tessera-leader-fence", "tessera-claim-fence"}
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d and
+            d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] in names}
+    # The shipped file in the release's namespace.
+    with open(FENCE) as f:
+        text = f.read().replace("serviceaccount:tessera-system:", "serviceaccount:gpu-sharing:")
+    shipped = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(text) if d}
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    assert set(docs) == set(shipped) == {(k, n) for k in kinds for n in names}, docs
+    for name in names:
+        assert docs[("ValidatingAdmissionPolicy", name)]["spec"] == shipped[("ValidatingAdmissionPolicy", name)]["spec"]
+        binding = docs[("ValidatingAdmissionPolicyBinding", name)]["spec"]
+        shipped_binding = shipped[("ValidatingAdmissionPolicyBinding", name)]["spec"]
+        assert binding["paramRef"]["namespace"] == "gpu-sharing", binding
+        shipped_binding["paramRef"]["namespace"] = "gpu-sharing"
+        assert binding == shipped_binding
     r = c.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs.values()), check=False)
     assert r.returncode == 0, r.stderr
     off = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg==",
                           "--set", "leaderFence.enabled=false"], capture_output=True, text=True, check=True).stdout
-    assert "name: tessera-leader-fence" not in off and "name: tessera-annotations" in off
+    assert "name: tessera-leader-fence" not in off and "name: tessera-claim-fence" not in off
+    assert "name: tessera-annotations" in off

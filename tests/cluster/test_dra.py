@@ -222,6 +222,41 @@ def test_deleting_the_pod_unprepares_the_claim(c):
                "the template's claim to be deleted with its pod")
 
 
+def test_a_stale_leaders_claim_status_write_is_refused(c):
+    # The claim fence (deploy/scheduler/70-leader-fence.yaml, docs/faults.md): tessera-scheduler names itself and
+    # the Lease's term on a claim before it writes the claim's status, and the API server refuses that status
+    # write when the Lease has moved past the term (what a leader paused between its two writes would send), or
+    # names another holder. Other writers of claim status (here the admin; kube-scheduler, the kubelet and the
+    # claim controller alike) are not fenced.
+    c.apply(claim_pod("dra-fenced", "gpu-share-30"))
+    claim, _, _, _ = prepared(c, "dra-fenced")
+    name = claim["metadata"]["name"]
+    lease = c.get("lease", "tessera-scheduler", ns="tessera-system")["spec"]
+    holder, term = lease["holderIdentity"], lease.get("leaseTransitions", 0)
+    annotations = claim["metadata"]["annotations"]
+    assert (annotations["tessera.dev/leader"], annotations["tessera.dev/leader-term"]) == (holder, str(term)), \
+        annotations
+
+    def as_scheduler(*args, body):
+        return c.kubectl(*args, "-f", "-", input=json.dumps(body), check=False, kubeconfig=c.scheduler_kubeconfig)
+
+    def write_status_named(leader, in_term):
+        now = c.get("resourceclaim", name, ns="default")
+        now["metadata"]["annotations"].update({"tessera.dev/leader": leader, "tessera.dev/leader-term": str(in_term)})
+        r = as_scheduler("replace", "-o", "json", body=now)
+        assert r.returncode == 0, r.stderr  # naming is not fenced: the status write is
+        return as_scheduler("replace", "--subresource=status", body=json.loads(r.stdout))
+    for leader, in_term in ((holder, term - 1), ("r9", term), (holder, term + 1)):
+        r = write_status_named(leader, in_term)
+        assert r.returncode != 0 and "a stale leader" in r.stderr, (leader, in_term, r.stdout, r.stderr)
+    assert c.kubectl("replace", "--subresource=status", "-f", "-", check=False,
+                     input=json.dumps(c.get("resourceclaim", name, ns="default"))).returncode == 0
+    r = write_status_named(holder, term)
+    assert r.returncode == 0, r.stderr
+    assert c.get("resourceclaim", name, ns="default")["status"]["allocation"] == claim["status"]["allocation"]
+    tc.delete(c, "dra-fenced")
+
+
 def test_a_claim_no_node_can_satisfy_says_why(c):
     c.apply(claim_pod("dra-too-big", "too-big"))  # 64 GiB of a 32 GiB GPU
     waits_for_tessera(c, "dra-too-big")

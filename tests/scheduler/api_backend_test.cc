@@ -317,16 +317,16 @@ TEST_F(ApiBackendTest, OnlyTheLeaderBinds) {
   ASSERT_TRUE(a.Bind({"default", "a", "", "n1"}, p).ok());
   json lease = server_->Get("leases.coordination.k8s.io", "tessera-system", "tessera-scheduler").value();
   const json bound = server_->Get("pods", "default", "a").value()["metadata"]["annotations"];
-  EXPECT_EQ(bound[kAnnotationLeader], "replica-a");
-  EXPECT_EQ(bound[kAnnotationLeaderTerm], std::to_string(lease["spec"].value("leaseTransitions", 0)));
+  EXPECT_EQ(bound[formats::kAnnotationLeader], "replica-a");
+  EXPECT_EQ(bound[formats::kAnnotationLeaderTerm], std::to_string(lease["spec"].value("leaseTransitions", 0)));
   // The leader steps down (it stops and gives the Lease up): the other takes over, in the next term.
   a.Stop();
   EXPECT_TRUE(Eventually([&] { return b.IsLeader(); }));
   ASSERT_TRUE(server_->Create("pods", "default", PodObject("c", 10)).ok());
   ASSERT_TRUE(b.Bind({"default", "c", "", "n1"}, p).ok());
   const json next = server_->Get("pods", "default", "c").value()["metadata"]["annotations"];
-  EXPECT_EQ(next[kAnnotationLeader], "replica-b");
-  EXPECT_EQ(next[kAnnotationLeaderTerm], std::to_string(lease["spec"].value("leaseTransitions", 0) + 1));
+  EXPECT_EQ(next[formats::kAnnotationLeader], "replica-b");
+  EXPECT_EQ(next[formats::kAnnotationLeaderTerm], std::to_string(lease["spec"].value("leaseTransitions", 0) + 1));
 }
 
 }  // namespace

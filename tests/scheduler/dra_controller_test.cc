@@ -10,12 +10,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "core/strings.h"
 #include "fake_apiserver.h"
+#include "formats/assignment.h"
 #include "formats/dra_placement.h"
 #include "k8s/objects.h"
 #include "scheduler/dra_allocator.h"
@@ -108,9 +112,12 @@ class DraControllerTest : public ::testing::Test {
     api_.reset();
     if (server_) server_->Stop();
   }
-  void StartController(std::chrono::seconds rebind_after, QuotaExchange* quotas = nullptr) {
+  void StartController(std::chrono::seconds rebind_after, QuotaExchange* quotas = nullptr,
+                       std::function<std::optional<int64_t>()> leading_term = nullptr) {
     DraControllerOptions o;
     o.quotas = quotas;
+    o.identity = "replica-a";
+    o.leading_term = std::move(leading_term);
     o.allocator.seed = 7;
     o.period = std::chrono::milliseconds(10);
     o.rebind_after = rebind_after;
@@ -252,6 +259,43 @@ TEST_F(DraControllerTest, ARefusedPodsClaimIsReleasedAfterTheBoundAndPlacedOnAno
   EXPECT_FALSE(waiting["status"].contains("reservedFor")) << waiting.dump();
   EXPECT_THAT(Events("p", "TesseraPlacementWaiting")[0]["message"].get<std::string>(),
               HasSubstr("where kube-scheduler would not bind it"));
+}
+
+// Where leaders are elected, a claim names the replica and the Lease term before each of its status writes (the
+// API server's claim fence, deploy/scheduler/70-leader-fence.yaml, then refuses the status write of a replica
+// the Lease has moved past: tests/cluster/test_dra.py); a replica that leads no more writes nothing.
+TEST_F(DraControllerTest, ClaimStatusWritesFollowTheLeadersTermAndStopWithTheLeadership) {
+  std::atomic<int64_t> term{3};  // -1: leads no more
+  StartController(std::chrono::seconds(30), nullptr, [&term]() -> std::optional<int64_t> {
+    const int64_t t = term.load();
+    return t < 0 ? std::nullopt : std::optional<int64_t>(t);
+  });
+  Json pod = Place("p", "c");
+  Json claim = Get(k8s::kResourceClaims, "c");
+  ASSERT_FALSE(NodeOf(claim).empty()) << claim.dump();
+  EXPECT_EQ(claim["metadata"]["annotations"][formats::kAnnotationLeader], "replica-a") << claim.dump();
+  EXPECT_EQ(claim["metadata"]["annotations"][formats::kAnnotationLeaderTerm], "3") << claim.dump();
+  EXPECT_EQ(claim["metadata"]["finalizers"], Json::array({"resource.kubernetes.io/delete-protection"}));
+  // Led again in a later term: the release and the new allocation carry that one.
+  term = 4;
+  pod = Refuse(pod);
+  LetRoundsPass();
+  clock_.Advance(std::chrono::seconds(31));
+  ASSERT_TRUE(Eventually([&] { return dra_->counters().replaced == 1; }));
+  Json again = Get(k8s::kResourceClaims, "c");
+  EXPECT_FALSE(NodeOf(again).empty());
+  EXPECT_EQ(again["metadata"]["annotations"][formats::kAnnotationLeaderTerm], "4") << again.dump();
+  // Leading no more (the Lease lost between the round's check and its writes): nothing is allocated.
+  term = -1;
+  ASSERT_TRUE(api_->Create(k8s::kResourceClaims, "default", ClaimObject("c2")).ok());
+  absl::StatusOr<Json> p2 = api_->Create(k8s::kPods, "default", GatedPod("p2", "c2"));
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  dra_->OnPod(*p2);
+  LetRoundsPass();
+  Json untouched = Get(k8s::kResourceClaims, "c2");
+  EXPECT_FALSE(untouched["status"].contains("allocation")) << untouched.dump();
+  EXPECT_FALSE(untouched["metadata"].contains("annotations")) << untouched.dump();
+  EXPECT_NE(Get(k8s::kPods, "p2")["metadata"]["labels"][formats::kDraPlacementLabel], formats::kDraPlaced);
 }
 
 TEST_F(DraControllerTest, ANodeGoneIsReleasedAtOnce) {
