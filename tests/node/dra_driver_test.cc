@@ -395,25 +395,42 @@ TEST(AgentClaimTest, AClaimThatWouldPutAGpuOverItsCapacityIsRefused) {
   agent.Stop();
 }
 
+// The fake API server with node gpu-1 in it, and a client of it.
+struct ApiServer {
+  std::unique_ptr<fake::FakeApiServer> server;
+  std::unique_ptr<k8s::KubeApi> client;
+};
+
+absl::StatusOr<ApiServer> StartApiServer() {
+  ApiServer a;
+  absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> server = fake::FakeApiServer::Start();
+  if (!server.ok()) return server.status();
+  a.server = *std::move(server);
+  if (absl::StatusOr<Json> node = a.server->Create("nodes", "", Json{{"metadata", {{"name", "gpu-1"}}}}); !node.ok())
+    return node.status();
+  k8s::ClientConfig config;
+  config.server = a.server->url();
+  absl::StatusOr<std::unique_ptr<k8s::KubeApi>> client = k8s::NewKubeApi(config);
+  if (!client.ok()) return client.status();
+  a.client = *std::move(client);
+  return a;
+}
+
 // The driver against an API server (the fake, following kube-apiserver's REST contract; the real one in
 // tests/cluster/test_dra.py): the slice published and followed by health, a claim prepared into a CDI spec and
 // unprepared.
 TEST(DraDriverTest, PublishesFollowsHealthPreparesAndUnprepares) {
-  absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> server = fake::FakeApiServer::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
-  fake::FakeApiServer& s = **server;
-  ASSERT_TRUE(s.Create("nodes", "", Json{{"metadata", {{"name", "gpu-1"}}}}).ok());
-  k8s::ClientConfig client;
-  client.server = s.url();
-  absl::StatusOr<std::unique_ptr<k8s::KubeApi>> kube = k8s::NewKubeApi(client);
-  ASSERT_TRUE(kube.ok());
+  absl::StatusOr<ApiServer> api = StartApiServer();
+  ASSERT_TRUE(api.ok()) << api.status();
+  fake::FakeApiServer& s = *api->server;
+  k8s::KubeApi* kube = api->client.get();
   TempDir dir;
   NoApi node_api;
   NodeAgent agent(AgentConfig(dir), &node_api, Inventory(4), nullptr);
   ASSERT_TRUE(agent.Start(/*background=*/false).ok());
   DraDriverConfig config = Config();
   config.cdi_dir = dir.path() + "/cdi";
-  DraDriver driver(config, kube->get(), &agent, Inventory(4));
+  DraDriver driver(config, kube, &agent, Inventory(4));
 
   ASSERT_TRUE(driver.PublishSlice().ok());
   Json slice = *s.Get("resourceslices.resource.k8s.io", "", "gpu-1-gpu.tessera.dev");
@@ -472,14 +489,10 @@ class ListedApi : public NoApi {
 // server (404, or its name taken by a claim of another UID), no pod of it in the node's pod list, no process of
 // it registered, for the whole grace period; a sweep that cannot read the API decides nothing.
 TEST(DraDriverTest, AClaimTheKubeletForgotIsUnpreparedOnlyOnceNothingCanUseIt) {
-  absl::StatusOr<std::unique_ptr<fake::FakeApiServer>> server = fake::FakeApiServer::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
-  fake::FakeApiServer& s = **server;
-  ASSERT_TRUE(s.Create("nodes", "", Json{{"metadata", {{"name", "gpu-1"}}}}).ok());
-  k8s::ClientConfig client;
-  client.server = s.url();
-  absl::StatusOr<std::unique_ptr<k8s::KubeApi>> kube = k8s::NewKubeApi(client);
-  ASSERT_TRUE(kube.ok());
+  absl::StatusOr<ApiServer> api = StartApiServer();
+  ASSERT_TRUE(api.ok()) << api.status();
+  fake::FakeApiServer& s = *api->server;
+  k8s::KubeApi* kube = api->client.get();
   TempDir dir;
   ListedApi node_api;
   NodePod consumer;
@@ -492,10 +505,10 @@ TEST(DraDriverTest, AClaimTheKubeletForgotIsUnpreparedOnlyOnceNothingCanUseIt) {
   DraDriverConfig config = Config();
   config.cdi_dir = dir.path() + "/cdi";
   config.forgotten_claim_grace = std::chrono::milliseconds(0);
-  DraDriver driver(config, kube->get(), &agent, Inventory(4));
+  DraDriver driver(config, kube, &agent, Inventory(4));
   DraDriverConfig patient_config = config;
   patient_config.forgotten_claim_grace = std::chrono::hours(1);
-  DraDriver patient(patient_config, kube->get(), &agent, Inventory(4));
+  DraDriver patient(patient_config, kube, &agent, Inventory(4));
 
   Json reserved = Claim(Json::array({Result("gpu-2", "30", "8Gi")}));
   reserved["status"]["reservedFor"][0]["uid"] = consumer.uid;
