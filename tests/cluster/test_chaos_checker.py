@@ -228,6 +228,8 @@ def test_the_state_dir_goes_read_only_while_it_is_being_written(tmp_path):
     (tessera-node's state directory; CI: `mount -o remount,bind,ro` refused with EBUSY, exit 32, when a writer
     opened a file through the fresh bind first), and is undone while a file opened during it is still open."""
     d = str(tmp_path)
+    with open(os.path.join(d, "busy"), "w") as f:  # there before the first mount: read during each
+        f.write("x")
     stop = threading.Event()
 
     def write():
