@@ -787,6 +787,14 @@ def test_chart_lints_renders_and_installs_every_part(c):
              yaml.safe_load_all(open(os.path.join(SOURCE, "deploy/dra/deviceclasses.yaml"))) if d}
     charted = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "DeviceClass"}
     assert plain == charted and len(plain) == 2, (plain, charted)
+    # With GPUs given to DRA, the agent's DRA flags come from the values, and the binary takes them.
+    docs = [d for d in yaml.safe_load_all(helm(c, "template", "tessera", chart, "-n", "tessera-system", "--set",
+                                                "webhook.caBundle=Cg==", "--set", "node.dra.gpus=6\\,7", "--set",
+                                                "node.dra.forgottenClaimGraceSeconds=30")) if d]
+    command = [d for d in docs if d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--dra-gpus=6,7" in command and "--dra-forgotten-claim-grace=30" in command, command
+    usage = subprocess.run([c.tessera("tessera-node"), "--help"], capture_output=True, text=True, timeout=30).stdout
+    assert all(a.split("=")[0] in usage for a in command[1:] if a.startswith("--")), (command, usage)
 
 
 def test_every_manifest_passes_server_side_dry_run(c):
