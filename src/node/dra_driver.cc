@@ -109,13 +109,16 @@ absl::Status DraDriver::PublishSlice() {
 }
 
 int DraDriver::SweepForgottenClaims() {
-  const std::optional<std::set<std::string>> listed = agent_->ListedPodUids();
+  std::vector<ContainerRecord> claims = agent_->Records();
+  std::erase_if(claims, [](const ContainerRecord& r) { return !r.is_claim(); });
+  // The node's pods are read only where there is a claim to check against them.
+  const std::optional<std::set<std::string>> listed =
+      claims.empty() ? std::optional<std::set<std::string>>() : agent_->ListedPodUids();
   const auto now = std::chrono::steady_clock::now();
   std::set<std::string> prepared;  // claim UIDs with a record
   std::set<std::string> wanted;    // of those, the ones this sweep found still wanted (a pod, a process, the claim)
   std::vector<kubelet::DraClaim> due;
-  for (const ContainerRecord& r : agent_->Records()) {
-    if (!r.is_claim()) continue;
+  for (const ContainerRecord& r : claims) {
     prepared.insert(r.claim->uid);
     // What cannot be read decides nothing: the claim keeps its mark, neither set nor cleared.
     if (!listed) continue;

@@ -158,17 +158,19 @@ void CacheLedger::ApplyMovesLocked() {
   for (auto it = moves.begin(); it != moves.end();)
     it = pods.contains(it->first) ? std::next(it) : moves.erase(it);
   if (moves.empty()) return;
+  // The moves to other GPUs (the others changed shares, not GPUs: no swap).
+  std::set<PodUid> swapped;
+  for (const auto& [uid, m] : moves) {
+    if (GpusOf(pods.at(uid).placement) != GpusOf(m.to)) swapped.insert(uid);
+  }
   // What the batch leaves and takes. A part taken that the batch leaves is the swap's other half; one it does
   // not leave was left earlier (a hold) or is still held by a pod the API has not shown leaving it.
   std::multiset<std::string> unmatched_left;
-  for (const auto& [uid, m] : moves) {
-    if (GpusOf(pods.at(uid).placement) != GpusOf(m.to))
-      unmatched_left.insert(PartKey(pods.at(uid).placement));
-  }
+  for (const PodUid& uid : swapped) unmatched_left.insert(PartKey(pods.at(uid).placement));
   std::vector<size_t> used_holds;
   std::vector<std::string> early;
   for (const auto& [uid, m] : moves) {
-    if (GpusOf(pods.at(uid).placement) == GpusOf(m.to)) continue;  // shares changed, not GPUs: no swap
+    if (!swapped.contains(uid)) continue;
     const std::string key = PartKey(m.to);
     if (auto f = unmatched_left.find(key); f != unmatched_left.end()) {
       unmatched_left.erase(f);
@@ -193,8 +195,7 @@ void CacheLedger::ApplyMovesLocked() {
   std::set<PodUid> given_back;
   std::vector<std::pair<PodUid, core::Placement>> left;  // the parts no pod of the batch took
   for (const auto& [uid, m] : moves) {
-    const core::Placement before = pods.at(uid).placement;
-    if (GpusOf(before) != GpusOf(m.to)) left.emplace_back(uid, before);
+    if (swapped.contains(uid)) left.emplace_back(uid, pods.at(uid).placement);
     if (absl::StatusOr<std::vector<core::ShareChange>> changes = cluster.Release(uid); changes.ok()) {
       for (const core::ShareChange& c : *changes) given_back.insert(c.tenant.pod);
     }
@@ -262,10 +263,7 @@ int CacheLedger::ExpireMovedPartsLocked(std::chrono::steady_clock::duration age)
     it = moves.erase(it);
     ++expired;
   }
-  if (expired > 0) {
-    moves_due_ = true;
-    ApplyMovesLocked();
-  }
+  if (expired > 0) moves_due_ = true;  // room made, or a hold gone: the caller tries the moves again
   return expired;
 }
 

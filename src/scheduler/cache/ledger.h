@@ -124,7 +124,8 @@ class CacheLedger {
   void MoveLocked(const core::PodUid& uid, core::Placement to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Tries the pending moves again (after a release made room).
   void ApplyMovesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Drops the holds and early-taken marks older than `age`.
+  // Drops the holds, early-taken marks and pending moves older than `age`; ApplyMovesLocked after it tries the
+  // remaining moves again.
   int ExpireMovedPartsLocked(std::chrono::steady_clock::duration age) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   static constexpr std::chrono::seconds kMoveHold{60};
 

@@ -58,7 +58,7 @@ int ReservePoint::ExpireReservations(std::chrono::steady_clock::duration age) {
   for (const PodUid& uid : expired) ledger_.ReleaseLocked(uid);
   // The parts swapped pods left and no pod took within the bound (the pod deleted meanwhile) are free again.
   (void)ledger_.ExpireMovedPartsLocked(CacheLedger::kMoveHold);
-  if (!expired.empty()) ledger_.ApplyMovesLocked();
+  ledger_.ApplyMovesLocked();  // only when the above made room (CacheLedger tracks whether anything changed)
   return static_cast<int>(expired.size());
 }
 
