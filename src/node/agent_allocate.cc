@@ -322,6 +322,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   const std::string key = t.record.key();
   if (absl::Status s = Materialize(&t); !s.ok()) {
     MutexLock lock(&mu_);
+    abandoned_pods_.insert(t.record.pod_uid);
     claims_.erase(key);
     in_flight_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);

@@ -548,9 +548,11 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   std::set<std::string> known_dirs;
   // What earlier passes could not remove first: once it is, it is gone for good.
   std::vector<ContainerRecord> retry;
+  std::set<std::string> abandoned;
   {
     MutexLock lock(&mu_);
     retry.swap(unremoved_);
+    abandoned = abandoned_pods_;
   }
   for (const ContainerRecord& r : retry) {
     if (RemoveTenantFiles(r, /*quiet=*/true)) {
@@ -603,6 +605,9 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   // Orphan directories (a crash between creating a directory and writing its record). Only old ones: an
   // Allocate may have created a directory after this pass listed the pods and the claims (it used to be
   // removed under the allocation in flight, leaving the container without its limits file).
+  // A pod whose Allocate failed after making its directories (an Allocate of it now is in claims_, whose
+  // directories are known) leaves none behind for the orphans' age: the fault harness's read-only state
+  // directory left one for two minutes, past the leak bound.
   std::error_code ec;
   const auto old_enough = [](const fs::path& p) {
     std::error_code e;
@@ -610,6 +615,8 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     return !e && fs::file_time_type::clock::now() - t > kOrphanAge;
   };
   for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
+    const bool failed = abandoned.contains(pod_dir.path().filename().string());
+    const auto removable = [&](const fs::path& p) { return failed || old_enough(p); };
     std::error_code ec2;
     for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
       if (known_dirs.count(ctr.path().string()) > 0) continue;
@@ -617,14 +624,23 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
                      ec2))
         continue;
       if (by_uid.count(pod_dir.path().filename().string()) > 0) continue;  // its pod lives: leave it
-      if (!old_enough(ctr.path())) continue;
+      if (!removable(ctr.path())) continue;
       fs::remove_all(ctr.path(), ec2);
       const fs::path region_pod = fs::path(config_.state_dir) / "regions" / pod_dir.path().filename();
       RemoveTenantDir((region_pod / ctr.path().filename()).string(), /*quiet=*/false);
       RemoveIfEmpty(region_pod);
     }
-    if (fs::is_empty(pod_dir.path(), ec2) && old_enough(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
+    if (fs::is_empty(pod_dir.path(), ec2) && removable(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
+  // Forgotten once both its directories are gone, or a record holds them.
+  const fs::path state(config_.state_dir);
+  std::erase_if(abandoned, [&](const std::string& uid) {
+    std::error_code e;
+    return fs::exists(state / "containers" / uid, e) || fs::exists(state / "regions" / uid, e);
+  });
+  MutexLock lock(&mu_);
+  for (const std::string& uid : abandoned) abandoned_pods_.erase(uid);
+  for (const auto& [key, t] : tenants_) abandoned_pods_.erase(t.record.pod_uid);
 }
 
 }  // namespace tessera::node

@@ -1959,6 +1959,26 @@ TEST_F(AgentTest, AFreshDirectoryWithoutRecordIsNotAnOrphanYet) {
   EXPECT_TRUE(fs::exists(fresh));
 }
 
+// The fault harness's read-only state directory made an Allocate fail after it had made the container's
+// directories: no record told them, and they stayed for the orphans' age (two minutes) after the pod was
+// deleted, past the leak bound. As root no permission stops a write, so the limits file's path is a non-empty
+// directory here.
+TEST_F(AgentTest, TheDirectoriesOfAFailedAllocateGoWithThePod) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  const std::string uid = api_.GetPod("default", "pod-0")->uid;
+  const std::string dir = config_.state_dir + "/containers/" + uid;
+  fs::create_directories(dir + "/main/limits/in-the-way");
+  ASSERT_FALSE(Client()->Allocate({{"GPU-2::0"}}).ok());
+  ASSERT_TRUE(agent->Records().empty());
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_TRUE(fs::exists(dir)) << "removed while its pod lives (the kubelet tries the Allocate again)";
+  api_.DeletePod("default", "pod-0");
+  ASSERT_TRUE(agent->ReconcileOnce().ok());
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_FALSE(fs::exists(config_.state_dir + "/regions/" + uid));
+}
+
 // A gone container's region directory is removed without following what the container left there (a link to a
 // directory outside, possibly swapped in mid-removal) and within a bound on entries.
 TEST(RemoveUntrustedTreeTest, NeverFollowsALinkAndStopsAtItsCap) {
