@@ -69,7 +69,10 @@ absl::Status ApiBackend::Start() {
     c.lease_name = options_.lease_name;
     c.identity = options_.identity;
     c.clock = options_.sync.clock;
-    c.on_started_leading = [this] { log::Info("leading", {{"identity", options_.identity}}); };
+    c.on_started_leading = [this] {
+      log::Info("leading", {{"identity", options_.identity}});
+      EnsureLedgerCurrent();
+    };
     c.on_stopped_leading = [this] { log::Info("no longer leading", {{"identity", options_.identity}}); };
     absl::StatusOr<std::unique_ptr<k8s::LeaderElector>> elector =
         k8s::LeaderElector::Create(api_, std::move(c));
@@ -106,10 +109,30 @@ std::optional<int64_t> ApiBackend::LeadingTerm() const {
 }
 
 bool ApiBackend::Ready() const {
-  return nodes_ && pods_ && nodes_->HasSynced() && pods_->HasSynced() && IsLeader();
+  if (!nodes_ || !pods_ || !nodes_->HasSynced() || !pods_->HasSynced()) return false;
+  if (elector_ == nullptr) return true;
+  std::optional<int64_t> term = elector_->LeadingTerm();
+  return term && *term == ledger_term_.load();
+}
+
+void ApiBackend::EnsureLedgerCurrent() {
+  if (elector_ == nullptr || pods_ == nullptr) return;
+  MutexLock lock(&rebuild_mu_);
+  std::optional<int64_t> term = elector_->LeadingTerm();
+  if (!term || *term == ledger_term_.load()) return;
+  size_t listed = 0;
+  sync_.ResyncPods([&] {
+    std::vector<std::shared_ptr<const k8s::Json>> items = pods_->Items();
+    listed = items.size();
+    return items;
+  });
+  ledger_term_ = *term;
+  log::Info("took the lead: the ledger recorded again from the API's pods",
+            {{"term", StrCat(*term)}, {"pods", StrCat(listed)}});
 }
 
 void ApiBackend::Housekeeping() {
+  EnsureLedgerCurrent();
   sync_.CheckHeartbeats(options_.sync.clock->Now());
   ReconcileLedger();
   for (const Problem& p : sync_.TakeProblems()) {
@@ -184,6 +207,10 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
       return absl::UnavailableError(
           "this tessera-scheduler replica is not the leader; retry (the leader binds)");
     }
+    if (*term != ledger_term_.load()) {
+      return absl::UnavailableError(
+          "this tessera-scheduler replica has just taken the lead and is reading the pods; retry");
+    }
   }
   k8s::BindOptions options;
   options.pod_uid = pod.uid;
@@ -212,11 +239,24 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
 }
 
 absl::Status ApiBackend::UpdateAssignment(const BindTarget& pod, const core::Placement& placement) {
-  k8s::Json patch = {
-      {"metadata",
-       {
-           {"annotations", {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)}}},
-       }}};
+  // Only the leader rewrites shares. A standby's ledger changes shares too (a high-priority pod's deletion seen
+  // gives its compressed tenants their share back), but late: written, its give-back landed over the compression
+  // the leader had written since for another high-priority pod, and the GPU held more than its capacity in the
+  // pods' annotations (the fault harness, a standby paused and resumed).
+  k8s::Json annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)}};
+  if (elector_ != nullptr) {
+    std::optional<int64_t> term = elector_->LeadingTerm();
+    if (!term || *term != ledger_term_.load()) {
+      return absl::FailedPreconditionError(
+          "this tessera-scheduler replica is not the leader (or has just taken the lead and is reading the "
+          "pods); the leader writes the pods' shares");
+    }
+    // Named as a bind is: the API server refuses the rewrite once the Lease has moved past the term
+    // (tessera-share-fence, 70-leader-fence.yaml), as from a leader paused between this check and the write.
+    annotations[formats::kAnnotationLeader] = options_.identity;
+    annotations[formats::kAnnotationLeaderTerm] = StrCat(*term);
+  }
+  k8s::Json patch = {{"metadata", {{"annotations", std::move(annotations)}}}};
   absl::StatusOr<k8s::Json> st = api_.Patch(k8s::kPods, pod.ns, pod.name, k8s::PatchType::kMerge, patch);
   if (!st.ok() && absl::IsNotFound(st.status())) return absl::OkStatus();  // gone: nothing to tell it
   return st.status();

@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 
+#include "common/mutex.h"
 #include "k8s/informer.h"
 #include "k8s/kube_api.h"
 #include "k8s/leader_election.h"
@@ -66,8 +67,14 @@ class ApiBackend : public Binder, public PodSource {
   int ReconcileLedger();
   static constexpr std::chrono::seconds kReconcilePeriod{30};
   static constexpr int kReconcileLookups = 64;  // pods looked up in the API a period, at most
+  // Listed, leading, and the ledger rebuilt for the term it leads in (EnsureLedgerCurrent).
   bool Ready() const;
   bool IsLeader() const;
+  // A replica that takes the lead records its ledger's pods again from the pod informer at once, before it
+  // binds or writes a share (ClusterCache::ReplacePods), as a restarted one starts: as a standby it followed
+  // the leader's writes one event at a time, beside its own changes of shares, which it did not write. Run
+  // when it starts leading and at each housekeeping round; nothing without leader election.
+  void EnsureLedgerCurrent();
   // With leader election, the Lease term this replica leads in now (nullopt once it leads no more); without,
   // nullopt. Read under the elector's lock with the leadership (k8s::LeaderElector::LeadingTerm).
   std::optional<int64_t> LeadingTerm() const;
@@ -95,6 +102,9 @@ class ApiBackend : public Binder, public PodSource {
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> started_{false};
+  // The Lease term the ledger was last rebuilt for (EnsureLedgerCurrent); -1: none yet.
+  Mutex rebuild_mu_;
+  std::atomic<int64_t> ledger_term_{-1};
   // ReconcileLedger's, on the housekeeping thread only: when it last ran, and the pods the informer lacked.
   std::optional<std::chrono::steady_clock::time_point> last_reconcile_;
   std::set<core::PodUid> missing_;

@@ -175,6 +175,22 @@ void ApiSync::OnPod(const json& pod) {
   }
 }
 
+void ApiSync::ResyncPods(const std::function<std::vector<std::shared_ptr<const json>>()>& list) {
+  MutexLock lock(&mu_);
+  std::vector<formats::PodObject> parsed;
+  for (const auto& pod : list()) {
+    absl::StatusOr<formats::PodObject> p = formats::ParsePodObject(*pod);
+    if (p.ok()) parsed.push_back(*std::move(p));  // one that cannot be read holds nothing (OnPod)
+  }
+  for (const auto& [i, st] : cache_.ReplacePods(parsed)) {
+    const formats::PodObject& p = parsed[i];
+    if (!p.spec.annotations.contains(formats::kAnnotationAssignment) || p.node_name.empty()) continue;
+    ++counters_.bad_assignments;
+    Report({"Pod", p.spec.ns, p.spec.name, p.spec.uid, "TesseraBadAssignment",
+            StrCat(Message(st), "; its GPUs are not counted by the scheduler: delete the pod to reschedule it")});
+  }
+}
+
 void ApiSync::OnPodDeleted(const json& pod) {
   const std::string uid = StringAt(pod, {"metadata", "uid"});
   if (uid.empty()) return;

@@ -21,7 +21,9 @@
 #define TESSERA_SCHEDULER_API_SYNC_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,10 @@ class ApiSync {
   void OnNodeDeleted(const nlohmann::json& node);
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
+  // The ledger's pods recorded again, at once, from what `list` gives (every pod the informer holds;
+  // ClusterCache::ReplacePods); what cannot be read or does not fit is reported as OnPod reports it. `list` is
+  // called between two of OnPod's calls: the informer's store, read then, is no older than what they told.
+  void ResyncPods(const std::function<std::vector<std::shared_ptr<const nlohmann::json>>()>& list);
 
   // Makes nodes with a stale heartbeat unschedulable, and schedulable again when it is fresh.
   void CheckHeartbeats(std::chrono::system_clock::time_point now);

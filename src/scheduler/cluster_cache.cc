@@ -169,6 +169,26 @@ absl::Status ClusterCache::ObservePod(const formats::PodObject& pod) {
   return st;
 }
 
+void ClusterCache::LeaveShareToLeader(const PodUid& uid) {
+  LedgerLock lock(&ledger_);
+  if (auto it = ledger_.pods.find(uid); it != ledger_.pods.end()) it->second.unwritten = false;
+}
+
+std::vector<std::pair<size_t, absl::Status>> ClusterCache::ReplacePods(std::span<const formats::PodObject> pods) {
+  std::vector<absl::StatusOr<core::PodRequest>> requests;
+  requests.reserve(pods.size());
+  for (const formats::PodObject& pod : pods)
+    requests.push_back(core::ParsePodRequest(pod.spec, ledger_.options().parse));
+  std::vector<std::pair<size_t, absl::Status>> errors;
+  LedgerLock lock(&ledger_);
+  ledger_.ForgetRecordedLocked();
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (absl::Status st = ObservePodLocked(pods[i], requests[i]); !st.ok()) errors.emplace_back(i, std::move(st));
+  }
+  ledger_.ApplyMovesLocked();
+  return errors;
+}
+
 absl::Status ClusterCache::ObservePodLocked(const formats::PodObject& pod,
                                             const absl::StatusOr<core::PodRequest>& request) {
   const PodUid uid(pod.spec.uid);

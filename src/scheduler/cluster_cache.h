@@ -92,6 +92,15 @@ class ClusterCache {
   // a pod that has finished, or has no assignment, is released. Returns an error (and records nothing) for an
   // assignment that does not fit the node as known: the caller reports it on the pod.
   absl::Status ObservePod(const formats::PodObject& pod);
+  // A pod whose changed share this replica may not write (it does not lead): its next assignment observed is
+  // taken over the record, though the record's share changed here (PodEntry::unwritten), so that the ledger
+  // follows what the leader writes.
+  void LeaveShareToLeader(const core::PodUid& uid);
+  // The recorded pods replaced by `pods` (the API's), at once: what a replica that takes the lead starts from,
+  // as a restarted one does (its ledger followed the leader's writes one event at a time, and its own changes
+  // of shares, which it did not write, may differ from them). Reservations stay. Returns, by index into
+  // `pods`, those whose assignment did not fit (ObservePod's errors).
+  std::vector<std::pair<size_t, absl::Status>> ReplacePods(std::span<const formats::PodObject> pods);
   void ForgetPod(const core::PodUid& uid);
   // Notes a pending pod's request as part of the workload (filter calls do this too).
   void NoteWorkload(const core::PodRequest& request);

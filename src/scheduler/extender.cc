@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 
 #include "common/log.h"
@@ -405,12 +406,12 @@ Response Extender::Bind(std::string_view body) {
   }
   core::Placement placement;
   placement.node = core::NodeName(target.node);
-  bool compressed = false;
+  std::set<core::PodUid> compressed;  // the pods this placement compresses
   if (request->wants_gpu()) {
     absl::StatusOr<Reservation> reservation = cache_.Reserve(*request, core::NodeName(target.node));
     if (reservation.ok()) {
       placement = reservation->placement;
-      compressed = !reservation->compressions.empty();
+      for (const core::Compression& c : reservation->compressions) compressed.insert(c.tenant.pod);
     } else if (absl::IsAlreadyExists(reservation.status())) {
       // A retried bind of a pod we hold already on this node: write it again.
       std::optional<PodEntry> entry = cache_.FindPod(request->uid);
@@ -424,8 +425,26 @@ Response Extender::Bind(std::string_view body) {
   // a replica killed before housekeeping wrote them left the GPU over its capacity in the pods' annotations
   // for good: the next leader counted the new pod nowhere and tessera-node refused its Allocate (the fault
   // harness, docs/faults.md). A crash between the two now leaves the compressed pods below their request:
-  // room unused, never a GPU over its capacity. A write that fails is retried by housekeeping, as before.
-  if (compressed) SyncChangedShares();
+  // room unused, never a GPU over its capacity. And one whose write failed keeps the pod unbound: bound anyway,
+  // the GPU was over its capacity in the pods' annotations until housekeeping wrote them, and a leader paused
+  // meanwhile wrote nothing until its Lease moved. The pod goes back to kube-scheduler, which binds it again;
+  // the compressed pods get their shares back meanwhile.
+  if (!compressed.empty()) {
+    MutexLock sync(&sync_mu_);
+    std::map<core::PodUid, std::string> failed;
+    SyncChangedSharesLocked(&failed);
+    std::vector<std::string> unwritten;
+    for (const auto& [uid, name] : failed) {
+      if (compressed.contains(uid)) unwritten.push_back(name);
+    }
+    if (!unwritten.empty()) {
+      cache_.Unreserve(request->uid);
+      SyncChangedSharesLocked();  // the shares given back
+      return fail(StrCat("the lowered shares of the pods it compresses (", StrJoin(unwritten, ", "),
+                         ") could not be written; bound before them, their GPU would hold more than its "
+                         "capacity. kube-scheduler retries the pod"));
+    }
+  }
   if (absl::Status st = binder_.Bind(target, placement); !st.ok()) {
     if (request->wants_gpu()) cache_.Unreserve(request->uid);
     return fail(Message(st));
@@ -515,6 +534,10 @@ Response Extender::Preempt(std::string_view body) {
 
 std::vector<std::string> Extender::SyncChangedShares() {
   MutexLock sync(&sync_mu_);
+  return SyncChangedSharesLocked();
+}
+
+std::vector<std::string> Extender::SyncChangedSharesLocked(std::map<core::PodUid, std::string>* unwritten) {
   std::vector<PodEntry> todo = cache_.TakeChangedShares();
   {
     MutexLock lock(&mu_);
@@ -536,10 +559,17 @@ std::vector<std::string> Extender::SyncChangedShares() {
                  {{"pod", StrCat(target.ns, "/", target.name)},
                   {"assignment", formats::FormatAssignment(now->placement)}});
     }
-    if (absl::Status st = binder_.UpdateAssignment(target, now->placement); !st.ok()) {
-      failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
-      retry.push_back(*now);
+    absl::Status st = binder_.UpdateAssignment(target, now->placement);
+    if (st.ok()) continue;
+    if (unwritten != nullptr) (*unwritten)[now->request.uid] = StrCat(target.ns, "/", target.name);
+    if (absl::IsFailedPrecondition(st)) {
+      // Not ours to write (a standby): the pod's next assignment seen is taken as the leader wrote it. Kept as
+      // changed here, the record would pass over the leader's writes until one matched it.
+      cache_.LeaveShareToLeader(now->request.uid);
+      continue;
     }
+    failures.push_back(StrCat(target.ns, "/", target.name, ": ", Message(st)));
+    retry.push_back(*now);
   }
   MutexLock lock(&mu_);
   unsynced_.insert(unsynced_.end(), retry.begin(), retry.end());

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <list>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,7 +45,8 @@ class Binder {
  public:
   virtual ~Binder() = default;
   virtual absl::Status Bind(const BindTarget& pod, const core::Placement& placement) = 0;
-  // Rewrites the assignment of a bound pod whose share changed (compressed, or given back).
+  // Rewrites the assignment of a bound pod whose share changed (compressed, or given back). FailedPrecondition:
+  // this replica may not write it (it does not lead); its ledger takes the pod's next assignment seen instead.
   virtual absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) = 0;
 };
 
@@ -159,6 +161,10 @@ class Extender {
   void NotePending(const formats::PodObject& pod, const absl::StatusOr<core::PodRequest>& request,
                    size_t nodes_asked, const FilterVerdicts& verdicts);
   void ForgetPending(const std::string& uid);
+  // SyncChangedShares with sync_mu_ held; the pods whose share was not written go into `unwritten` too
+  // (UID -> namespace/name).
+  std::vector<std::string> SyncChangedSharesLocked(std::map<core::PodUid, std::string>* unwritten = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
   ClusterCache& cache_;
   Binder& binder_;

@@ -227,14 +227,14 @@ def test_the_charts_policy_names_the_releases_service_accounts(c):
 
 
 def test_the_charts_leader_fence_is_the_shipped_one(c):
-    """The chart's copy of the leader fences (templates/leader-fence.yaml: binds, and claims' status writes) is the
-    manifest the cluster tier applies and tests (deploy/scheduler/70-leader-fence.yaml), but for the release's
-    namespace: the Lease's, and tessera-scheduler's service account's."""
+    """The chart's copy of the leader fences (templates/leader-fence.yaml: binds, claims' status writes, pods'
+    shares) is the manifest the cluster tier applies and tests (deploy/scheduler/70-leader-fence.yaml), but for the
+    release's namespace: the Lease's, and tessera-scheduler's service account's."""
     chart = os.path.join(SOURCE, "deploy", "helm", "tessera")
     helm = os.path.join(c.k8s_bin, "helm")
     rendered = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg=="],
                               capture_output=True, text=True, check=True).stdout
-    names = {"tessera-leader-fence", "tessera-claim-fence"}
+    names = {"tessera-leader-fence", "tessera-claim-fence", "tessera-share-fence"}
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d and
             d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] in names}
     # The shipped file in the release's namespace.
@@ -254,5 +254,5 @@ def test_the_charts_leader_fence_is_the_shipped_one(c):
     assert r.returncode == 0, r.stderr
     off = subprocess.run([helm, "template", "gpu", chart, "-n", "gpu-sharing", "--set", "webhook.caBundle=Cg==",
                           "--set", "leaderFence.enabled=false"], capture_output=True, text=True, check=True).stdout
-    assert "name: tessera-leader-fence" not in off and "name: tessera-claim-fence" not in off
+    assert not {f"name: {n}" for n in names if f"name: {n}" in off}, off
     assert "name: tessera-annotations" in off

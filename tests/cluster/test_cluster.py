@@ -488,6 +488,22 @@ def test_high_priority_compresses_and_gives_back(c):
         v = assignment(c.pod("default", "low"))["containers"][0]["vgpus"][0]
         return v if v.get("requestedCores") == 80 and v["cores"] <= 40 + 1e-6 else None
     c.wait_for(compressed, "the low-priority share to be compressed")
+    # Rewritten by the leader in its term; a rewrite of the share in another term, or by another replica, is
+    # refused (tessera-share-fence, deploy/scheduler/70-leader-fence.yaml): what a leader paused past its Lease
+    # between its check and its write would send.
+    lease = c.get("lease", "tessera-scheduler", ns="tessera-system")["spec"]
+    holder, term = lease["holderIdentity"], lease.get("leaseTransitions", 0)
+    annotations = c.pod("default", "low")["metadata"]["annotations"]
+    assert (annotations["tessera.dev/leader"], annotations["tessera.dev/leader-term"]) == (holder, str(term))
+    stale = assignment(c.pod("default", "low"))
+    stale["containers"][0]["vgpus"][0]["cores"] = 80
+    for leader, in_term in ((holder, term - 1), ("r9", term)):
+        patch = {"metadata": {"annotations": {"tessera.dev/assignment": json.dumps(stale),
+                                              "tessera.dev/leader": leader, "tessera.dev/leader-term": str(in_term)}}}
+        r = c.kubectl("patch", "pod", "low", "--type=merge", "-p", json.dumps(patch), check=False,
+                      kubeconfig=c.scheduler_kubeconfig)
+        assert r.returncode != 0 and "a stale leader" in r.stderr, (leader, in_term, r.stdout, r.stderr)
+    assert compressed()
     # The running container's limits follow (the node agent rewrites its limits file; the hooks reload it).
     c.wait_for(lambda: read_limits(limits_file)[uuid]["cores"] == 40, "the low pod's limits file to say 40%")
     # And that it shares its GPU now (tenants=, which lets an elastic tenant alone grow): 2, then 1 again.

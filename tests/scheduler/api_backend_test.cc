@@ -308,10 +308,24 @@ TEST_F(ApiBackendTest, OnlyTheLeaderBinds) {
   EXPECT_FALSE(b.IsLeader());
   EXPECT_FALSE(b.Ready());
   EXPECT_TRUE(a.Ready());
-  core::Placement p;
+  core::Placement p;  // 10% of n1's GPU
+  p.node = core::NodeName("n1");
+  core::VGpuAssignment share;
+  share.gpu_index = 0;
+  share.uuid = core::GpuUuid("GPU-n1-0");
+  share.cores = core::MilliGpu(100);
+  share.memory = core::MiB(1024);
+  p.containers.emplace_back();
+  p.containers[0].name = "main";
+  p.containers[0].vgpus.push_back(share);
   absl::Status refused = b.Bind({"default", "a", "", "n1"}, p);
   EXPECT_TRUE(absl::IsUnavailable(refused));
   EXPECT_THAT(std::string(refused.message()), HasSubstr("not the leader"));
+  // Nor does a standby rewrite a pod's share (its ledger follows the leader's instead: Extender).
+  const std::string before = server_->Get("pods", "default", "a").value().dump();
+  refused = b.UpdateAssignment({"default", "a", "", "n1"}, p);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_EQ(server_->Get("pods", "default", "a").value().dump(), before);
   // The leader's bind carries who made it and the Lease's term (deploy/scheduler/70-leader-fence.yaml checks them
   // against the Lease).
   ASSERT_TRUE(a.Bind({"default", "a", "", "n1"}, p).ok());
@@ -319,9 +333,27 @@ TEST_F(ApiBackendTest, OnlyTheLeaderBinds) {
   const json bound = server_->Get("pods", "default", "a").value()["metadata"]["annotations"];
   EXPECT_EQ(bound[formats::kAnnotationLeader], "replica-a");
   EXPECT_EQ(bound[formats::kAnnotationLeaderTerm], std::to_string(lease["spec"].value("leaseTransitions", 0)));
-  // The leader steps down (it stops and gives the Lease up): the other takes over, in the next term.
+  // So does its rewrite of a share (tessera-share-fence checks it).
+  const json old_term = {{"metadata", {{"annotations", {{formats::kAnnotationLeaderTerm, "-1"}}}}}};
+  ASSERT_TRUE(server_->MergePatch("pods", "default", "a", old_term).ok());
+  p.containers[0].vgpus[0].cores = core::MilliGpu(50);
+  ASSERT_TRUE(a.UpdateAssignment({"default", "a", "", "n1"}, p).ok());
+  const json rewritten = server_->Get("pods", "default", "a").value()["metadata"]["annotations"];
+  EXPECT_EQ(rewritten[formats::kAnnotationLeader], "replica-a");
+  EXPECT_EQ(rewritten[formats::kAnnotationLeaderTerm], bound[formats::kAnnotationLeaderTerm]);
+  EXPECT_EQ(rewritten[formats::kAnnotationAssignment], formats::FormatAssignment(p));
+  // The standby's ledger strays from the pods (as one that followed the leader's writes event by event beside
+  // its own changes of shares can): here it lacks pod a, and no event of pod a comes again.
+  const core::PodUid uid_a(server_->Get("pods", "default", "a").value()["metadata"]["uid"].get<std::string>());
+  ASSERT_TRUE(Eventually([&] { return cache_b.FindPod(uid_a).has_value(); }));
+  cache_b.ForgetPod(uid_a);
+  // The leader steps down (it stops and gives the Lease up): the other takes over, in the next term, with its
+  // ledger recorded again from the pods before it is ready.
   a.Stop();
   EXPECT_TRUE(Eventually([&] { return b.IsLeader(); }));
+  EXPECT_TRUE(Eventually([&] { return b.Ready(); }));
+  EXPECT_TRUE(cache_b.FindPod(uid_a).has_value());
+  EXPECT_EQ(cache_b.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 950);
   ASSERT_TRUE(server_->Create("pods", "default", PodObject("c", 10)).ok());
   ASSERT_TRUE(b.Bind({"default", "c", "", "n1"}, p).ok());
   const json next = server_->Get("pods", "default", "c").value()["metadata"]["annotations"];

@@ -271,6 +271,40 @@ TEST(ClusterCacheTest, AShareChangeNotYetWrittenSurvivesEventsFromBeforeIt) {
   EXPECT_EQ(cores_of_low(), core::MilliGpu(500));
 }
 
+// What a replica that takes the lead starts from (ApiBackend::EnsureLedgerCurrent): the pods as the API has
+// them, whatever its ledger made of them before, and its own reservations.
+TEST(ClusterCacheTest, ReplacedPodsAreTheApisAndReservationsStay) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());
+  const formats::PodObject low80 = BoundPod("low", "n1", "GPU-n1-0", 80);
+  ASSERT_TRUE(cache.ObservePod(low80).ok());
+  // A high-priority pod reserved here compresses it to 40%; the API has that written.
+  core::PodRequest high = MakePod("high", {Share(60, 2048)});
+  high.priority = core::Priority::kHigh;
+  ASSERT_TRUE(cache.Reserve(high, core::NodeName("n1")).ok());
+  formats::PodObject low40 = low80;
+  low40.spec.annotations[formats::kAnnotationAssignment] =
+      formats::FormatAssignment(cache.FindPod(core::PodUid("low"))->placement);
+  // The share change this ledger has to write is the API's already: nothing is left to write.
+  const std::vector<formats::PodObject> api = {low40};
+  EXPECT_TRUE(cache.ReplacePods(api).empty());
+  EXPECT_EQ(cache.FindPod(core::PodUid("low"))->placement.containers[0].vgpus[0].cores, core::MilliGpu(400));
+  EXPECT_TRUE(cache.FindPod(high.uid)->reserved);
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 0);
+  EXPECT_TRUE(cache.TakeChangedShares().empty());
+  // A pod the ledger had and the API has no more is gone; one it lacked is recorded; one that does not fit is
+  // named by its index.
+  const formats::PodObject other = BoundPod("other", "n1", "GPU-n1-0", 10);
+  const std::vector<formats::PodObject> next = {BoundPod("low", "n1", "GPU-n1-0", 30), other,
+                                                BoundPod("big", "n1", "GPU-n1-0", 50)};
+  std::vector<std::pair<size_t, absl::Status>> errors = cache.ReplacePods(next);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].first, 2u);
+  EXPECT_EQ(cache.Snapshot().FindNode(core::NodeName("n1"))->free_cores(0).value(), 0);
+  EXPECT_TRUE(cache.FindPod(core::PodUid("other")).has_value());
+  EXPECT_FALSE(cache.FindPod(core::PodUid("big")).has_value());
+}
+
 TEST(ClusterCacheTest, UnknownNodesAreUnresolvableInFilter) {
   ClusterCache cache(Options());
   ASSERT_TRUE(cache.UpsertNode(MakeNode("n1", 1)).ok());

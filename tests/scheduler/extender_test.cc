@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "formats/assignment.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/standalone.h"
@@ -469,12 +471,14 @@ class RecordingBinder : public StandaloneBinder {
   }
   absl::Status UpdateAssignment(const BindTarget& pod, const core::Placement& placement) override {
     calls.push_back("update " + pod.name);
+    if (refused_updates.erase(pod.name) > 0) return absl::UnavailableError("the API server is unreachable");
     updating_ = true;
     absl::Status s = StandaloneBinder::UpdateAssignment(pod, placement);
     updating_ = false;
     return s;
   }
   std::vector<std::string> calls;
+  std::set<std::string> refused_updates;  // pods whose next UpdateAssignment fails
 
  private:
   bool updating_ = false;
@@ -506,6 +510,108 @@ TEST_F(ExtenderTest, TheSharesABindCompressesAreWrittenBeforeTheBind) {
   binder.calls.clear();
   EXPECT_TRUE(extender.SyncChangedShares().empty());
   EXPECT_TRUE(binder.calls.empty()) << ::testing::PrintToString(binder.calls);
+}
+
+// A compressed share whose write failed used to be left to housekeeping, and the pod was bound meanwhile: the
+// pods' annotations held more than the GPU until housekeeping's next write, and a leader paused before it (the
+// fault harness's "pause the leading tessera-scheduler past its lease") wrote nothing until its Lease moved.
+TEST_F(ExtenderTest, APodIsNotBoundBeforeEveryShareItCompressesIsWritten) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
+  RecordingBinder binder;
+  Extender extender(cache, binder, nullptr);
+  auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
+  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
+  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
+  binder.calls.clear();
+  binder.refused_updates = {"low-b"};
+  const json high = Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}});
+  const std::string error = filter_bind(high)["Error"];
+  EXPECT_THAT(error, ::testing::HasSubstr("default/low-b"));
+  EXPECT_THAT(error, ::testing::HasSubstr("could not be written"));
+  EXPECT_THAT(binder.calls, ::testing::Not(::testing::Contains("bind high")));
+  // Not held: the GPU's share is the low pods' again, and both get it back in their assignments (low-a's
+  // lowered share was written).
+  EXPECT_FALSE(cache.FindPod(core::PodUid("h")).has_value());
+  EXPECT_EQ(cache.FindPod(core::PodUid("la"))->placement.containers[0].vgpus[0].cores.value(), 400);
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  for (const char* pod : {"default/low-a", "default/low-b"}) {
+    absl::StatusOr<formats::Assignment> a = formats::ParseAssignment(binder.Assignments()[pod]);
+    ASSERT_TRUE(a.ok()) << pod;
+    EXPECT_EQ(a->containers[0].vgpus[0].requested.value(), 0) << pod << " is still compressed";
+  }
+  // kube-scheduler's retry, with the API back: compressed, then bound.
+  binder.calls.clear();
+  EXPECT_EQ(filter_bind(high)["Error"], "");
+  ASSERT_EQ(binder.calls.size(), 3u) << ::testing::PrintToString(binder.calls);
+  EXPECT_EQ(binder.calls[2], "bind high");
+}
+
+// A standby replica: it may not write shares (ApiBackend::UpdateAssignment), and reads pods from its informer.
+class StandbyBinder : public Binder {
+ public:
+  absl::Status Bind(const BindTarget&, const core::Placement&) override {
+    return absl::UnavailableError("not the leader");
+  }
+  absl::Status UpdateAssignment(const BindTarget&, const core::Placement&) override {
+    ++refused;
+    return absl::FailedPreconditionError("not the leader");
+  }
+  int refused = 0;
+};
+// A pod bound to GPU 0 of `node` with `cores` of it, as the leader's assignment says.
+json BoundTo(const std::string& name, const std::string& uid, int cores, int requested,
+             const json& annotations = json::object()) {
+  core::Placement p;
+  p.node = core::NodeName("solo");
+  core::ContainerAssignment c;
+  c.name = "main";
+  core::VGpuAssignment v;
+  v.gpu_index = 0;
+  v.uuid = core::GpuUuid("GPU-solo-0");
+  v.cores = core::MilliGpu(cores * 10);
+  v.requested = core::MilliGpu(requested * 10);
+  v.memory = core::MiB(1024);
+  c.vgpus.push_back(v);
+  p.containers.push_back(c);
+  json pod = Pod(name, uid, Share(requested > 0 ? requested : cores, 1024), annotations);
+  pod["spec"]["nodeName"] = "solo";
+  pod["metadata"]["annotations"][formats::kAnnotationAssignment] = formats::FormatAssignment(p);
+  return pod;
+}
+
+// A standby's ledger gives compressed pods their share back when it sees the high-priority pod leave, as the
+// leader's does. Written by the standby, that give-back could land after the leader had compressed the pods
+// again for another high-priority pod: the GPU over its capacity in the pods' annotations (the fault harness).
+// The standby writes no share, and its ledger takes the leader's next assignment of the pod, where kept as its
+// own unwritten change it passed over them until one matched. (A new leader rebuilds its ledger from the pods
+// anyway: ApiBackend.)
+TEST_F(ExtenderTest, AStandbyWritesNoShareAndTakesTheLeadersAssignments) {
+  ClusterCache cache(Options());
+  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
+  StandbyBinder binder;
+  Extender extender(cache, binder, nullptr);
+  const json high = {{"tessera.dev/priority", "high"}};
+  auto observe = [&](const json& pod) { return cache.ObservePod(formats::ParsePodObject(pod).value()); };
+  const auto cores_of_low_a = [&] {
+    return cache.FindPod(core::PodUid("la"))->placement.containers[0].vgpus[0].cores.value();
+  };
+  // The leader compressed low-a (40) and low-b (60) for a high-priority pod taking 30.
+  ASSERT_TRUE(observe(BoundTo("low-a", "la", 25, 40)).ok());
+  ASSERT_TRUE(observe(BoundTo("low-b", "lb", 45, 60)).ok());
+  ASSERT_TRUE(observe(BoundTo("high", "h", 30, 0, high)).ok());
+  // It leaves: this ledger gives the shares back, and housekeeping's round here writes nothing.
+  cache.ForgetPod(core::PodUid("h"));
+  EXPECT_EQ(cores_of_low_a(), 400);
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  EXPECT_EQ(binder.refused, 2);
+  // The leader compressed low-a for the next one before it wrote the give-back: taken.
+  ASSERT_TRUE(observe(BoundTo("low-a", "la", 30, 40)).ok());
+  EXPECT_EQ(cores_of_low_a(), 300);
+  // Nothing is retried.
+  binder.refused = 0;
+  EXPECT_TRUE(extender.SyncChangedShares().empty());
+  EXPECT_EQ(binder.refused, 0);
 }
 
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {

@@ -278,6 +278,27 @@ void CacheLedger::ReleaseLocked(const PodUid& uid) {
   for (const core::ShareChange& c : *changes) FollowShareLocked(c.tenant.pod);
 }
 
+void CacheLedger::ForgetRecordedLocked() {
+  for (auto it = pods.begin(); it != pods.end();) {
+    if (it->second.reserved) {
+      ++it;
+      continue;
+    }
+    (void)cluster.Release(it->first);  // its give-backs go with the pods they went to
+    it = pods.erase(it);
+  }
+  for (const MovedPart& h : holds) (void)cluster.Release(h.hold);
+  holds.clear();
+  taken.clear();
+  moves.clear();
+  moves_due_ = false;
+  orphans.clear();
+  changed.clear();
+  // A reservation's compressions went with the pods it compressed, whose records come back from the API: as
+  // written (the leader writes them before it binds), or not, when its bind never comes.
+  for (auto& [uid, e] : pods) e.unwritten = false;
+}
+
 void CacheLedger::FollowShareLocked(const PodUid& tenant) {
   auto it = pods.find(tenant);
   if (it == pods.end()) return;

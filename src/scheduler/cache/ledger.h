@@ -122,6 +122,9 @@ class CacheLedger {
   // that no pod of the batch took stays held (a hold in `cluster`) until a pod takes it or kMoveHold passes;
   // a move that does not fit yet waits, the pod counted where it was, for the next pod event or release.
   void MoveLocked(const core::PodUid& uid, core::Placement to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Forgets every recorded pod (reservations stay) and what the moves between them held, without giving
+  // anyone a share back: the ledger is to be recorded again from the API (ClusterCache::ReplacePods).
+  void ForgetRecordedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Tries the pending moves again (after a release made room).
   void ApplyMovesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Drops the holds, early-taken marks and pending moves older than `age`; ApplyMovesLocked after it tries the
