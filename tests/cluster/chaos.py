@@ -151,7 +151,9 @@ class Checker:
             for uid in live:
                 for ctr in (pods[uid].get("assignment") or {}).get("containers", []):
                     for v in ctr["vgpus"]:
-                        add("pod annotations", v["uuid"], v["cores"], v["memoryMiB"], name(uid))
+                        writer = pods[uid].get("writer")
+                        add("pod annotations", v["uuid"], v["cores"], v["memoryMiB"],
+                            name(uid) + (f" (scheduler {writer})" if writer else ""))
         if snap.get("claims") is not None:
             for c in snap["claims"].values():
                 for device, cores, mem in c["results"]:
@@ -636,6 +638,9 @@ class Observer:
                 snap["pods"][meta["uid"]] = {
                     "ns": meta["namespace"], "name": meta["name"], "node": p["spec"].get("nodeName"),
                     "phase": p.get("status", {}).get("phase"), "assignment": a, "claim_names": claims,
+                    # Who last wrote its assignment (a bind or a share rewrite names the replica and its term;
+                    # tessera-node's rewrites of a swap do not): a violation's report says it.
+                    "writer": "/".join(ann[k] for k in ("tessera.dev/leader", "tessera.dev/leader-term") if k in ann),
                     "claims": [], "created": None, "state": pod_state(p)}
         code, body = http_get(self.c.extender_url() + "/inspect", timeout=5)
         if code == 200:
