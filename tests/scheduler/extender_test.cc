@@ -69,6 +69,13 @@ class ExtenderTest : public ::testing::Test {
     EXPECT_EQ(r.status, 200) << r.body;
     return json::parse(r.body);
   }
+  // One T4 node, "solo", added to `cache` and filled through `extender` by two low-priority pods: low-a (40%,
+  // UID la) and low-b (60%, lb). A high-priority pod placed there compresses both.
+  static void BindTwoLowPriorityPods(ClusterCache& cache, Extender& extender) {
+    ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
+    EXPECT_EQ(FilterThenBind(extender, Pod("low-a", "la", Share(40, 1024)), "solo")["Error"], "");
+    EXPECT_EQ(FilterThenBind(extender, Pod("low-b", "lb", Share(60, 1024)), "solo")["Error"], "");
+  }
   json Bind(const std::string& name, const std::string& uid, const std::string& node) {
     Response r = extender_.Bind(
         json{{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", node}}.dump());
@@ -490,12 +497,10 @@ class RecordingBinder : public StandaloneBinder {
 // (TesseraBadAssignment) and tessera-node refused its Allocate. The compressed shares are written first now.
 TEST_F(ExtenderTest, TheSharesABindCompressesAreWrittenBeforeTheBind) {
   ClusterCache cache(Options());
-  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
   RecordingBinder binder;
   Extender extender(cache, binder, nullptr);
+  BindTwoLowPriorityPods(cache, extender);
   auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
-  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
-  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
   binder.calls.clear();
   EXPECT_EQ(filter_bind(Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}}))["Error"], "");
   // Before housekeeping runs: both lowered shares are written, then the bind.
@@ -517,12 +522,10 @@ TEST_F(ExtenderTest, TheSharesABindCompressesAreWrittenBeforeTheBind) {
 // fault harness's "pause the leading tessera-scheduler past its lease") wrote nothing until its Lease moved.
 TEST_F(ExtenderTest, APodIsNotBoundBeforeEveryShareItCompressesIsWritten) {
   ClusterCache cache(Options());
-  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
   RecordingBinder binder;
   Extender extender(cache, binder, nullptr);
+  BindTwoLowPriorityPods(cache, extender);
   auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
-  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
-  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
   binder.calls.clear();
   binder.refused_updates = {"low-b"};
   const json high = Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}});
@@ -615,14 +618,11 @@ TEST_F(ExtenderTest, AStandbyWritesNoShareAndTakesTheLeadersAssignments) {
 }
 
 TEST_F(ExtenderTest, CompressionReachesTheCompressedPodsAssignment) {
-  // One T4 node only, GPU by GPU full of low-priority 50% + 50% tenants.
   ClusterCache cache(Options());
-  ASSERT_TRUE(cache.UpsertNode(MakeNode("solo", 1, core::MiB(15360), "T4")).ok());
   StandaloneBinder binder;
   Extender extender(cache, binder, nullptr);
+  BindTwoLowPriorityPods(cache, extender);
   auto filter_bind = [&](const json& pod) { return FilterThenBind(extender, pod, "solo"); };
-  EXPECT_EQ(filter_bind(Pod("low-a", "la", Share(40, 1024)))["Error"], "");
-  EXPECT_EQ(filter_bind(Pod("low-b", "lb", Share(60, 1024)))["Error"], "");
   // The seed's example: B (high) asks 70 where 0 is free... here A and B low hold 40 + 60; a high-priority
   // pod asks 30: D = 30, N = 2, R = 15: both give 15.
   EXPECT_EQ(filter_bind(Pod("high", "h", Share(30, 1024), {{"tessera.dev/priority", "high"}}))["Error"], "");
