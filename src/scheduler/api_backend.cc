@@ -239,10 +239,11 @@ absl::Status ApiBackend::Bind(const BindTarget& pod, const core::Placement& plac
 }
 
 absl::Status ApiBackend::UpdateAssignment(const BindTarget& pod, const core::Placement& placement) {
-  // Only the leader rewrites shares. A standby's ledger changes shares too (a high-priority pod's deletion seen
-  // gives its compressed tenants their share back), but late: written, its give-back landed over the compression
-  // the leader had written since for another high-priority pod, and the GPU held more than its capacity in the
-  // pods' annotations (the fault harness, a standby paused and resumed).
+  // Only the leader rewrites shares. A standby's ledger changes shares too, but on its own view: it takes the
+  // leader's compressions one pod at a time, each as a move (the pod released, then recorded at its new share),
+  // and the release gives the co-tenants compressed a moment ago their share back. Written, those give-backs
+  // landed over the leader's compressions, and the GPU held more than its capacity in the pods' annotations (the
+  // fault harness: the standby wrote them 0.25 s after the leader's compressions).
   k8s::Json annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)}};
   if (elector_ != nullptr) {
     std::optional<int64_t> term = elector_->LeadingTerm();
