@@ -275,7 +275,8 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::vector<ContainerRecord> unremoved_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);  // keys being allocated right now
   // Pods (UIDs) an Allocate made directories for and then failed (the state directory read-only, full): no
-  // record tells them, and Collect removes them once the pod is gone, without waiting for the orphans' age.
+  // record tells them, and Collect removes them once the pod is gone, without waiting for the orphans' age
+  // (those a later Allocate's record holds stay with the record).
   std::set<std::string> abandoned_pods_ ABSL_GUARDED_BY(mu_);
   // The vGPUs of the device-plugin claims among them, counted by OvercommitLocked until they are tenants.
   std::map<std::string, std::vector<core::VGpuAssignment>> in_flight_ ABSL_GUARDED_BY(mu_);

@@ -632,15 +632,14 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     }
     if (fs::is_empty(pod_dir.path(), ec2) && removable(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
-  // Forgotten once both its directories are gone, or a record holds them.
+  // An abandoned pod is forgotten once both its directories are gone.
   const fs::path state(config_.state_dir);
-  std::erase_if(abandoned, [&](const std::string& uid) {
-    std::error_code e;
-    return fs::exists(state / "containers" / uid, e) || fs::exists(state / "regions" / uid, e);
-  });
   MutexLock lock(&mu_);
-  for (const std::string& uid : abandoned) abandoned_pods_.erase(uid);
-  for (const auto& [key, t] : tenants_) abandoned_pods_.erase(t.record.pod_uid);
+  for (const std::string& uid : abandoned) {
+    std::error_code e;
+    if (!fs::exists(state / "containers" / uid, e) && !fs::exists(state / "regions" / uid, e))
+      abandoned_pods_.erase(uid);
+  }
 }
 
 }  // namespace tessera::node

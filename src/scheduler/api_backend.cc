@@ -110,9 +110,13 @@ std::optional<int64_t> ApiBackend::LeadingTerm() const {
 
 bool ApiBackend::Ready() const {
   if (!nodes_ || !pods_ || !nodes_->HasSynced() || !pods_->HasSynced()) return false;
-  if (elector_ == nullptr) return true;
+  return elector_ == nullptr || ActingTerm().has_value();
+}
+
+std::optional<int64_t> ApiBackend::ActingTerm() const {
   std::optional<int64_t> term = elector_->LeadingTerm();
-  return term && *term == ledger_term_.load();
+  if (!term || *term != ledger_term_.load()) return std::nullopt;
+  return term;
 }
 
 void ApiBackend::EnsureLedgerCurrent() {
@@ -246,8 +250,8 @@ absl::Status ApiBackend::UpdateAssignment(const BindTarget& pod, const core::Pla
   // fault harness: the standby wrote them 0.25 s after the leader's compressions).
   k8s::Json annotations = {{formats::kAnnotationAssignment, formats::FormatAssignment(placement)}};
   if (elector_ != nullptr) {
-    std::optional<int64_t> term = elector_->LeadingTerm();
-    if (!term || *term != ledger_term_.load()) {
+    std::optional<int64_t> term = ActingTerm();
+    if (!term) {
       return absl::FailedPreconditionError(
           "this tessera-scheduler replica is not the leader (or has just taken the lead and is reading the "
           "pods); the leader writes the pods' shares");

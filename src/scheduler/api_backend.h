@@ -93,6 +93,9 @@ class ApiBackend : public Binder, public PodSource {
  private:
   void OnNode(const k8s::Json& node);
   void OnPod(const k8s::Json& pod);
+  // With leader election: the term this replica leads in when its ledger was rebuilt for it (it may bind and
+  // write in it), else nullopt.
+  std::optional<int64_t> ActingTerm() const;
 
   k8s::KubeApi& api_;
   ClusterCache& cache_;

@@ -167,12 +167,14 @@ void ApiSync::OnPod(const json& pod) {
                                 {"assignment", parsed->spec.annotations.at(formats::kAnnotationAssignment)},
                                 {"result", st.ok() ? "ok" : Message(st)}});
   }
-  if (!st.ok() && ours && !parsed->node_name.empty()) {
-    ++counters_.bad_assignments;
-    Report({"Pod", parsed->spec.ns, parsed->spec.name, parsed->spec.uid, "TesseraBadAssignment",
-            StrCat(Message(st),
-                   "; its GPUs are not counted by the scheduler: delete the pod to reschedule it")});
-  }
+  if (!st.ok()) ReportBadAssignment(*parsed, st);
+}
+
+void ApiSync::ReportBadAssignment(const formats::PodObject& pod, const absl::Status& why) {
+  if (!pod.spec.annotations.contains(formats::kAnnotationAssignment) || pod.node_name.empty()) return;
+  ++counters_.bad_assignments;
+  Report({"Pod", pod.spec.ns, pod.spec.name, pod.spec.uid, "TesseraBadAssignment",
+          StrCat(Message(why), "; its GPUs are not counted by the scheduler: delete the pod to reschedule it")});
 }
 
 void ApiSync::ResyncPods(const std::function<std::vector<std::shared_ptr<const json>>()>& list) {
@@ -182,13 +184,7 @@ void ApiSync::ResyncPods(const std::function<std::vector<std::shared_ptr<const j
     absl::StatusOr<formats::PodObject> p = formats::ParsePodObject(*pod);
     if (p.ok()) parsed.push_back(*std::move(p));  // one that cannot be read holds nothing (OnPod)
   }
-  for (const auto& [i, st] : cache_.ReplacePods(parsed)) {
-    const formats::PodObject& p = parsed[i];
-    if (!p.spec.annotations.contains(formats::kAnnotationAssignment) || p.node_name.empty()) continue;
-    ++counters_.bad_assignments;
-    Report({"Pod", p.spec.ns, p.spec.name, p.spec.uid, "TesseraBadAssignment",
-            StrCat(Message(st), "; its GPUs are not counted by the scheduler: delete the pod to reschedule it")});
-  }
+  for (const auto& [i, st] : cache_.ReplacePods(parsed)) ReportBadAssignment(parsed[i], st);
 }
 
 void ApiSync::OnPodDeleted(const json& pod) {

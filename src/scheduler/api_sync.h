@@ -84,6 +84,9 @@ class ApiSync {
     std::string inventory;  // the last annotation applied (to skip unchanged ones)
   };
   void Report(Problem problem) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A bound pod of ours whose assignment the cache refused (`why`): a Warning on it, its GPUs not counted.
+  void ReportBadAssignment(const formats::PodObject& pod, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Schedulable(const NodeRecord& r, std::chrono::system_clock::time_point now) const;
 
   ClusterCache& cache_;

@@ -294,8 +294,8 @@ void CacheLedger::ForgetRecordedLocked() {
   moves_due_ = false;
   orphans.clear();
   changed.clear();
-  // A reservation's compressions went with the pods it compressed, whose records come back from the API: as
-  // written (the leader writes them before it binds), or not, when its bind never comes.
+  // What stays is reservations, with no change of share left to write (`changed` is empty): none waits for its
+  // write to show. The shares they compressed come back with their pods' records, as the API has them.
   for (auto& [uid, e] : pods) e.unwritten = false;
 }
 
