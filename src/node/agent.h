@@ -274,10 +274,13 @@ class NodeAgent : public kubelet::AllocationBackend {
   // 90 s after their pods were gone: tests/cluster/chaos.py, docs/faults.md).
   std::vector<ContainerRecord> unremoved_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);  // keys being allocated right now
-  // Pods (UIDs) an Allocate made directories for and then failed (the state directory read-only, full): no
-  // record tells them, and Collect removes them once the pod is gone, without waiting for the orphans' age
-  // (those a later Allocate's record holds stay with the record).
-  std::set<std::string> abandoned_pods_ ABSL_GUARDED_BY(mu_);
+  // Pods (UIDs) an Allocate chose and then failed (the state directory read-only, full). The kubelet does not
+  // admit a pod whose Allocate failed, so a later Allocate takes them last: taken first (the oldest), one
+  // went to a pod the kubelet had just refused, whose record was then collected under the container of the
+  // pod the kubelet was starting (the fault harness, seed 1). And the directories the failed Allocate made,
+  // which no record tells, Collect removes once the pod is gone, without waiting for the orphans' age (those a
+  // later Allocate's record holds stay with the record). Forgotten once the pod and its directories are gone.
+  std::set<std::string> refused_pods_ ABSL_GUARDED_BY(mu_);
   // The vGPUs of the device-plugin claims among them, counted by OvercommitLocked until they are tenants.
   std::map<std::string, std::vector<core::VGpuAssignment>> in_flight_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> devices_in_flight_ ABSL_GUARDED_BY(mu_);  // device slots of those claims

@@ -200,7 +200,9 @@ absl::StatusOr<NodeAgent::Tenant> NodeAgent::Claim(
           exchanges_.erase(ex);
         }
       }
-      candidates.push_back({StrCat(at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c, exchanged});
+      const char* refused = refused_pods_.contains(pod->uid) ? "1" : "0";  // taken last (refused_pods_)
+      candidates.push_back(
+          {StrCat(refused, "|", at, "|", pod->creation_timestamp, "|", pod->key()), pod, &c, exchanged});
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(),
@@ -322,7 +324,7 @@ absl::StatusOr<kubelet::ContainerAllocation> NodeAgent::AllocateOne(
   const std::string key = t.record.key();
   if (absl::Status s = Materialize(&t); !s.ok()) {
     MutexLock lock(&mu_);
-    abandoned_pods_.insert(t.record.pod_uid);
+    refused_pods_.insert(t.record.pod_uid);
     claims_.erase(key);
     in_flight_.erase(key);
     for (const std::string& id : device_ids) devices_in_flight_.erase(id);

@@ -548,11 +548,11 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
   std::set<std::string> known_dirs;
   // What earlier passes could not remove first: once it is, it is gone for good.
   std::vector<ContainerRecord> retry;
-  std::set<std::string> abandoned;
+  std::set<std::string> refused;
   {
     MutexLock lock(&mu_);
     retry.swap(unremoved_);
-    abandoned = abandoned_pods_;
+    refused = refused_pods_;
   }
   for (const ContainerRecord& r : retry) {
     if (RemoveTenantFiles(r, /*quiet=*/true)) {
@@ -615,7 +615,7 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     return !e && fs::file_time_type::clock::now() - t > kOrphanAge;
   };
   for (const auto& pod_dir : fs::directory_iterator(fs::path(config_.state_dir) / "containers", ec)) {
-    const bool failed = abandoned.contains(pod_dir.path().filename().string());
+    const bool failed = refused.contains(pod_dir.path().filename().string());
     const auto removable = [&](const fs::path& p) { return failed || old_enough(p); };
     std::error_code ec2;
     for (const auto& ctr : fs::directory_iterator(pod_dir.path(), ec2)) {
@@ -632,13 +632,14 @@ void NodeAgent::Collect(const std::vector<NodePod>& pods, bool pod_resources_ok,
     }
     if (fs::is_empty(pod_dir.path(), ec2) && removable(pod_dir.path())) fs::remove(pod_dir.path(), ec2);
   }
-  // An abandoned pod is forgotten once both its directories are gone.
+  // A refused pod is forgotten once it and both its directories are gone.
   const fs::path state(config_.state_dir);
   MutexLock lock(&mu_);
-  for (const std::string& uid : abandoned) {
+  for (const std::string& uid : refused) {
     std::error_code e;
-    if (!fs::exists(state / "containers" / uid, e) && !fs::exists(state / "regions" / uid, e))
-      abandoned_pods_.erase(uid);
+    if (!by_uid.contains(uid) && !fs::exists(state / "containers" / uid, e) &&
+        !fs::exists(state / "regions" / uid, e))
+      refused_pods_.erase(uid);
   }
 }
 

@@ -1979,6 +1979,24 @@ TEST_F(AgentTest, TheDirectoriesOfAFailedAllocateGoWithThePod) {
   EXPECT_FALSE(fs::exists(config_.state_dir + "/regions/" + uid));
 }
 
+// The fault harness (seed 1, the state directory read-only): an Allocate chose pod-0 and failed, so the kubelet
+// refused pod-0; its next Allocate, for pod-1 of the same shape, chose pod-0 again (the oldest), and pod-0's
+// record, collected with pod-0, took the limits of pod-1's running container with it. A pod whose Allocate
+// failed is taken last.
+TEST_F(AgentTest, APodWhoseAllocateFailedIsTakenLast) {
+  api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
+  api_.UpsertPod(BoundPod(1, {{0, 30, 1024}}));
+  auto agent = StartAgent();
+  const std::string dir = config_.state_dir + "/containers/" + api_.GetPod("default", "pod-0")->uid;
+  fs::create_directories(dir + "/main/limits/in-the-way");
+  ASSERT_FALSE(Client()->Allocate({{"GPU-2::0"}}).ok());
+  fs::remove_all(dir);
+  ASSERT_TRUE(Client()->Allocate({{"GPU-2::1"}}).ok());
+  std::vector<ContainerRecord> records = agent->Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].pod_name, "pod-1");
+}
+
 // A gone container's region directory is removed without following what the container left there (a link to a
 // directory outside, possibly swapped in mid-removal) and within a bound on entries.
 TEST(RemoveUntrustedTreeTest, NeverFollowsALinkAndStopsAtItsCap) {
