@@ -275,9 +275,9 @@ class NodeAgent : public kubelet::AllocationBackend {
   std::vector<ContainerRecord> unremoved_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> claims_ ABSL_GUARDED_BY(mu_);  // keys being allocated right now
   // Pods (UIDs) an Allocate chose and then failed (the state directory read-only, full). The kubelet does not
-  // admit a pod whose Allocate failed, so a later Allocate takes them last: taken first (the oldest), one
-  // went to a pod the kubelet had just refused, whose record was then collected under the container of the
-  // pod the kubelet was starting (the fault harness, seed 1). And the directories the failed Allocate made,
+  // admit a pod whose Allocate failed, so a later Allocate takes them last: taken first (the oldest), the
+  // allocation the kubelet makes for another pod of the shape would go to a pod that never runs, its record
+  // collected with it under the other pod's container. And the directories the failed Allocate made,
   // which no record tells, Collect removes once the pod is gone, without waiting for the orphans' age (those a
   // later Allocate's record holds stay with the record). Forgotten once the pod and its directories are gone.
   std::set<std::string> refused_pods_ ABSL_GUARDED_BY(mu_);

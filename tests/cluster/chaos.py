@@ -1146,17 +1146,24 @@ class ChaosRun:
             candidates = [r for uid, r in newest.items() if uid in running and
                           any(m["container"] == "/etc/ld.so.preload" for m in r["mounts"]) and
                           r["env"].get("NVIDIA_VISIBLE_DEVICES")]
-            if candidates or time.monotonic() > deadline:
+            record = before_limits = None
+            if candidates:
+                # The one the workload deletes last (it deletes each pod 8-30 s after it runs): the check takes
+                # seconds. Its limits file read now: the API's "Running" may be a pod the kubelet has just
+                # refused (its Allocate failed: the read-only state directory), whose files tessera-node
+                # collects with it; picked again then. A running container without limits is the checker's.
+                record = max(candidates, key=lambda r: live[running[r["podUID"]]]["delete_at"] or 0)
+                limits = next(os.path.join(m["host"], "limits") for m in record["mounts"]
+                              if m["container"] == "/etc/tessera")
+                with contextlib.suppress(FileNotFoundError):
+                    before_limits = read_limits(limits)
+            if before_limits is not None or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        if not candidates:
-            self.log("  (no running pod with a GPU to run a tenant in)")
+        if before_limits is None:
+            self.log("  (no running pod with a GPU and its limits file to run a tenant in)")
             return
-        # The one the workload deletes last (it deletes each pod 8-30 s after it runs): the check takes seconds.
-        record = max(candidates, key=lambda r: live[running[r["podUID"]]]["delete_at"] or 0)
-        limits = next(os.path.join(m["host"], "limits") for m in record["mounts"] if m["container"] == "/etc/tessera")
         name = f"{record['namespace']}/{record['pod']}"
-        before_limits = read_limits(limits)
         before = self._fill(record)
         churn = self._tenant(record, ["churn", "30", str(64 << 20)])
         deadline = time.monotonic() + TENANT_STEP_S

@@ -1979,10 +1979,10 @@ TEST_F(AgentTest, TheDirectoriesOfAFailedAllocateGoWithThePod) {
   EXPECT_FALSE(fs::exists(config_.state_dir + "/regions/" + uid));
 }
 
-// The fault harness (seed 1, the state directory read-only): an Allocate chose pod-0 and failed, so the kubelet
-// refused pod-0; its next Allocate, for pod-1 of the same shape, chose pod-0 again (the oldest), and pod-0's
-// record, collected with pod-0, took the limits of pod-1's running container with it. A pod whose Allocate
-// failed is taken last.
+// An Allocate chose pod-0 and failed (the state directory read-only), so the kubelet refuses pod-0; its next
+// Allocate, for pod-1 of the same shape, would choose pod-0 again (the oldest), and pod-0's record, collected
+// with pod-0, would take the limits of pod-1's running container with it. A pod whose Allocate failed is
+// taken last.
 TEST_F(AgentTest, APodWhoseAllocateFailedIsTakenLast) {
   api_.UpsertPod(BoundPod(0, {{0, 30, 1024}}));
   api_.UpsertPod(BoundPod(1, {{0, 30, 1024}}));
